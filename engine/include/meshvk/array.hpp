@@ -1,0 +1,95 @@
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "meshvk/dtype.hpp"
+#include "meshvk/sharding.hpp"
+
+namespace meshvk {
+
+namespace detail {
+struct ArrayImpl;
+}
+
+// An immutable float32 or int32 array whose pieces live on virtual devices, laid out by a
+// Sharding (jax.Array). Copies of an Array share its device buffers.
+class Array {
+ public:
+  Array() = default;
+  explicit Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {}
+
+  bool valid() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  size_t ndim() const { return shape().size(); }
+  int64_t size() const { return shape_size(shape()); }
+  DType dtype() const;
+  const Sharding& sharding() const;
+  // Placed on purpose (device_put with a sharding); uncommitted arrays may be moved freely.
+  bool committed() const;
+  std::vector<int> devices() const { return sharding().device_ids(); }
+
+  // Copies the whole array to the host, row-major; T must match dtype().
+  template <class T>
+  std::vector<T> to_host() const {
+    std::vector<T> out(static_cast<size_t>(size()));
+    copy_to_host(out.data(), dtype_of<T>());
+    return out;
+  }
+  void copy_to_host(void* dst, DType expected) const;
+
+  // Same values in a new shape with the same number of elements. Arrays on one device or
+  // fully replicated reshape without moving data.
+  Array reshape(Shape new_shape) const;
+
+  // The values as numpy's str() prints them: "[[0. 1.]\n [2. 3.]]".
+  std::string to_string() const;
+
+  const std::shared_ptr<const detail::ArrayImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<const detail::ArrayImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Array& array);
+
+// Host values to an uncommitted array on device 0. Without a shape the array is 1-D.
+Array array(std::span<const float> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const int32_t> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::initializer_list<float> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::initializer_list<int32_t> values, std::optional<Shape> shape = std::nullopt);
+Array scalar(float value);
+Array scalar(int32_t value);
+
+// numpy.arange: int32 for integer bounds, float32 for float bounds.
+Array arange(int32_t stop);
+Array arange(int32_t start, int32_t stop, int32_t step = 1);
+Array arange(float stop);
+Array arange(float start, float stop, float step = 1.0f);
+Array zeros(Shape shape, DType dtype = DType::float32);
+Array ones(Shape shape, DType dtype = DType::float32);
+Array full(Shape shape, float value);
+Array full(Shape shape, int32_t value);
+Array zeros_like(const Array& x);
+Array ones_like(const Array& x);
+
+// jax.device_put: lays `x` out as `sharding`, moving data device to device (never through the
+// host). The result is committed.
+Array device_put(const Array& x, const Sharding& sharding);
+Array device_put(std::span<const float> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& sharding);
+
+// jax.typeof: "int32[4,2]", or with Explicit mesh axes "int32[4@X,2]", "float32[8@(X,Y)]".
+std::string typeof(const Array& x);
+std::string type_of(const Array& x);  // the same, for code compiled with GNU extensions
+
+// numpy's .npy format (version 1.0-3.0, little-endian '<f4' or '<i4', C order; '<f8', '<i8' and
+// other integer widths are converted). The loaded array is uncommitted on device 0.
+Array load_npy(const std::string& path);
+void save_npy(const std::string& path, const Array& x);
+
+}  // namespace meshvk

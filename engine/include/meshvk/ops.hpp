@@ -1,0 +1,92 @@
+#pragma once
+// numpy / jax.numpy operations on Arrays. Elementwise operations broadcast as numpy does and
+// follow JAX's type promotion: Python-style scalars are weakly typed (2 * int32 array is int32,
+// 2.5 * int32 array is float32). Chains of elementwise operations fuse into one kernel.
+#include <concepts>
+#include <cstdint>
+#include <variant>
+
+#include "meshvk/array.hpp"
+
+namespace meshvk {
+
+// An operand of an elementwise operation: an Array, or a weakly typed scalar.
+class Operand {
+ public:
+  Operand(const Array& a) : v_(a) {}
+  template <std::floating_point F>
+  Operand(F f) : v_(static_cast<float>(f)) {}
+  template <std::integral I>
+  Operand(I i) : v_(static_cast<int32_t>(i)) {}
+  const std::variant<Array, float, int32_t>& get() const { return v_; }
+
+ private:
+  std::variant<Array, float, int32_t> v_;
+};
+
+// Unary
+Array negative(const Array& x);
+Array abs(const Array& x);
+Array sign(const Array& x);
+Array exp(const Array& x);
+Array log(const Array& x);
+Array sqrt(const Array& x);
+Array rsqrt(const Array& x);
+Array sin(const Array& x);
+Array cos(const Array& x);
+Array tanh(const Array& x);
+Array sigmoid(const Array& x);
+Array relu(const Array& x);
+Array square(const Array& x);
+Array reciprocal(const Array& x);
+Array logical_not(const Array& x);
+Array astype(const Array& x, DType dtype);
+
+// Binary
+Array add(const Operand& a, const Operand& b);
+Array subtract(const Operand& a, const Operand& b);
+Array multiply(const Operand& a, const Operand& b);
+Array divide(const Operand& a, const Operand& b);  // true division: ints give float32
+Array floor_divide(const Operand& a, const Operand& b);
+Array remainder(const Operand& a, const Operand& b);  // sign of the divisor, as numpy's %
+Array power(const Operand& a, const Operand& b);
+Array maximum(const Operand& a, const Operand& b);
+Array minimum(const Operand& a, const Operand& b);
+Array equal(const Operand& a, const Operand& b);
+Array not_equal(const Operand& a, const Operand& b);
+Array less(const Operand& a, const Operand& b);
+Array less_equal(const Operand& a, const Operand& b);
+Array greater(const Operand& a, const Operand& b);
+Array greater_equal(const Operand& a, const Operand& b);
+Array logical_and(const Operand& a, const Operand& b);
+Array logical_or(const Operand& a, const Operand& b);
+Array where(const Operand& condition, const Operand& x, const Operand& y);
+
+// The shape numpy broadcasting gives two shapes; throws Error naming both when they do not
+// broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadcast");
+
+inline Array operator-(const Array& x) { return negative(x); }
+inline Array operator+(const Operand& a, const Array& b) { return add(a, b); }
+inline Array operator+(const Array& a, const Operand& b) { return add(a, b); }
+inline Array operator+(const Array& a, const Array& b) { return add(a, b); }
+inline Array operator-(const Operand& a, const Array& b) { return subtract(a, b); }
+inline Array operator-(const Array& a, const Operand& b) { return subtract(a, b); }
+inline Array operator-(const Array& a, const Array& b) { return subtract(a, b); }
+inline Array operator*(const Operand& a, const Array& b) { return multiply(a, b); }
+inline Array operator*(const Array& a, const Operand& b) { return multiply(a, b); }
+inline Array operator*(const Array& a, const Array& b) { return multiply(a, b); }
+inline Array operator/(const Operand& a, const Array& b) { return divide(a, b); }
+inline Array operator/(const Array& a, const Operand& b) { return divide(a, b); }
+inline Array operator/(const Array& a, const Array& b) { return divide(a, b); }
+inline Array operator%(const Operand& a, const Array& b) { return remainder(a, b); }
+inline Array operator%(const Array& a, const Operand& b) { return remainder(a, b); }
+inline Array operator%(const Array& a, const Array& b) { return remainder(a, b); }
+inline Array operator<(const Array& a, const Operand& b) { return less(a, b); }
+inline Array operator<=(const Array& a, const Operand& b) { return less_equal(a, b); }
+inline Array operator>(const Array& a, const Operand& b) { return greater(a, b); }
+inline Array operator>=(const Array& a, const Operand& b) { return greater_equal(a, b); }
+inline Array operator==(const Array& a, const Operand& b) { return equal(a, b); }
+inline Array operator!=(const Array& a, const Operand& b) { return not_equal(a, b); }
+
+}  // namespace meshvk

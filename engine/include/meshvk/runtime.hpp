@@ -1,0 +1,74 @@
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace meshvk {
+
+namespace detail {
+class RuntimeState;
+}
+
+struct RuntimeOptions {
+  // Virtual devices to split the adapter into; 0 means MESHVK_NUM_DEVICES or else 8.
+  int num_devices = 0;
+  // Adapter index or a substring of its name; empty means the first discrete or integrated GPU,
+  // else lavapipe. MESHVK_ADAPTER overrides it.
+  std::string adapter;
+  // Memory budget of each virtual device in bytes; 0 means an equal share of the adapter's
+  // device-local heap (at most 4 GiB each).
+  uint64_t memory_per_device = 0;
+  // Khronos validation layer; unset means MESHVK_VALIDATION=1.
+  std::optional<bool> validation;
+};
+
+// One virtual device as meshvk::devices() lists it.
+struct DeviceInfo {
+  int id = 0;
+  std::string platform;  // "CPU" for a CPU-type adapter such as lavapipe, "GPU" otherwise
+  std::string adapter;   // the Vulkan adapter's name
+  int queue_family = 0;
+  int queue_index = 0;
+  uint64_t memory_budget = 0;
+  uint64_t memory_used = 0;
+  std::string repr() const;  // "CpuDevice(id=0)", as JAX prints a device
+};
+
+// Owns the Vulkan adapter split into N virtual devices, each with its own memory pool, command
+// stream and timeline semaphore. One Runtime is current at a time; arrays keep what they use
+// alive, so they stay valid after the Runtime object goes out of scope.
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The Runtime most recently created and still alive; throws Error when there is none.
+  static Runtime& current();
+
+  int num_devices() const;
+  const std::string& platform() const;
+  const std::string& adapter_name() const;
+  std::vector<DeviceInfo> devices() const;
+  // Waits until every virtual device has finished the work submitted to it.
+  void synchronize();
+  // Messages the Khronos validation layer reported (warnings and errors) since start.
+  uint64_t validation_messages() const;
+  bool validation_enabled() const;
+
+  const std::shared_ptr<detail::RuntimeState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<detail::RuntimeState> state_;
+};
+
+// "CpuDevice(id=0)" or "GpuDevice(id=0)": how JAX names a device.
+std::string device_repr(int device, const std::string& platform);
+
+// The current Runtime's devices.
+std::vector<DeviceInfo> devices();
+
+}  // namespace meshvk

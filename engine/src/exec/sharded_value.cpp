@@ -1,0 +1,177 @@
+#include "exec/sharded_value.hpp"
+
+#include <cstring>
+#include <map>
+
+#include "exec/box.hpp"
+#include "kernels/launch.hpp"
+#include "meshvk/error.hpp"
+
+namespace meshvk::exec {
+
+using detail::DeviceBuffer;
+using detail::Fence;
+using detail::Recording;
+using detail::RuntimeState;
+
+void check_devices(const RuntimeState& rt, const Sharding& sharding) {
+  for (const int d : sharding.device_ids())
+    if (d < 0 || d >= rt.num_devices())
+      throw Error(sharding.to_string() + " uses device " + std::to_string(d) +
+                  ", but the runtime has devices 0.." + std::to_string(rt.num_devices() - 1));
+}
+
+static uint64_t piece_bytes(const Index& index) {
+  uint64_t n = 4;
+  for (const Slice& s : index) n *= static_cast<uint64_t>(s.size());
+  return n;
+}
+
+ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DType dtype,
+                    const Sharding& sharding) {
+  check_devices(rt, sharding);
+  ShardedValue v{shape, dtype, sharding, {}};
+  const Index global = whole(shape);
+  for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
+    const uint64_t bytes = piece_bytes(di.index);
+    auto buffer = rt.allocate(di.device, bytes);
+    auto staging = rt.staging(bytes);
+    auto* dst = static_cast<std::byte*>(staging->mapped());
+    const auto* src = static_cast<const std::byte*>(host);
+    for_each_run(di.index, global, di.index, [&](uint64_t so, uint64_t doff, uint64_t n) {
+      std::memcpy(dst + doff * 4, src + so * 4, n * 4);
+    });
+    Recording rec = rt.begin(di.device);
+    if (bytes) {
+      const VkBufferCopy region{0, buffer->offset(), bytes};
+      vkCmdCopyBuffer(rec.cb, staging->handle(), buffer->vk_buffer(), 1, &region);
+    }
+    rec.keep_alive.push_back(staging);
+    buffer->written_by(rt.submit(std::move(rec)));
+    v.shards.push_back(std::move(buffer));
+  }
+  return v;
+}
+
+void download(RuntimeState& rt, const ShardedValue& v, void* host) {
+  // One holder per distinct piece: replicas hold the same values.
+  const auto map = v.sharding.devices_indices_map(v.shape);
+  std::vector<size_t> chosen;
+  for (size_t i = 0; i < map.size(); ++i) {
+    bool seen = false;
+    for (const size_t j : chosen) seen = seen || map[j].index == map[i].index;
+    if (!seen) chosen.push_back(i);
+  }
+  std::vector<std::pair<std::shared_ptr<vk::Buffer>, Fence>> staged;
+  for (const size_t i : chosen) {
+    const DeviceBuffer& piece = *v.shards[i];
+    auto staging = rt.staging(piece.bytes());
+    Recording rec = rt.begin(piece.device());
+    rec.wait_for(piece.ready());
+    if (piece.bytes()) {
+      const VkBufferCopy region{piece.offset(), 0, piece.bytes()};
+      vkCmdCopyBuffer(rec.cb, piece.vk_buffer(), staging->handle(), 1, &region);
+    }
+    kernels::barrier_to_host(rec.cb);
+    const Fence f = rt.submit(std::move(rec));
+    v.shards[i]->used_by(f);
+    staged.push_back({staging, f});
+  }
+  const Index global = whole(v.shape);
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    rt.wait(staged[k].second, "to_host");
+    const Index& piece = map[chosen[k]].index;
+    const auto* src = static_cast<const std::byte*>(staged[k].first->mapped());
+    auto* dst = static_cast<std::byte*>(host);
+    for_each_run(piece, piece, global, [&](uint64_t so, uint64_t doff, uint64_t n) {
+      std::memcpy(dst + doff * 4, src + so * 4, n * 4);
+    });
+  }
+}
+
+ShardedValue iota(RuntimeState& rt, int64_t count, DType dtype, double start, double step,
+                  const Sharding& single_device) {
+  check_devices(rt, single_device);
+  const int device = single_device.device_ids().front();
+  ShardedValue v{Shape{count}, dtype, single_device, {}};
+  auto buffer = rt.allocate(device, static_cast<uint64_t>(count) * 4);
+  Recording rec = rt.begin(device);
+  if (count > 0)
+    kernels::record_iota(rt, rec, *buffer, static_cast<uint64_t>(count), dtype == DType::float32,
+                         start, step);
+  buffer->written_by(rt.submit(std::move(rec)));
+  v.shards.push_back(std::move(buffer));
+  return v;
+}
+
+ShardedValue fill(RuntimeState& rt, const Shape& shape, DType dtype, uint32_t word,
+                  const Sharding& sharding) {
+  check_devices(rt, sharding);
+  ShardedValue v{shape, dtype, sharding, {}};
+  for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
+    auto buffer = rt.allocate(di.device, piece_bytes(di.index));
+    Recording rec = rt.begin(di.device);
+    kernels::record_fill(rec, *buffer, word);
+    buffer->written_by(rt.submit(std::move(rec)));
+    v.shards.push_back(std::move(buffer));
+  }
+  return v;
+}
+
+ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target) {
+  check_devices(rt, target);
+  const auto from = value.sharding.devices_indices_map(value.shape);
+  const auto to = target.devices_indices_map(value.shape);
+  ShardedValue out{value.shape, value.dtype, target, {}};
+
+  // Distinct source pieces, each with the devices (positions in `from`) that hold it.
+  std::vector<std::pair<Index, std::vector<size_t>>> pieces;
+  for (size_t i = 0; i < from.size(); ++i) {
+    auto it = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return p.first == from[i].index; });
+    if (it == pieces.end())
+      pieces.push_back({from[i].index, {i}});
+    else
+      it->second.push_back(i);
+  }
+
+  for (const DeviceIndex& dst : to) {
+    // A piece already on this device with exactly this box is shared, not copied.
+    bool shared = false;
+    for (size_t i = 0; i < from.size() && !shared; ++i) {
+      if (from[i].device == dst.device && from[i].index == dst.index) {
+        out.shards.push_back(value.shards[i]);
+        shared = true;
+      }
+    }
+    if (shared) continue;
+
+    auto buffer = rt.allocate(dst.device, piece_bytes(dst.index));
+    Recording rec = rt.begin(dst.device);
+    std::vector<DeviceBuffer*> sources;
+    for (const auto& [index, holders] : pieces) {
+      const auto overlap = intersect(index, dst.index);
+      if (!overlap) continue;
+      // Read from this device when it holds the piece, else spread readers over the holders.
+      size_t pick = holders[static_cast<size_t>(dst.device) % holders.size()];
+      for (const size_t h : holders)
+        if (from[h].device == dst.device) pick = h;
+      DeviceBuffer& src = *value.shards[pick];
+      std::vector<VkBufferCopy> regions;
+      for_each_run(*overlap, index, dst.index, [&](uint64_t so, uint64_t doff, uint64_t n) {
+        regions.push_back({src.offset() + so * 4, buffer->offset() + doff * 4, n * 4});
+      });
+      if (regions.empty()) continue;
+      rec.wait_for(src.ready());
+      vkCmdCopyBuffer(rec.cb, src.vk_buffer(), buffer->vk_buffer(),
+                      static_cast<uint32_t>(regions.size()), regions.data());
+      sources.push_back(&src);
+    }
+    const Fence f = rt.submit(std::move(rec));
+    for (DeviceBuffer* s : sources) s->used_by(f);
+    buffer->written_by(f);
+    out.shards.push_back(std::move(buffer));
+  }
+  return out;
+}
+
+}  // namespace meshvk::exec

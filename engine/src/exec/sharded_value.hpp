@@ -1,0 +1,39 @@
+#pragma once
+// A global array's value as per-device pieces, and the eager ways to make and move one: upload
+// from the host, read back, fill on the device and reshard device to device.
+#include <memory>
+#include <vector>
+
+#include "meshvk/sharding.hpp"
+#include "runtime/runtime_state.hpp"
+
+namespace meshvk::exec {
+
+struct ShardedValue {
+  Shape shape;
+  DType dtype = DType::float32;
+  Sharding sharding;
+  // One buffer per device of sharding.device_ids(), in that order, each holding that device's
+  // piece row-major. Pieces may share a buffer with other values (values are immutable).
+  std::vector<std::shared_ptr<detail::DeviceBuffer>> shards;
+};
+
+// Lays out row-major host data of `shape` over `sharding`.
+ShardedValue upload(detail::RuntimeState& rt, const void* host, const Shape& shape, DType dtype,
+                    const Sharding& sharding);
+// Reads the whole value back into row-major `host` (shape_size * 4 bytes).
+void download(detail::RuntimeState& rt, const ShardedValue& value, void* host);
+// start + step * i over a 1-D array on one device (arange).
+ShardedValue iota(detail::RuntimeState& rt, int64_t count, DType dtype, double start, double step,
+                  const Sharding& single_device);
+// One repeated 32-bit word in every element (zeros, ones, full).
+ShardedValue fill(detail::RuntimeState& rt, const Shape& shape, DType dtype, uint32_t word,
+                  const Sharding& sharding);
+// The same value laid out as `target`: device-to-device copies of the overlapping boxes;
+// pieces already in place are shared, not copied.
+ShardedValue reshard(detail::RuntimeState& rt, const ShardedValue& value, const Sharding& target);
+
+// Throws Error when `sharding` names devices the runtime does not have.
+void check_devices(const detail::RuntimeState& rt, const Sharding& sharding);
+
+}  // namespace meshvk::exec

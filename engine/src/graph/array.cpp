@@ -1,0 +1,237 @@
+#include "meshvk/array.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "graph/array_impl.hpp"
+#include "io/host_array.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/runtime.hpp"
+#include "meshvk/visualize.hpp"
+
+namespace meshvk {
+
+namespace detail {
+
+RuntimeState& current_runtime() { return *Runtime::current().state(); }
+
+RuntimeState& runtime_of(const Array& x) {
+  if (!x.valid()) throw Error("use of an empty meshvk::Array (default-constructed or moved from)");
+  return *x.impl()->runtime;
+}
+
+Array make_array(std::shared_ptr<RuntimeState> rt, exec::ShardedValue value, bool committed) {
+  return Array(std::make_shared<const ArrayImpl>(ArrayImpl{std::move(rt), std::move(value), committed, nullptr}));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::ArrayImpl;
+
+const ArrayImpl& impl_of(const Array& x) {
+  if (!x.valid()) throw Error("use of an empty meshvk::Array (default-constructed or moved from)");
+  return *x.impl();
+}
+
+std::shared_ptr<detail::RuntimeState> current_state() { return Runtime::current().state(); }
+
+Sharding default_device(const detail::RuntimeState& rt) { return SingleDeviceSharding(0, rt.platform()); }
+
+template <class T>
+Array from_host(std::span<const T> values, std::optional<Shape> shape) {
+  const Shape s = shape.value_or(Shape{static_cast<int64_t>(values.size())});
+  for (const int64_t d : s)
+    if (d < 0) throw Error("array: shape " + shape_to_string(s) + " has a negative dimension");
+  if (shape_size(s) != static_cast<int64_t>(values.size()))
+    throw Error("array: " + std::to_string(values.size()) + " values cannot fill shape " +
+                shape_to_string(s) + ", which holds " + std::to_string(shape_size(s)));
+  auto rt = current_state();
+  std::lock_guard lock(rt->mutex());
+  auto value = exec::upload(*rt, values.data(), s, dtype_of<T>(), default_device(*rt));
+  return detail::make_array(rt, std::move(value), false);
+}
+
+Array filled(Shape shape, DType dtype, uint32_t word) {
+  for (const int64_t d : shape)
+    if (d < 0) throw Error("full: shape " + shape_to_string(shape) + " has a negative dimension");
+  auto rt = current_state();
+  std::lock_guard lock(rt->mutex());
+  auto value = exec::fill(*rt, shape, dtype, word, default_device(*rt));
+  return detail::make_array(rt, std::move(value), false);
+}
+
+template <class T>
+uint32_t bits(T v) {
+  uint32_t w;
+  std::memcpy(&w, &v, 4);
+  return w;
+}
+
+Array ranged(double start, double stop, double step, DType dtype) {
+  if (step == 0) throw Error("arange: step must not be zero");
+  const double n = std::ceil((stop - start) / step);
+  const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
+  auto rt = current_state();
+  std::lock_guard lock(rt->mutex());
+  auto value = exec::iota(*rt, count, dtype, start, step, default_device(*rt));
+  return detail::make_array(rt, std::move(value), false);
+}
+
+}  // namespace
+
+const Shape& Array::shape() const { return impl_of(*this).value.shape; }
+DType Array::dtype() const { return impl_of(*this).value.dtype; }
+const Sharding& Array::sharding() const { return impl_of(*this).value.sharding; }
+bool Array::committed() const { return impl_of(*this).committed; }
+
+void Array::copy_to_host(void* dst, DType expected) const {
+  const ArrayImpl& a = impl_of(*this);
+  if (a.value.dtype != expected)
+    throw Error("to_host<" + std::string(dtype_name(expected)) + ">: the array is " +
+                std::string(dtype_name(a.value.dtype)) + "; ask for to_host<" +
+                (a.value.dtype == DType::float32 ? "float" : "int32_t") + ">()");
+  std::lock_guard lock(a.runtime->mutex());
+  exec::download(*a.runtime, detail::materialized(*this), dst);
+}
+
+Array Array::reshape(Shape new_shape) const {
+  const ArrayImpl& a = impl_of(*this);
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < new_shape.size(); ++i) {
+    if (new_shape[i] == -1 && infer < 0) {
+      infer = static_cast<int>(i);
+    } else if (new_shape[i] < 0) {
+      throw Error("reshape: " + shape_to_string(new_shape) + " has a negative dimension; use -1 once to infer one");
+    } else {
+      known *= new_shape[i];
+    }
+  }
+  if (infer >= 0 && known > 0 && size() % known == 0) new_shape[infer] = size() / known;
+  if (shape_size(new_shape) != size() || (infer >= 0 && new_shape[infer] < 0))
+    throw Error("reshape: cannot reshape an array of shape " + shape_to_string(shape()) + " (" +
+                std::to_string(size()) + " elements) into shape " + shape_to_string(new_shape));
+  std::lock_guard lock(a.runtime->mutex());
+  exec::ShardedValue v = detail::materialized(*this);
+  if (!v.sharding.is_fully_replicated()) {
+    // Pieces of a sharded array are not pieces of the reshaped one: gather a full copy on each
+    // of its devices (device to device) and reshape that.
+    const NamedSharding& n = *v.sharding.named();
+    v = exec::reshard(*a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()));
+  }
+  if (const NamedSharding* n = v.sharding.named()) v.sharding = NamedSharding(n->mesh(), PartitionSpec());
+  v.shape = std::move(new_shape);
+  return detail::make_array(a.runtime, std::move(v), a.committed);
+}
+
+std::string Array::to_string() const {
+  io::HostArray h{shape(), dtype(), std::vector<std::byte>(static_cast<size_t>(size()) * 4)};
+  copy_to_host(h.bytes.data(), dtype());
+  return io::format_array(h);
+}
+
+std::ostream& operator<<(std::ostream& os, const Array& array) { return os << array.to_string(); }
+
+Array array(std::span<const float> values, std::optional<Shape> shape) { return from_host(values, shape); }
+Array array(std::span<const int32_t> values, std::optional<Shape> shape) { return from_host(values, shape); }
+Array array(std::initializer_list<float> values, std::optional<Shape> shape) {
+  return from_host(std::span<const float>(values.begin(), values.size()), shape);
+}
+Array array(std::initializer_list<int32_t> values, std::optional<Shape> shape) {
+  return from_host(std::span<const int32_t>(values.begin(), values.size()), shape);
+}
+Array scalar(float value) { return array({value}, Shape{}); }
+Array scalar(int32_t value) { return array({value}, Shape{}); }
+
+Array arange(int32_t stop) { return ranged(0, stop, 1, DType::int32); }
+Array arange(int32_t start, int32_t stop, int32_t step) { return ranged(start, stop, step, DType::int32); }
+Array arange(float stop) { return ranged(0, stop, 1, DType::float32); }
+Array arange(float start, float stop, float step) { return ranged(start, stop, step, DType::float32); }
+Array zeros(Shape shape, DType dtype) { return filled(std::move(shape), dtype, 0); }
+Array ones(Shape shape, DType dtype) {
+  return filled(std::move(shape), dtype, dtype == DType::float32 ? bits(1.0f) : bits(int32_t{1}));
+}
+Array full(Shape shape, float value) { return filled(std::move(shape), DType::float32, bits(value)); }
+Array full(Shape shape, int32_t value) { return filled(std::move(shape), DType::int32, bits(value)); }
+Array zeros_like(const Array& x) { return zeros(x.shape(), x.dtype()); }
+Array ones_like(const Array& x) { return ones(x.shape(), x.dtype()); }
+
+Array device_put(const Array& x, const Sharding& sharding) {
+  const ArrayImpl& a = impl_of(x);
+  auto& rt = *a.runtime;
+  if (a.runtime != current_state())
+    throw Error("device_put: the array belongs to a Runtime that is no longer current; arrays cannot move between runtimes");
+  sharding.check_shape(a.value.shape);
+  std::lock_guard lock(rt.mutex());
+  exec::check_devices(rt, sharding);
+  const exec::ShardedValue& current = detail::materialized(x);
+  // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
+  exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())
+                             ? current
+                             : exec::reshard(rt, current, sharding);
+  v.sharding = sharding;
+  return detail::make_array(a.runtime, std::move(v), true);
+}
+
+template <class T>
+Array put_host(std::span<const T> values, Shape shape, const Sharding& sharding) {
+  if (shape_size(shape) != static_cast<int64_t>(values.size()))
+    throw Error("device_put: " + std::to_string(values.size()) + " values cannot fill shape " +
+                shape_to_string(shape));
+  sharding.check_shape(shape);
+  auto rt = current_state();
+  std::lock_guard lock(rt->mutex());
+  auto value = exec::upload(*rt, values.data(), shape, dtype_of<T>(), sharding);
+  return detail::make_array(rt, std::move(value), true);
+}
+
+Array device_put(std::span<const float> values, Shape shape, const Sharding& sharding) {
+  return put_host(values, std::move(shape), sharding);
+}
+Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& sharding) {
+  return put_host(values, std::move(shape), sharding);
+}
+
+std::string typeof(const Array& x) {
+  const Shape& shape = x.shape();
+  const NamedSharding* n = x.sharding().named();
+  std::string s = std::string(dtype_name(x.dtype())) + "[";
+  for (size_t d = 0; d < shape.size(); ++d) {
+    s += (d ? "," : "") + std::to_string(shape[d]);
+    if (!n) continue;
+    std::vector<std::string> axes;
+    for (const auto& axis : n->spec()[d].axes)
+      if (n->mesh().axis_type(axis) == AxisType::Explicit) axes.push_back(axis);
+    if (axes.size() == 1) s += "@" + axes[0];
+    if (axes.size() > 1) {
+      s += "@(";
+      for (size_t i = 0; i < axes.size(); ++i) s += (i ? "," : "") + axes[i];
+      s += ")";
+    }
+  }
+  return s + "]";
+}
+
+std::string type_of(const Array& x) { return typeof(x); }
+
+Array load_npy(const std::string& path) {
+  const io::HostArray h = io::read_npy(path);
+  if (h.dtype == DType::float32)
+    return array(std::span(reinterpret_cast<const float*>(h.bytes.data()), h.bytes.size() / 4), h.shape);
+  return array(std::span(reinterpret_cast<const int32_t*>(h.bytes.data()), h.bytes.size() / 4), h.shape);
+}
+
+void save_npy(const std::string& path, const Array& x) {
+  io::HostArray h{x.shape(), x.dtype(), std::vector<std::byte>(static_cast<size_t>(x.size()) * 4)};
+  x.copy_to_host(h.bytes.data(), x.dtype());
+  io::write_npy(path, h);
+}
+
+std::string visualize_array_sharding(const Array& array, const VisualizeOptions& options) {
+  return visualize_sharding(array.shape(), array.sharding(), options);
+}
+
+}  // namespace meshvk

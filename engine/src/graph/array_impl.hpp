@@ -1,0 +1,39 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "exec/sharded_value.hpp"
+#include "kernels/elementwise.hpp"
+#include "meshvk/array.hpp"
+#include "runtime/runtime_state.hpp"
+
+namespace meshvk::detail {
+
+// Elementwise work not yet run: a fused program over materialized inputs, each already laid
+// out so that every device holds what its output piece needs.
+struct PendingElementwise {
+  kernels::EwProgram program;
+  std::vector<Array> inputs;
+};
+
+// What an Array is: a value on the devices of one runtime, and whether it was placed on purpose.
+// An elementwise result stays pending until something needs its data, so chains of elementwise
+// ops run as one fused dispatch per device.
+struct ArrayImpl {
+  std::shared_ptr<RuntimeState> runtime;
+  mutable exec::ShardedValue value;  // shape, dtype and sharding always; shards once materialized
+  bool committed = false;
+  mutable std::shared_ptr<const PendingElementwise> pending;
+};
+
+// The value with its device buffers, running pending work first.
+const exec::ShardedValue& materialized(const Array& x);
+bool is_pending(const Array& x);
+
+RuntimeState& runtime_of(const Array& x);
+RuntimeState& current_runtime();
+Array make_array(std::shared_ptr<RuntimeState> rt, exec::ShardedValue value, bool committed);
+Array make_pending(std::shared_ptr<RuntimeState> rt, Shape shape, DType dtype, Sharding sharding,
+                   bool committed, PendingElementwise pending);
+
+}  // namespace meshvk::detail

@@ -1,0 +1,448 @@
+// Elementwise operations: type promotion, the layout of the result, fusion of chains into one
+// pending program, and running that program when its data is needed.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "graph/array_impl.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+#include "meshvk/runtime.hpp"
+
+namespace meshvk {
+
+using kernels::EwNode;
+using kernels::EwOp;
+using kernels::EwProgram;
+using detail::PendingElementwise;
+
+namespace {
+
+// A fused program grows until it would exceed these; then its operands are materialized first.
+constexpr size_t kMaxFusedNodes = 96;
+constexpr size_t kMaxFusedInputs = 8;
+
+std::string typed_shape(const Array& x) {
+  std::string s = std::string(dtype_name(x.dtype())) + "[";
+  for (size_t d = 0; d < x.ndim(); ++d) s += (d ? "," : "") + std::to_string(x.shape()[d]);
+  return s + "]";
+}
+
+std::string ids_text(const std::vector<int>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// The operand's type for promotion: an array's dtype is strong, a scalar's is weak.
+struct OperandType {
+  DType dtype;
+  bool weak;
+};
+
+OperandType type_of_operand(const Operand& o) {
+  if (const auto* a = std::get_if<Array>(&o.get())) return {a->dtype(), false};
+  if (std::holds_alternative<float>(o.get())) return {DType::float32, true};
+  return {DType::int32, true};
+}
+
+// JAX's promotion restricted to meshvk's dtypes: any float makes float32; bool operands of
+// arithmetic count as int32.
+DType promote(std::initializer_list<OperandType> types) {
+  bool any_float = false;
+  for (const auto& t : types) any_float = any_float || t.dtype == DType::float32;
+  return any_float ? DType::float32 : DType::int32;
+}
+
+// Builds one fused program out of operands (arrays, pending or not, and scalars).
+class ProgramBuilder {
+ public:
+  int add_operand(const Operand& o, DType want) {
+    int node;
+    if (const auto* f = std::get_if<float>(&o.get())) {
+      node = push({EwOp::constant, DType::float32, -1, -1, -1, -1, bits_of(*f)});
+    } else if (const auto* i = std::get_if<int32_t>(&o.get())) {
+      node = push({EwOp::constant, DType::int32, -1, -1, -1, -1, static_cast<uint32_t>(*i)});
+    } else {
+      node = add_array(std::get<Array>(o.get()));
+    }
+    return cast(node, want);
+  }
+
+  int cast(int node, DType want) {
+    if (program.nodes[node].dtype == want) return node;
+    const EwNode& n = program.nodes[node];
+    if (n.op == EwOp::constant) {  // fold casts of constants
+      EwNode c = n;
+      c.dtype = want;
+      if (n.dtype == DType::float32) {
+        float f;
+        std::memcpy(&f, &n.bits, 4);
+        c.bits = want == DType::int32 ? static_cast<uint32_t>(static_cast<int32_t>(f)) : (f != 0.0f);
+      } else if (want == DType::float32) {
+        c.bits = bits_of(static_cast<float>(static_cast<int32_t>(n.bits)));
+      } else {
+        c.bits = n.bits != 0;
+      }
+      return push(c);
+    }
+    return push({EwOp::cast, want, node});
+  }
+
+  int push(EwNode n) {
+    program.nodes.push_back(n);
+    return static_cast<int>(program.nodes.size() - 1);
+  }
+
+  EwProgram program;
+  std::vector<Array> inputs;
+
+ private:
+  int add_array(const Array& a) {
+    const auto& impl = *a.impl();
+    if (impl.pending) {
+      // Inline the pending program, mapping its inputs onto ours.
+      const PendingElementwise& p = *impl.pending;
+      std::vector<int> map(p.program.nodes.size());
+      for (size_t i = 0; i < p.program.nodes.size(); ++i) {
+        EwNode n = p.program.nodes[i];
+        if (n.op == EwOp::input) {
+          map[i] = add_leaf(p.inputs[n.input]);
+          continue;
+        }
+        if (n.a >= 0) n.a = map[n.a];
+        if (n.b >= 0) n.b = map[n.b];
+        if (n.c >= 0) n.c = map[n.c];
+        map[i] = push(n);
+      }
+      return map.back();
+    }
+    return add_leaf(a);
+  }
+
+  int add_leaf(const Array& a) {
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (inputs[k].impl() == a.impl()) return leaf_nodes[k];
+    inputs.push_back(a);
+    EwNode n{EwOp::input, a.dtype()};
+    n.input = static_cast<int>(inputs.size() - 1);
+    leaf_nodes.push_back(push(n));
+    return leaf_nodes.back();
+  }
+
+  std::vector<int> leaf_nodes;
+};
+
+// Nodes and inputs an operand would add if inlined.
+std::pair<size_t, size_t> fused_size(const Array& a) {
+  if (const auto& p = a.impl()->pending) return {p->program.nodes.size(), p->inputs.size()};
+  return {1, 1};
+}
+
+// The layout of an elementwise result and its operands: each result dimension takes the
+// sharding of the first operand that is not broadcast along it (no mesh axis twice); operands
+// are then laid out to match, moving data only where their layout differs.
+struct Layout {
+  Sharding result;
+  std::vector<Sharding> operands;
+};
+
+Layout choose_layout(const char* op, const std::vector<const Array*>& arrays, const Shape& out) {
+  static const char* names[] = {"x", "y", "z"};
+  const Array* anchor = nullptr;  // the first committed operand decides the devices
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const Array& a = *arrays[i];
+    if (!a.committed()) continue;
+    if (!anchor) {
+      anchor = &a;
+      continue;
+    }
+    if (a.sharding().device_ids() != anchor->sharding().device_ids()) {
+      size_t ai = std::find(arrays.begin(), arrays.end(), anchor) - arrays.begin();
+      throw Error(std::string("Received incompatible devices for jitted computation. Got argument ") +
+                  names[ai] + " of " + op + " with shape " + typed_shape(*anchor) + " and device ids " +
+                  ids_text(anchor->sharding().device_ids()) + " on platform " + anchor->sharding().platform() +
+                  " and argument " + names[i] + " of " + op + " with shape " + typed_shape(a) +
+                  " and device ids " + ids_text(a.sharding().device_ids()) + " on platform " +
+                  a.sharding().platform() +
+                  "; put both on the same devices in the same order (device_put one of them)");
+    }
+  }
+  if (!anchor) anchor = arrays.front();
+  const NamedSharding* mesh_sharding = anchor->sharding().named();
+  if (!mesh_sharding) {
+    Layout l{anchor->sharding(), {}};
+    for (size_t i = 0; i < arrays.size(); ++i) l.operands.push_back(anchor->sharding());
+    return l;
+  }
+  const Mesh& mesh = mesh_sharding->mesh();
+  std::vector<SpecEntry> spec(out.size());
+  std::vector<std::string> used;
+  for (const Array* a : arrays) {
+    if (!a->sharding().named() || !(a->sharding().named()->mesh() == mesh)) continue;
+    const size_t lead = out.size() - a->ndim();
+    for (size_t d = 0; d < a->ndim(); ++d) {
+      const SpecEntry& e = a->sharding().named()->spec()[d];
+      if (e.is_none() || a->shape()[d] != out[lead + d] || !spec[lead + d].is_none()) continue;
+      bool clash = false;
+      for (const auto& axis : e.axes) clash = clash || std::find(used.begin(), used.end(), axis) != used.end();
+      if (clash) continue;
+      spec[lead + d] = e;
+      used.insert(used.end(), e.axes.begin(), e.axes.end());
+    }
+  }
+  Layout l{NamedSharding(mesh, PartitionSpec(spec)), {}};
+  for (const Array* a : arrays) {
+    const size_t lead = out.size() - a->ndim();
+    std::vector<SpecEntry> own(a->ndim());
+    for (size_t d = 0; d < a->ndim(); ++d)
+      if (a->shape()[d] == out[lead + d]) own[d] = spec[lead + d];
+    l.operands.push_back(NamedSharding(mesh, PartitionSpec(own)));
+  }
+  return l;
+}
+
+Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType compute, DType result) {
+  std::vector<const Array*> arrays;
+  for (const Operand& o : operands)
+    if (const auto* a = std::get_if<Array>(&o.get())) {
+      if (!a->valid()) throw Error(std::string(op) + ": an operand is an empty meshvk::Array");
+      arrays.push_back(a);
+    }
+  if (arrays.empty()) {
+    // Scalars only: the first becomes a rank-0 array on device 0.
+    const auto& first = operands.front().get();
+    operands.front() = std::holds_alternative<float>(first) ? Operand(scalar(std::get<float>(first)))
+                                                           : Operand(scalar(std::get<int32_t>(first)));
+    return elementwise(op, ew, std::move(operands), compute, result);
+  }
+  Shape out = arrays.front()->shape();
+  for (const Array* a : arrays) out = broadcast_shapes(out, a->shape(), op);
+
+  auto rt = arrays.front()->impl()->runtime;
+  for (const Array* a : arrays)
+    if (a->impl()->runtime != rt)
+      throw Error(std::string(op) + ": operands belong to different meshvk::Runtime objects");
+  std::lock_guard lock(rt->mutex());
+  const Layout layout = choose_layout(op, arrays, out);
+
+  // Lay operands out as the result needs; inline pending operands while the program stays small.
+  std::vector<Operand> placed;
+  size_t array_index = 0, nodes = 1, inputs = 0;
+  for (const Operand& o : operands) {
+    const auto* a = std::get_if<Array>(&o.get());
+    if (!a) {
+      placed.push_back(o);
+      ++nodes;
+      continue;
+    }
+    const Sharding& want = layout.operands[array_index++];
+    Array x = *a;
+    if (!x.sharding().is_equivalent_to(want, x.ndim())) {
+      x = device_put(x, want);
+    } else if (detail::is_pending(x)) {
+      const auto [n, k] = fused_size(x);
+      if (nodes + n > kMaxFusedNodes || inputs + k > kMaxFusedInputs) detail::materialized(x);
+    }
+    const auto [n, k] = fused_size(x);
+    nodes += n;
+    inputs += k;
+    placed.push_back(x);
+  }
+
+  ProgramBuilder b;
+  std::vector<int> args;
+  for (const Operand& o : placed) args.push_back(b.add_operand(o, ew == EwOp::where && args.empty() ? DType::bool_ : compute));
+  EwNode n{ew, result};
+  n.a = args[0];
+  if (args.size() > 1) n.b = args[1];
+  if (args.size() > 2) n.c = args[2];
+  b.push(n);
+  b.program.num_inputs = static_cast<int>(b.inputs.size());
+  bool committed = false;
+  for (const Array* a : arrays) committed = committed || a->committed();
+  return detail::make_pending(rt, out, result, layout.result, committed,
+                              PendingElementwise{std::move(b.program), std::move(b.inputs)});
+}
+
+bool is_float_op(EwOp op) {
+  switch (op) {
+    case EwOp::exp: case EwOp::log: case EwOp::sqrt: case EwOp::rsqrt: case EwOp::sin:
+    case EwOp::cos: case EwOp::tanh: case EwOp::sigmoid: case EwOp::reciprocal:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Array unary(const char* op, EwOp ew, const Array& x) {
+  DType t = x.dtype() == DType::bool_ ? DType::int32 : x.dtype();
+  if (is_float_op(ew)) t = DType::float32;
+  if (ew == EwOp::logical_not) t = DType::bool_;
+  return elementwise(op, ew, {x}, t, t);
+}
+
+Array arithmetic(const char* op, EwOp ew, const Operand& a, const Operand& b) {
+  const DType t = promote({type_of_operand(a), type_of_operand(b)});
+  return elementwise(op, ew, {a, b}, t, t);
+}
+
+Array comparison(const char* op, EwOp ew, const Operand& a, const Operand& b) {
+  const OperandType ta = type_of_operand(a), tb = type_of_operand(b);
+  // Booleans compare as booleans for (in)equality, as integers for order.
+  const bool both_bool = ta.dtype == DType::bool_ && tb.dtype == DType::bool_;
+  const DType t = both_bool && (ew == EwOp::eq || ew == EwOp::ne) ? DType::bool_ : promote({ta, tb});
+  return elementwise(op, ew, {a, b}, t, DType::bool_);
+}
+
+}  // namespace
+
+namespace detail {
+
+bool is_pending(const Array& x) { return x.valid() && x.impl()->pending != nullptr; }
+
+Array make_pending(std::shared_ptr<RuntimeState> rt, Shape shape, DType dtype, Sharding sharding,
+                   bool committed, PendingElementwise pending) {
+  auto impl = std::make_shared<ArrayImpl>(
+      ArrayImpl{std::move(rt), exec::ShardedValue{std::move(shape), dtype, std::move(sharding), {}}, committed,
+                std::make_shared<const PendingElementwise>(std::move(pending))});
+  return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
+}
+
+const exec::ShardedValue& materialized(const Array& x) {
+  if (!x.valid()) throw Error("use of an empty meshvk::Array (default-constructed or moved from)");
+  const ArrayImpl& impl = *x.impl();
+  RuntimeState& rt = *impl.runtime;
+  std::lock_guard lock(rt.mutex());
+  if (!impl.pending) return impl.value;
+  const PendingElementwise& p = *impl.pending;
+  exec::ShardedValue& out = impl.value;
+  const auto pieces = out.sharding.devices_indices_map(out.shape);
+  // Inputs are laid out for the result already; see choose_layout.
+  std::vector<const exec::ShardedValue*> in;
+  std::vector<std::vector<DeviceIndex>> in_pieces;
+  for (const Array& a : p.inputs) {
+    in.push_back(&materialized(a));
+    in_pieces.push_back(a.sharding().devices_indices_map(a.shape()));
+  }
+  std::vector<std::shared_ptr<DeviceBuffer>> shards;
+  for (const DeviceIndex& piece : pieces) {
+    Shape local;
+    for (const Slice& s : piece.index) local.push_back(s.size());
+    auto buffer = rt.allocate(piece.device, static_cast<uint64_t>(shape_size(local)) * 4);
+    Recording rec = rt.begin(piece.device);
+    std::vector<kernels::EwInput> inputs;
+    for (size_t k = 0; k < in.size(); ++k) {
+      // This device's piece of input k.
+      size_t at = 0;
+      while (at < in_pieces[k].size() && in_pieces[k][at].device != piece.device) ++at;
+      if (at == in_pieces[k].size()) throw Error("internal: elementwise input is not on device " + std::to_string(piece.device));
+      const Index& ii = in_pieces[k][at].index;
+      kernels::EwInput e;
+      e.buffer = in[k]->shards[at].get();
+      e.dtype = in[k]->dtype;
+      rec.wait_for(e.buffer->ready());
+      const Shape& ishape = in[k]->shape;
+      if (ishape == out.shape && ii == piece.index) {
+        e.mode = kernels::EwInput::Mode::same;
+      } else if (shape_size(ishape) == 1) {
+        e.mode = kernels::EwInput::Mode::scalar;
+      } else {
+        e.mode = kernels::EwInput::Mode::strided;
+        const size_t lead = out.shape.size() - ishape.size();
+        std::vector<int64_t> local_stride(ishape.size(), 1);
+        for (size_t d = ishape.size(); d-- > 1;) local_stride[d - 1] = local_stride[d] * ii[d].size();
+        e.strides.assign(out.shape.size(), 0);
+        for (size_t d = 0; d < ishape.size(); ++d) {
+          if (ishape[d] == 1 && out.shape[lead + d] != 1) continue;  // broadcast
+          e.strides[lead + d] = local_stride[d];
+          e.offset += (piece.index[lead + d].start - ii[d].start) * local_stride[d];
+        }
+      }
+      inputs.push_back(std::move(e));
+    }
+    kernels::record_elementwise(rt, rec, p.program, inputs, local, *buffer);
+    const Fence f = rt.submit(std::move(rec));
+    for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
+    buffer->written_by(f);
+    shards.push_back(std::move(buffer));
+  }
+  out.shards = std::move(shards);
+  impl.pending.reset();  // lets go of the inputs
+  return impl.value;
+}
+
+}  // namespace detail
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw Error(std::string(op) + ": shapes " + shape_to_string(a) + " and " + shape_to_string(b) +
+                  " do not broadcast: dimension " + std::to_string(i) + " (from the right: " +
+                  std::to_string(n - i) + ") is " + std::to_string(da) + " vs " + std::to_string(db) +
+                  "; sizes must match or one of them be 1");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Array negative(const Array& x) { return unary("negative", EwOp::neg, x); }
+Array abs(const Array& x) { return unary("abs", EwOp::abs, x); }
+Array sign(const Array& x) { return unary("sign", EwOp::sign, x); }
+Array exp(const Array& x) { return unary("exp", EwOp::exp, x); }
+Array log(const Array& x) { return unary("log", EwOp::log, x); }
+Array sqrt(const Array& x) { return unary("sqrt", EwOp::sqrt, x); }
+Array rsqrt(const Array& x) { return unary("rsqrt", EwOp::rsqrt, x); }
+Array sin(const Array& x) { return unary("sin", EwOp::sin, x); }
+Array cos(const Array& x) { return unary("cos", EwOp::cos, x); }
+Array tanh(const Array& x) { return unary("tanh", EwOp::tanh, x); }
+Array sigmoid(const Array& x) { return unary("sigmoid", EwOp::sigmoid, x); }
+Array relu(const Array& x) { return unary("relu", EwOp::relu, x); }
+Array square(const Array& x) { return unary("square", EwOp::square, x); }
+Array reciprocal(const Array& x) { return unary("reciprocal", EwOp::reciprocal, x); }
+Array logical_not(const Array& x) { return elementwise("logical_not", EwOp::logical_not, {x}, DType::bool_, DType::bool_); }
+Array astype(const Array& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return elementwise("astype", EwOp::cast, {x}, x.dtype(), dtype);
+}
+
+Array add(const Operand& a, const Operand& b) { return arithmetic("add", EwOp::add, a, b); }
+Array subtract(const Operand& a, const Operand& b) { return arithmetic("subtract", EwOp::sub, a, b); }
+Array multiply(const Operand& a, const Operand& b) { return arithmetic("multiply", EwOp::mul, a, b); }
+Array divide(const Operand& a, const Operand& b) {
+  return elementwise("divide", EwOp::div, {a, b}, DType::float32, DType::float32);
+}
+Array floor_divide(const Operand& a, const Operand& b) { return arithmetic("floor_divide", EwOp::floordiv, a, b); }
+Array remainder(const Operand& a, const Operand& b) { return arithmetic("remainder", EwOp::mod, a, b); }
+Array power(const Operand& a, const Operand& b) { return arithmetic("power", EwOp::pow, a, b); }
+Array maximum(const Operand& a, const Operand& b) { return arithmetic("maximum", EwOp::maximum, a, b); }
+Array minimum(const Operand& a, const Operand& b) { return arithmetic("minimum", EwOp::minimum, a, b); }
+Array equal(const Operand& a, const Operand& b) { return comparison("equal", EwOp::eq, a, b); }
+Array not_equal(const Operand& a, const Operand& b) { return comparison("not_equal", EwOp::ne, a, b); }
+Array less(const Operand& a, const Operand& b) { return comparison("less", EwOp::lt, a, b); }
+Array less_equal(const Operand& a, const Operand& b) { return comparison("less_equal", EwOp::le, a, b); }
+Array greater(const Operand& a, const Operand& b) { return comparison("greater", EwOp::gt, a, b); }
+Array greater_equal(const Operand& a, const Operand& b) { return comparison("greater_equal", EwOp::ge, a, b); }
+Array logical_and(const Operand& a, const Operand& b) {
+  return elementwise("logical_and", EwOp::logical_and, {a, b}, DType::bool_, DType::bool_);
+}
+Array logical_or(const Operand& a, const Operand& b) {
+  return elementwise("logical_or", EwOp::logical_or, {a, b}, DType::bool_, DType::bool_);
+}
+Array where(const Operand& condition, const Operand& x, const Operand& y) {
+  const DType t = promote({type_of_operand(x), type_of_operand(y)});
+  return elementwise("where", EwOp::where, {condition, x, y}, t, t);
+}
+
+}  // namespace meshvk

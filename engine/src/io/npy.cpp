@@ -1,0 +1,731 @@
+// numpy's .npy format (numpy/lib/format.py): a magic string, a version, a little-endian header
+// length, a Python dict literal describing the array, then the raw element bytes.
+//
+// Reading accepts what numpy.save writes for float32/int32 plus the common numeric dtypes that
+// convert losslessly (or, for float64, as numpy's astype(float32) would), in either byte order and
+// in Fortran order. Everything read from the file is bounds-checked: a malformed file raises
+// meshvk::Error saying what is wrong and what would be valid, never anything else.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/element_count.hpp"
+#include "io/host_array.hpp"
+#include "meshvk/error.hpp"
+
+namespace meshvk::io {
+namespace {
+
+constexpr std::array<unsigned char, 6> kMagic = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+constexpr size_t kMagicLen = 8;  // the magic string plus the two version bytes
+// numpy aligns the data to this many bytes (ARRAY_ALIGN) so files can be memory-mapped.
+constexpr size_t kArrayAlign = 64;
+// numpy leaves room after the dict for the growing axis to reach this many digits, so appending
+// can rewrite the header in place (GROWTH_AXIS_MAX_DIGITS).
+constexpr size_t kGrowthAxisMaxDigits = 21;
+// Python literals in a real header nest two deep; this bounds recursion on hostile input.
+constexpr int kMaxLiteralDepth = 16;
+
+constexpr std::string_view kSupportedDescrs =
+    "'<f4' and '<i4' (loaded as they are), '<f8' (converted to float32), '<i8', '<i2', '|i1', "
+    "'<u4', '<u2', '|u1' and '|b1' (converted to int32); multi-byte ones may also be big-endian "
+    "('>f4') or native ('=f4')";
+constexpr std::string_view kExpectedHeader =
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 8), }";
+
+[[noreturn]] void fail_load(const std::string& what, const std::string& message) {
+  throw Error("load_npy(" + what + "): " + message);
+}
+
+// Text from the file, quoted for an error message: non-printable bytes escaped, long text cut.
+std::string excerpt(std::string_view text, size_t max_len = 80) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max_len; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  if (text.size() > max_len) out += "...";
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The header: a Python literal, parsed the way ast.literal_eval would for the subset numpy
+// writes (dicts, tuples, lists, strings, integers, True/False/None), so that key order, spacing,
+// quote style and trailing commas do not matter.
+
+struct Literal {
+  enum class Kind { string, integer, number, boolean, none, tuple, list, dict };
+  Kind kind = Kind::none;
+  std::string_view source;     // the literal's text in the header, for error messages
+  std::string text;            // a string's value; an integer's digits (sign in `negative`)
+  bool negative = false;       // integers only
+  bool boolean = false;        // booleans only
+  std::vector<Literal> items;  // tuple/list elements; for a dict: key, value, key, value, ...
+};
+
+std::string_view kind_name(Literal::Kind kind) {
+  switch (kind) {
+    case Literal::Kind::string:
+      return "a string";
+    case Literal::Kind::integer:
+      return "an integer";
+    case Literal::Kind::number:
+      return "a number";
+    case Literal::Kind::boolean:
+      return "a bool";
+    case Literal::Kind::none:
+      return "None";
+    case Literal::Kind::tuple:
+      return "a tuple";
+    case Literal::Kind::list:
+      return "a list";
+    case Literal::Kind::dict:
+      return "a dict";
+  }
+  return "a value";
+}
+
+class LiteralParser {
+ public:
+  LiteralParser(std::string_view text, const std::string& what) : text_(text), what_(what) {}
+
+  // The header's single literal; only whitespace (numpy's padding) may follow it.
+  Literal parse_document() {
+    Literal value = parse_value(0);
+    skip_space();
+    if (pos_ != text_.size()) syntax_error("the end of the header after the dict");
+    return value;
+  }
+
+ private:
+  Literal parse_value(int depth) {
+    if (depth > kMaxLiteralDepth) {
+      fail_load(what_, "the header nests deeper than " + std::to_string(kMaxLiteralDepth) +
+                           " levels; expected a flat dict such as " + std::string(kExpectedHeader));
+    }
+    skip_space();
+    if (pos_ == text_.size()) syntax_error("a value");
+    const char c = text_[pos_];
+    if (c == '\'' || c == '"') return parse_string();
+    if (c == '{') return parse_dict(depth);
+    if (c == '(') return parse_sequence('(', ')', Literal::Kind::tuple, depth);
+    if (c == '[') return parse_sequence('[', ']', Literal::Kind::list, depth);
+    if (c == '-' || c == '+' || c == '.' || is_digit(c)) return parse_number();
+    if (is_name_char(c)) return parse_name();
+    syntax_error("a value");
+  }
+
+  Literal parse_string() {
+    const size_t start = pos_;
+    const char quote = text_[pos_++];
+    Literal literal;
+    literal.kind = Literal::Kind::string;
+    while (pos_ < text_.size() && text_[pos_] != quote) {
+      if (text_[pos_] == '\n') syntax_error("the closing quote of the string");
+      if (text_[pos_] == '\\' && pos_ + 1 < text_.size()) ++pos_;  // \' \" \\ keep the next char
+      literal.text += text_[pos_++];
+    }
+    if (pos_ == text_.size()) syntax_error("the closing quote of the string");
+    ++pos_;
+    literal.source = text_.substr(start, pos_ - start);
+    return literal;
+  }
+
+  // Integers ("32", "-1", Python 2's "32L") become Kind::integer; any other numeric-looking token
+  // ("4.0", "1e3", "0x10") becomes Kind::number so validation can say it is not an integer.
+  Literal parse_number() {
+    const size_t start = pos_;
+    Literal literal;
+    literal.kind = Literal::Kind::integer;
+    if (text_[pos_] == '-' || text_[pos_] == '+') {
+      literal.negative = text_[pos_] == '-';
+      ++pos_;
+      skip_space();
+    }
+    const size_t digits_start = pos_;
+    while (pos_ < text_.size() && (is_name_char(text_[pos_]) || text_[pos_] == '.' ||
+                                   ((text_[pos_] == '-' || text_[pos_] == '+') &&
+                                    (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E')))) {
+      ++pos_;
+    }
+    literal.source = text_.substr(start, pos_ - start);
+    std::string_view digits = text_.substr(digits_start, pos_ - digits_start);
+    if (!digits.empty() && (digits.back() == 'L' || digits.back() == 'l')) {
+      digits.remove_suffix(1);
+    }
+    if (digits.empty()) syntax_error("a number");
+    const bool all_digits = std::all_of(digits.begin(), digits.end(), is_digit);
+    if (!all_digits) {
+      if (!is_digit(digits.front()) && digits.front() != '.') syntax_error("a number");
+      literal.kind = Literal::Kind::number;
+    }
+    literal.text = std::string(digits);
+    return literal;
+  }
+
+  Literal parse_name() {
+    const size_t start = pos_;
+    while (pos_ < text_.size() && is_name_char(text_[pos_])) ++pos_;
+    const std::string_view name = text_.substr(start, pos_ - start);
+    Literal literal;
+    literal.source = name;
+    if (name == "True" || name == "False") {
+      literal.kind = Literal::Kind::boolean;
+      literal.boolean = name == "True";
+    } else if (name == "None") {
+      literal.kind = Literal::Kind::none;
+    } else {
+      pos_ = start;
+      syntax_error("a literal (names such as '" + excerpt(name, 20) + "' are not allowed)");
+    }
+    return literal;
+  }
+
+  // "()" and "(a,)" and "(a, b)" are tuples; "(a)" is just `a` in parentheses, as in Python.
+  Literal parse_sequence(char open, char close, Literal::Kind kind, int depth) {
+    const size_t start = pos_;
+    ++pos_;  // the opening bracket
+    Literal literal;
+    literal.kind = kind;
+    bool saw_comma = false;
+    for (;;) {
+      skip_space();
+      if (pos_ < text_.size() && text_[pos_] == close) break;
+      literal.items.push_back(parse_value(depth + 1));
+      skip_space();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        saw_comma = true;
+        ++pos_;
+        continue;
+      }
+      if (pos_ < text_.size() && text_[pos_] == close) break;
+      syntax_error(std::string("',' or '") + close + "'");
+    }
+    ++pos_;  // the closing bracket
+    if (open == '(' && literal.items.size() == 1 && !saw_comma) {
+      Literal inner = std::move(literal.items.front());
+      inner.source = text_.substr(start, pos_ - start);
+      return inner;
+    }
+    literal.source = text_.substr(start, pos_ - start);
+    return literal;
+  }
+
+  Literal parse_dict(int depth) {
+    const size_t start = pos_;
+    ++pos_;  // '{'
+    Literal literal;
+    literal.kind = Literal::Kind::dict;
+    for (;;) {
+      skip_space();
+      if (pos_ < text_.size() && text_[pos_] == '}') break;
+      literal.items.push_back(parse_value(depth + 1));
+      skip_space();
+      if (pos_ == text_.size() || text_[pos_] != ':') syntax_error("':' after a dict key");
+      ++pos_;
+      literal.items.push_back(parse_value(depth + 1));
+      skip_space();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < text_.size() && text_[pos_] == '}') break;
+      syntax_error("',' or '}' in the dict");
+    }
+    ++pos_;  // '}'
+    literal.source = text_.substr(start, pos_ - start);
+    return literal;
+  }
+
+  void skip_space() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
+      ++pos_;
+    }
+  }
+
+  static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+  static bool is_name_char(char c) {
+    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  }
+
+  [[noreturn]] void syntax_error(const std::string& expected) const {
+    const std::string found =
+        pos_ < text_.size() ? "'" + excerpt(text_.substr(pos_), 20) + "'" : "the end";
+    fail_load(what_, "the header is not a valid Python literal: expected " + expected +
+                         " at offset " + std::to_string(pos_) + " of the header, found " + found +
+                         "; a valid header looks like " + std::string(kExpectedHeader));
+  }
+
+  std::string_view text_;
+  const std::string& what_;
+  size_t pos_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The dtype descriptor ('<f4', '>i8', '|b1', ...).
+
+enum class ElementKind { floating, signed_int, unsigned_int, boolean };
+
+struct Descr {
+  std::string text;
+  ElementKind kind;
+  size_t size;  // bytes per element
+  bool big_endian;
+};
+
+std::optional<Descr> parse_descr(const std::string& text) {
+  std::string_view rest = text;
+  char order = '=';
+  if (!rest.empty() && std::string_view("<>=|").find(rest.front()) != std::string_view::npos) {
+    order = rest.front();
+    rest.remove_prefix(1);
+  }
+  struct Known {
+    std::string_view code;
+    ElementKind kind;
+    size_t size;
+  };
+  static constexpr std::array<Known, 10> kKnown = {{
+      {"f4", ElementKind::floating, 4},
+      {"f8", ElementKind::floating, 8},
+      {"i1", ElementKind::signed_int, 1},
+      {"i2", ElementKind::signed_int, 2},
+      {"i4", ElementKind::signed_int, 4},
+      {"i8", ElementKind::signed_int, 8},
+      {"u1", ElementKind::unsigned_int, 1},
+      {"u2", ElementKind::unsigned_int, 2},
+      {"u4", ElementKind::unsigned_int, 4},
+      {"b1", ElementKind::boolean, 1},
+  }};
+  for (const Known& known : kKnown) {
+    if (rest != known.code) continue;
+    // '|' means "byte order not applicable", which is only true of single bytes.
+    if (order == '|' && known.size != 1) return std::nullopt;
+    const bool big = order == '>' || (order == '=' && std::endian::native == std::endian::big);
+    return Descr{text, known.kind, known.size, big && known.size > 1};
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header validation: exactly the keys numpy requires, with the types numpy requires.
+
+struct Header {
+  Descr descr;
+  bool fortran_order = false;
+  Shape shape;
+};
+
+Shape parse_shape(const Literal& literal, const std::string& what) {
+  const std::string expected =
+      "; expected a tuple of non-negative integers such as (4, 8), (32,) or ()";
+  if (literal.kind != Literal::Kind::tuple) {
+    fail_load(what, "'shape' is " + std::string(kind_name(literal.kind)) + " (" +
+                        excerpt(literal.source) + "), not a tuple" + expected);
+  }
+  if (literal.items.size() > kMaxRank) {
+    fail_load(what, "'shape' has " + std::to_string(literal.items.size()) +
+                        " dimensions; numpy supports at most " + std::to_string(kMaxRank));
+  }
+  Shape shape;
+  for (const Literal& item : literal.items) {
+    const std::string entry =
+        "'shape' entry " + excerpt(item.source) + " in " + excerpt(literal.source);
+    if (item.kind != Literal::Kind::integer) {
+      fail_load(what, entry + " is not an integer" + expected);
+    }
+    if (item.negative && item.text.find_first_not_of('0') != std::string::npos) {
+      fail_load(what, entry + " is negative" + expected);
+    }
+    int64_t dim = 0;
+    for (const char digit : item.text) {
+      if (__builtin_mul_overflow(dim, int64_t{10}, &dim) ||
+          __builtin_add_overflow(dim, int64_t{digit - '0'}, &dim)) {
+        fail_load(what, entry + " does not fit in a 64-bit integer" + expected);
+      }
+    }
+    shape.push_back(dim);
+  }
+  if (!checked_element_count(shape)) {
+    fail_load(what, "'shape' " + shape_to_string(shape) +
+                        " has more elements than a 64-bit count can hold");
+  }
+  return shape;
+}
+
+Header interpret_header(const Literal& dict, const std::string& what) {
+  const std::string keys_rule =
+      "a .npy header has exactly the keys 'descr', 'fortran_order' and 'shape', as in " +
+      std::string(kExpectedHeader);
+  if (dict.kind != Literal::Kind::dict) {
+    fail_load(what, "the header is " + std::string(kind_name(dict.kind)) + " (" +
+                        excerpt(dict.source) + "), not a dict; " + keys_rule);
+  }
+  const Literal* descr = nullptr;
+  const Literal* fortran_order = nullptr;
+  const Literal* shape = nullptr;
+  for (size_t i = 0; i + 1 < dict.items.size(); i += 2) {
+    const Literal& key = dict.items[i];
+    const Literal* value = &dict.items[i + 1];
+    if (key.kind != Literal::Kind::string) {
+      fail_load(what, "header key " + excerpt(key.source) + " is not a string; " + keys_rule);
+    }
+    const Literal** slot = key.text == "descr"           ? &descr
+                           : key.text == "fortran_order" ? &fortran_order
+                           : key.text == "shape"         ? &shape
+                                                         : nullptr;
+    if (!slot) {
+      fail_load(what, "header has the unexpected key '" + excerpt(key.text) + "'; " + keys_rule);
+    }
+    if (*slot) fail_load(what, "header repeats the key '" + key.text + "'; " + keys_rule);
+    *slot = value;
+  }
+  for (const auto& [literal, name] :
+       {std::pair{descr, "descr"}, std::pair{fortran_order, "fortran_order"},
+        std::pair{shape, "shape"}}) {
+    if (!literal) fail_load(what, std::string("header lacks the key '") + name + "'; " + keys_rule);
+  }
+
+  Header header;
+  if (descr->kind != Literal::Kind::string) {
+    fail_load(what, "'descr' is " + std::string(kind_name(descr->kind)) + " (" +
+                        excerpt(descr->source) +
+                        "), not a dtype string; structured dtypes are not supported; supported: " +
+                        std::string(kSupportedDescrs));
+  }
+  const std::optional<Descr> parsed = parse_descr(descr->text);
+  if (!parsed) {
+    fail_load(what, "unsupported dtype descr '" + excerpt(descr->text) +
+                        "'; supported: " + std::string(kSupportedDescrs));
+  }
+  header.descr = *parsed;
+  if (fortran_order->kind != Literal::Kind::boolean) {
+    fail_load(what,
+              "'fortran_order' is " + excerpt(fortran_order->source) + "; expected True or False");
+  }
+  header.fortran_order = fortran_order->boolean;
+  header.shape = parse_shape(*shape, what);
+  return header;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The preamble: magic, version, header length.
+
+struct Preamble {
+  int major = 0;
+  int minor = 0;
+  size_t header_offset = 0;
+  size_t header_len = 0;
+};
+
+uint64_t read_uint(const std::byte* p, size_t size, bool big_endian) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < size; ++i) {
+    const size_t shift = 8 * (big_endian ? size - 1 - i : i);
+    value |= static_cast<uint64_t>(std::to_integer<uint8_t>(p[i])) << shift;
+  }
+  return value;
+}
+
+Preamble read_preamble(std::span<const std::byte> file, const std::string& what) {
+  const size_t magic_seen = std::min(file.size(), kMagic.size());
+  for (size_t i = 0; i < magic_seen; ++i) {
+    if (std::to_integer<unsigned char>(file[i]) != kMagic[i]) {
+      const std::string_view start(reinterpret_cast<const char*>(file.data()),
+                                   std::min<size_t>(file.size(), 8));
+      fail_load(what, "not a .npy file: it starts with '" + excerpt(start) +
+                          "' instead of the magic string '\\x93NUMPY'");
+    }
+  }
+  if (file.size() < kMagicLen + 2) {
+    fail_load(what, "truncated: the file is " + std::to_string(file.size()) +
+                        " bytes, shorter than the 10-byte .npy preamble (magic '\\x93NUMPY', "
+                        "version, header length)");
+  }
+  Preamble preamble;
+  preamble.major = std::to_integer<int>(file[6]);
+  preamble.minor = std::to_integer<int>(file[7]);
+  if (preamble.minor != 0 || preamble.major < 1 || preamble.major > 3) {
+    fail_load(what, "unsupported .npy format version " + std::to_string(preamble.major) + "." +
+                        std::to_string(preamble.minor) + "; supported: 1.0, 2.0 and 3.0");
+  }
+  // Version 1.0 has a 2-byte header length; 2.0 and 3.0 a 4-byte one (3.0 only changes the header
+  // encoding to UTF-8, which is the same for the ASCII headers accepted here).
+  const size_t length_size = preamble.major == 1 ? 2 : 4;
+  if (file.size() < kMagicLen + length_size) {
+    fail_load(what, "truncated: version " + std::to_string(preamble.major) + ".0 needs a " +
+                        std::to_string(length_size) +
+                        "-byte header length at offset 8, but the file is " +
+                        std::to_string(file.size()) + " bytes");
+  }
+  preamble.header_offset = kMagicLen + length_size;
+  preamble.header_len = read_uint(file.data() + kMagicLen, length_size, false);
+  const size_t available = file.size() - preamble.header_offset;
+  if (preamble.header_len > available) {
+    fail_load(what, "truncated header: the header length field says " +
+                        std::to_string(preamble.header_len) + " bytes, but only " +
+                        std::to_string(available) + " follow the " +
+                        std::to_string(preamble.header_offset) + "-byte preamble");
+  }
+  return preamble;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element conversion to the two dtypes meshvk holds.
+
+// A double to float as numpy's astype(float32) does (round to nearest, overflow to inf), without
+// the undefined behaviour C++ gives out-of-range conversions.
+float narrow_to_float(double value) {
+  // Doubles at or beyond FLT_MAX + half an ulp round to infinity.
+  constexpr double kOverflow = 0x1.ffffffp127;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr float kMax = std::numeric_limits<float>::max();
+  if (std::isfinite(value) && std::fabs(value) >= kOverflow) return value > 0 ? kInf : -kInf;
+  // Between FLT_MAX and the overflow point the nearest float is FLT_MAX itself.
+  if (std::isfinite(value) && std::fabs(value) > kMax) return value > 0 ? kMax : -kMax;
+  return static_cast<float>(value);
+}
+
+float load_float(const std::byte* p, const Descr& descr) {
+  const uint64_t bits = read_uint(p, descr.size, descr.big_endian);
+  if (descr.size == 4) return std::bit_cast<float>(static_cast<uint32_t>(bits));
+  return narrow_to_float(std::bit_cast<double>(bits));
+}
+
+int32_t load_int(const std::byte* p, const Descr& descr, int64_t index, const std::string& what) {
+  const uint64_t bits = read_uint(p, descr.size, descr.big_endian);
+  constexpr int64_t kMin = std::numeric_limits<int32_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  std::string value_text;
+  switch (descr.kind) {
+    case ElementKind::boolean:
+      return bits != 0 ? 1 : 0;
+    case ElementKind::unsigned_int:
+      if (bits <= static_cast<uint64_t>(kMax)) return static_cast<int32_t>(bits);
+      value_text = std::to_string(bits);
+      break;
+    case ElementKind::signed_int: {
+      // Sign-extend from the element's width.
+      const unsigned shift = 64 - 8 * static_cast<unsigned>(descr.size);
+      const int64_t value = static_cast<int64_t>(bits << shift) >> shift;
+      if (value >= kMin && value <= kMax) return static_cast<int32_t>(value);
+      value_text = std::to_string(value);
+      break;
+    }
+    case ElementKind::floating:
+      break;
+  }
+  fail_load(what, "value " + value_text + " at flat index " + std::to_string(index) + " of the '" +
+                      descr.text + "' data does not fit in int32 (" + std::to_string(kMin) +
+                      " to " + std::to_string(kMax) + ")");
+}
+
+// Converts the file's elements to meshvk's 4-byte native representation, moving each element from
+// Fortran to C order when needed.
+std::vector<std::byte> convert_elements(std::span<const std::byte> data, const Header& header,
+                                        int64_t count, const std::string& what) {
+  std::vector<std::byte> out(static_cast<size_t>(count) * 4);
+  const Shape& shape = header.shape;
+  const size_t rank = shape.size();
+  // Row-major strides of the destination, and the source element's index in Fortran order
+  // (axis 0 fastest) when the file is column-major.
+  std::vector<int64_t> c_strides(rank, 1);
+  for (size_t axis = rank; axis-- > 1;) c_strides[axis - 1] = c_strides[axis] * shape[axis];
+  std::vector<int64_t> fortran_index(rank, 0);
+  int64_t dest = 0;
+
+  for (int64_t i = 0; i < count; ++i) {
+    const std::byte* src = data.data() + static_cast<size_t>(i) * header.descr.size;
+    std::array<std::byte, 4> value;
+    if (header.descr.kind == ElementKind::floating) {
+      value = std::bit_cast<std::array<std::byte, 4>>(load_float(src, header.descr));
+    } else {
+      value = std::bit_cast<std::array<std::byte, 4>>(load_int(src, header.descr, i, what));
+    }
+    const int64_t target = header.fortran_order ? dest : i;
+    std::memcpy(out.data() + static_cast<size_t>(target) * 4, value.data(), 4);
+
+    if (header.fortran_order) {
+      for (size_t axis = 0; axis < rank; ++axis) {
+        dest += c_strides[axis];
+        if (++fortran_index[axis] < shape[axis]) break;
+        dest -= shape[axis] * c_strides[axis];
+        fortran_index[axis] = 0;
+      }
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files.
+
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+std::string errno_text(int error) {
+  return std::strerror(error);
+}
+
+// Removes the temporary file of a failed write_npy and reports the failed step. It reads errno
+// first, so callers pass only a literal that cannot disturb it.
+[[noreturn]] void fail_write(const std::string& path, const std::string& temp, const char* step) {
+  const int error = errno;
+  std::remove(temp.c_str());
+  throw Error("write_npy(" + path + "): " + step + " (temporary file " + temp +
+              "): " + errno_text(error));
+}
+
+// The header numpy.save writes: sorted keys, repr() values, spare room for the first axis to grow.
+std::string header_dict(const HostArray& array) {
+  const std::string_view descr = array.dtype == DType::float32 ? "<f4" : "<i4";
+  std::string dict = "{'descr': '" + std::string(descr) +
+                     "', 'fortran_order': False, 'shape': " + shape_to_string(array.shape) + ", }";
+  if (!array.shape.empty()) {
+    const size_t digits = std::to_string(array.shape[0]).size();
+    if (digits < kGrowthAxisMaxDigits) dict.append(kGrowthAxisMaxDigits - digits, ' ');
+  }
+  return dict;
+}
+
+}  // namespace
+
+HostArray parse_npy(std::span<const std::byte> file, const std::string& what) {
+  const Preamble preamble = read_preamble(file, what);
+  const std::string_view header_text(
+      reinterpret_cast<const char*>(file.data()) + preamble.header_offset, preamble.header_len);
+  const Header header = interpret_header(LiteralParser(header_text, what).parse_document(), what);
+
+  const int64_t count = *checked_element_count(header.shape);
+  const size_t data_offset = preamble.header_offset + preamble.header_len;
+  const uint64_t present = file.size() - data_offset;
+  int64_t expected = 0;
+  const bool overflow =
+      __builtin_mul_overflow(count, static_cast<int64_t>(header.descr.size), &expected);
+  if (overflow || present != static_cast<uint64_t>(expected)) {
+    const bool truncated = overflow || present < static_cast<uint64_t>(expected);
+    const std::string expected_text = overflow ? std::to_string(count) + " elements of " +
+                                                     std::to_string(header.descr.size) + " bytes"
+                                               : std::to_string(expected) + " bytes";
+    fail_load(what, std::string(truncated ? "truncated data" : "trailing data") + ": shape " +
+                        shape_to_string(header.shape) + " of '" + header.descr.text + "' needs " +
+                        expected_text + " after the " + std::to_string(data_offset) +
+                        "-byte header, but " + std::to_string(present) + " bytes are present");
+  }
+
+  HostArray array;
+  array.shape = header.shape;
+  array.dtype = header.descr.kind == ElementKind::floating ? DType::float32 : DType::int32;
+  array.bytes = convert_elements(file.subspan(data_offset), header, count, what);
+  return array;
+}
+
+HostArray read_npy(const std::string& path) {
+  errno = 0;
+  FilePtr file(std::fopen(path.c_str(), "rb"));
+  if (!file) fail_load(path, "cannot open the file: " + errno_text(errno));
+  std::vector<std::byte> bytes;
+  std::array<std::byte, 1 << 16> chunk;
+  for (;;) {
+    const size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get());
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
+    if (n < chunk.size()) break;
+  }
+  if (std::ferror(file.get())) fail_load(path, "cannot read the file: " + errno_text(errno));
+  return parse_npy(bytes, path);
+}
+
+std::vector<std::byte> encode_npy(const HostArray& array) {
+  const std::optional<int64_t> count = checked_element_count(array.shape);
+  if (!count) {
+    throw Error("encode_npy: shape " + shape_to_string(array.shape) +
+                " has a negative dimension or more elements than a 64-bit count can hold");
+  }
+  if (array.shape.size() > kMaxRank) {
+    throw Error("encode_npy: shape " + shape_to_string(array.shape) + " has " +
+                std::to_string(array.shape.size()) + " dimensions; numpy supports at most " +
+                std::to_string(kMaxRank));
+  }
+  const size_t item = dtype_size(array.dtype);
+  if (array.bytes.size() % item != 0 ||
+      array.bytes.size() / item != static_cast<uint64_t>(*count)) {
+    throw Error("encode_npy: a " + std::string(dtype_name(array.dtype)) + " array of shape " +
+                shape_to_string(array.shape) + " needs " + std::to_string(*count) + " x " +
+                std::to_string(item) + " bytes, but the HostArray holds " +
+                std::to_string(array.bytes.size()));
+  }
+
+  // numpy's _wrap_header: pad with spaces and end with '\n' so the data starts on a 64-byte
+  // boundary; an already aligned header still gets a full 64 bytes of padding, as numpy does.
+  std::string header = header_dict(array);
+  const size_t newline_len = header.size() + 1;
+  const size_t padding = kArrayAlign - (kMagicLen + 2 + newline_len) % kArrayAlign;
+  header.append(padding, ' ');
+  header += '\n';
+  // Rank <= 64 keeps the header far below version 1.0's 65535-byte limit.
+  const auto header_len = static_cast<uint16_t>(header.size());
+
+  std::vector<std::byte> out;
+  out.reserve(kMagicLen + 2 + header.size() + array.bytes.size());
+  for (const unsigned char c : kMagic) out.push_back(std::byte{c});
+  out.push_back(std::byte{1});  // version 1.0
+  out.push_back(std::byte{0});
+  out.push_back(static_cast<std::byte>(header_len & 0xff));
+  out.push_back(static_cast<std::byte>(header_len >> 8));
+  for (const char c : header) out.push_back(static_cast<std::byte>(c));
+  const size_t data_start = out.size();
+  out.insert(out.end(), array.bytes.begin(), array.bytes.end());
+  // The file is little-endian ('<f4', '<i4'); HostArray bytes are native.
+  if constexpr (std::endian::native == std::endian::big) {
+    for (size_t i = data_start; i < out.size(); i += 4) std::reverse(&out[i], &out[i] + 4);
+  }
+  return out;
+}
+
+void write_npy(const std::string& path, const HostArray& array) {
+  std::vector<std::byte> bytes;
+  try {
+    bytes = encode_npy(array);
+  } catch (const Error& error) {
+    throw Error("write_npy(" + path + "): " + error.what());
+  }
+  // The pid keeps concurrent writers of the same path from sharing a temporary.
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+
+  FilePtr file(std::fopen(temp.c_str(), "wb"));
+  if (!file) fail_write(path, temp, "cannot create the temporary file");
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size() ||
+      std::fflush(file.get()) != 0) {
+    fail_write(path, temp, "cannot write the data");
+  }
+  // Flush to disk before the rename so a crash cannot leave a renamed but empty file.
+  if (::fsync(::fileno(file.get())) != 0) fail_write(path, temp, "cannot flush to disk");
+  if (std::fclose(file.release()) != 0) fail_write(path, temp, "cannot close the temporary file");
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    fail_write(path, temp, "cannot rename the temporary file onto the destination");
+  }
+}
+
+}  // namespace meshvk::io

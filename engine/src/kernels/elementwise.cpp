@@ -1,0 +1,331 @@
+#include "kernels/elementwise.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/launch.hpp"
+#include "meshvk/error.hpp"
+
+namespace meshvk::kernels {
+
+const char* ew_op_name(EwOp op) {
+  static const char* names[] = {
+      "input", "constant", "neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "sin", "cos",
+      "tanh", "sigmoid", "relu", "square", "reciprocal", "logical_not", "convert", "add", "sub",
+      "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt",
+      "le", "gt", "ge", "logical_and", "logical_or", "where"};
+  return names[static_cast<int>(op)];
+}
+
+int ew_arity(EwOp op) {
+  if (op == EwOp::input || op == EwOp::constant) return 0;
+  if (op <= EwOp::cast) return 1;
+  if (op == EwOp::where) return 3;
+  return 2;
+}
+
+std::string EwProgram::to_string() const {
+  std::vector<std::string> text(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const EwNode& n = nodes[i];
+    if (n.op == EwOp::input) {
+      text[i] = "in" + std::to_string(n.input);
+    } else if (n.op == EwOp::constant) {
+      if (n.dtype == DType::float32) {
+        float f;
+        std::memcpy(&f, &n.bits, 4);
+        std::ostringstream s;
+        s << f;
+        text[i] = s.str();
+      } else {
+        text[i] = std::to_string(static_cast<int32_t>(n.bits));
+      }
+    } else {
+      text[i] = std::string(ew_op_name(n.op)) + "(" + text[n.a];
+      if (n.b >= 0) text[i] += ", " + text[n.b];
+      if (n.c >= 0) text[i] += ", " + text[n.c];
+      text[i] += ")";
+    }
+  }
+  return text.empty() ? "" : text.back();
+}
+
+namespace {
+
+// Helpers the generated code calls: numpy's semantics where GLSL's differ (NaN-propagating
+// max/min, floor division and modulo of integers, pow of negative bases, an accurate tanh).
+const char* kHelpers = R"(
+float mv_max(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : max(a, b); }
+float mv_min(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : min(a, b); }
+vec4 mv_max(vec4 a, vec4 b) { return mix(max(a, b), a + b, bvec4(uvec4(isnan(a)) | uvec4(isnan(b)))); }
+vec4 mv_min(vec4 a, vec4 b) { return mix(min(a, b), a + b, bvec4(uvec4(isnan(a)) | uvec4(isnan(b)))); }
+int mv_floordiv(int a, int b) {
+  if (b == 0) return 0;
+  int q = abs(a) / abs(b);
+  if ((a < 0) != (b < 0)) { q = -q; if (q * b != a) q -= 1; }
+  return q;
+}
+ivec4 mv_floordiv(ivec4 a, ivec4 b) { return ivec4(mv_floordiv(a.x, b.x), mv_floordiv(a.y, b.y), mv_floordiv(a.z, b.z), mv_floordiv(a.w, b.w)); }
+int mv_mod(int a, int b) { return b == 0 ? 0 : a - b * mv_floordiv(a, b); }
+ivec4 mv_mod(ivec4 a, ivec4 b) { return ivec4(mv_mod(a.x, b.x), mv_mod(a.y, b.y), mv_mod(a.z, b.z), mv_mod(a.w, b.w)); }
+float mv_mod(float a, float b) { return mod(a, b); }
+vec4 mv_mod(vec4 a, vec4 b) { return mod(a, b); }
+float mv_floordiv(float a, float b) { return floor(a / b); }
+vec4 mv_floordiv(vec4 a, vec4 b) { return floor(a / b); }
+float mv_pow(float a, float b) {
+  if (b == 0.0) return 1.0;
+  if (isnan(a) || isnan(b)) return a + b;
+  if (a == 0.0) {
+    if (b > 0.0) return (a < 0.0 || (1.0 / a) < 0.0) && mod(b, 2.0) == 1.0 ? -0.0 : 0.0;
+    return uintBitsToFloat(0x7f800000u);
+  }
+  float m = pow(abs(a), b);
+  if (a < 0.0) {
+    if (floor(b) != b) return uintBitsToFloat(0x7fc00000u);
+    if (mod(b, 2.0) == 1.0) m = -m;
+  }
+  return m;
+}
+vec4 mv_pow(vec4 a, vec4 b) { return vec4(mv_pow(a.x, b.x), mv_pow(a.y, b.y), mv_pow(a.z, b.z), mv_pow(a.w, b.w)); }
+int mv_pow(int a, int b) {
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) != 0 ? -1 : 1) : 0);
+  int r = 1;
+  for (int i = 0; i < 32 && b > 0; ++i) { if ((b & 1) != 0) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+ivec4 mv_pow(ivec4 a, ivec4 b) { return ivec4(mv_pow(a.x, b.x), mv_pow(a.y, b.y), mv_pow(a.z, b.z), mv_pow(a.w, b.w)); }
+float mv_tanh(float x) {
+  float ax = abs(x);
+  if (ax < 0.3) { float x2 = x * x; return x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0))))); }
+  float t = exp(-2.0 * ax);
+  return sign(x) * (1.0 - t) / (1.0 + t);
+}
+vec4 mv_tanh(vec4 x) { return vec4(mv_tanh(x.x), mv_tanh(x.y), mv_tanh(x.z), mv_tanh(x.w)); }
+)";
+
+std::string type_name(DType dtype, int width) {
+  switch (dtype) {
+    case DType::float32:
+      return width == 4 ? "vec4" : "float";
+    case DType::int32:
+      return width == 4 ? "ivec4" : "int";
+    case DType::bool_:
+      return width == 4 ? "bvec4" : "bool";
+  }
+  return "";
+}
+
+// The expression reading one 32-bit word `raw` (uint or uvec4) as `dtype`.
+std::string decode(const std::string& raw, DType dtype, int width) {
+  switch (dtype) {
+    case DType::float32:
+      return "uintBitsToFloat(" + raw + ")";
+    case DType::int32:
+      return type_name(dtype, width) + "(" + raw + ")";
+    case DType::bool_:
+      return width == 4 ? "notEqual(" + raw + ", uvec4(0u))" : "(" + raw + " != 0u)";
+  }
+  return "";
+}
+
+std::string encode(const std::string& v, DType dtype, int width) {
+  const std::string u = width == 4 ? "uvec4" : "uint";
+  if (dtype == DType::float32) return "floatBitsToUint(" + v + ")";
+  return u + "(" + v + ")";
+}
+
+std::string compare(EwOp op, const std::string& a, const std::string& b, int width) {
+  if (width == 4) {
+    const char* f = op == EwOp::eq   ? "equal"
+                    : op == EwOp::ne ? "notEqual"
+                    : op == EwOp::lt ? "lessThan"
+                    : op == EwOp::le ? "lessThanEqual"
+                    : op == EwOp::gt ? "greaterThan"
+                                     : "greaterThanEqual";
+    return std::string(f) + "(" + a + ", " + b + ")";
+  }
+  const char* o = op == EwOp::eq   ? "=="
+                  : op == EwOp::ne ? "!="
+                  : op == EwOp::lt ? "<"
+                  : op == EwOp::le ? "<="
+                  : op == EwOp::gt ? ">"
+                                   : ">=";
+  return "(" + a + " " + o + " " + b + ")";
+}
+
+std::string node_expr(const EwProgram& p, size_t i, int width) {
+  const EwNode& n = p.nodes[i];
+  const std::string T = type_name(n.dtype, width);
+  const std::string a = n.a >= 0 ? "v" + std::to_string(n.a) : "";
+  const std::string b = n.b >= 0 ? "v" + std::to_string(n.b) : "";
+  const std::string c = n.c >= 0 ? "v" + std::to_string(n.c) : "";
+  const DType in = n.a >= 0 ? p.nodes[n.a].dtype : n.dtype;
+  switch (n.op) {
+    case EwOp::input:
+      return "load" + std::to_string(n.input);
+    case EwOp::constant: {
+      const std::string s = n.dtype == DType::float32 ? "uintBitsToFloat(" + std::to_string(n.bits) + "u)"
+                            : n.dtype == DType::int32 ? "int(" + std::to_string(n.bits) + "u)"
+                                                      : (n.bits ? "true" : "false");
+      return T + "(" + s + ")";
+    }
+    case EwOp::neg: return "(-" + a + ")";
+    case EwOp::abs: return "abs(" + a + ")";
+    case EwOp::sign: return "sign(" + a + ")";
+    case EwOp::exp: return "exp(" + a + ")";
+    case EwOp::log: return "log(" + a + ")";
+    case EwOp::sqrt: return "sqrt(" + a + ")";
+    case EwOp::rsqrt: return "inversesqrt(" + a + ")";
+    case EwOp::sin: return "sin(" + a + ")";
+    case EwOp::cos: return "cos(" + a + ")";
+    case EwOp::tanh: return "mv_tanh(" + a + ")";
+    case EwOp::sigmoid: return "(" + T + "(1.0) / (" + T + "(1.0) + exp(-" + a + ")))";
+    case EwOp::relu: return n.dtype == DType::float32 ? "mv_max(" + a + ", " + T + "(0.0))" : "max(" + a + ", " + T + "(0))";
+    case EwOp::square: return "(" + a + " * " + a + ")";
+    case EwOp::reciprocal: return "(" + T + "(1.0) / " + a + ")";
+    case EwOp::logical_not: return width == 4 ? "not(" + a + ")" : "(!" + a + ")";
+    case EwOp::cast:
+      if (n.dtype == DType::bool_)
+        return width == 4 ? "notEqual(" + a + ", " + type_name(in, 4) + "(0))" : "(" + a + " != " + type_name(in, 1) + "(0))";
+      return T + "(" + a + ")";
+    case EwOp::add: return "(" + a + " + " + b + ")";
+    case EwOp::sub: return "(" + a + " - " + b + ")";
+    case EwOp::mul: return "(" + a + " * " + b + ")";
+    case EwOp::div: return "(" + a + " / " + b + ")";
+    case EwOp::floordiv: return "mv_floordiv(" + a + ", " + b + ")";
+    case EwOp::mod: return "mv_mod(" + a + ", " + b + ")";
+    case EwOp::pow: return "mv_pow(" + a + ", " + b + ")";
+    case EwOp::maximum: return in == DType::float32 ? "mv_max(" + a + ", " + b + ")" : "max(" + a + ", " + b + ")";
+    case EwOp::minimum: return in == DType::float32 ? "mv_min(" + a + ", " + b + ")" : "min(" + a + ", " + b + ")";
+    case EwOp::eq: case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
+      return compare(n.op, a, b, width);
+    case EwOp::logical_and:
+      return width == 4 ? "bvec4(uvec4(" + a + ") & uvec4(" + b + "))" : "(" + a + " && " + b + ")";
+    case EwOp::logical_or:
+      return width == 4 ? "bvec4(uvec4(" + a + ") | uvec4(" + b + "))" : "(" + a + " || " + b + ")";
+    case EwOp::where:
+      return width == 4 ? "mix(" + c + ", " + b + ", " + a + ")" : "(" + a + " ? " + b + " : " + c + ")";
+  }
+  return "";
+}
+
+constexpr int kWorkgroup = 64;
+
+// Vector kernels: every input is read in the output's own layout (or is one element), so each
+// invocation loads whole vec4 texels, which lavapipe reads fastest.
+std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
+                          int per_invocation) {
+  std::ostringstream g;
+  g << "#version 450\nlayout(local_size_x = " << kWorkgroup << ") in;\n";
+  for (size_t k = 0; k < inputs.size(); ++k)
+    g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
+  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uvec4 o[]; };\n";
+  g << "layout(push_constant) uniform Params { uint n; uint base; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
+  g << kHelpers;
+  g << "void main() {\n  const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;\n";
+  g << "  for (uint u = 0u; u < " << per_invocation << "u; ++u) {\n";
+  g << "    const uint i = (wg * " << per_invocation << "u + u) * " << kWorkgroup << "u + gl_LocalInvocationID.x;\n";
+  g << "    if (i >= pc.n) return;\n";
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int w = 4;
+    if (inputs[k].mode == EwInput::Mode::same)
+      g << "    const " << type_name(inputs[k].dtype, w) << " load" << k << " = "
+        << decode("texelFetch(in" + std::to_string(k) + ", int(i))", inputs[k].dtype, w) << ";\n";
+    else
+      g << "    const " << type_name(inputs[k].dtype, w) << " load" << k << " = " << type_name(inputs[k].dtype, w) << "("
+        << decode("texelFetch(in" + std::to_string(k) + ", pc.off[" + std::to_string(k) + "]).x", inputs[k].dtype, 1) << ");\n";
+  }
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    g << "    const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << node_expr(p, i, 4) << ";\n";
+  g << "    o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 4) << ";\n  }\n}\n";
+  return g.str();
+}
+
+// Scalar kernels: some input is broadcast or strided, so each element finds its inputs through
+// its coordinates in the output piece (shapes and strides are compiled in).
+std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
+                           const Shape& shape) {
+  std::ostringstream g;
+  g << "#version 450\nlayout(local_size_x = " << kWorkgroup << ") in;\n";
+  for (size_t k = 0; k < inputs.size(); ++k)
+    g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
+  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uint o[]; };\n";
+  g << "layout(push_constant) uniform Params { uint n; uint base; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
+  g << kHelpers;
+  g << "void main() {\n  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * " << kWorkgroup
+    << "u + gl_LocalInvocationID.x;\n  if (i >= pc.n) return;\n  uint rest = pc.base + i;\n";
+  for (size_t d = shape.size(); d-- > 0;) {
+    g << "  const uint c" << d << " = rest % " << std::max<int64_t>(shape[d], 1) << "u; rest /= "
+      << std::max<int64_t>(shape[d], 1) << "u;\n";
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    std::string index;
+    if (inputs[k].mode == EwInput::Mode::same) {
+      index = "int(i)";
+    } else {
+      index = "pc.off[" + std::to_string(k) + "]";
+      if (inputs[k].mode == EwInput::Mode::strided)
+        for (size_t d = 0; d < shape.size(); ++d)
+          if (inputs[k].strides[d] != 0) index += " + int(c" + std::to_string(d) + ") * " + std::to_string(inputs[k].strides[d]);
+    }
+    g << "  const " << type_name(inputs[k].dtype, 1) << " load" << k << " = "
+      << decode("texelFetch(in" + std::to_string(k) + ", " + index + ").x", inputs[k].dtype, 1) << ";\n";
+  }
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    g << "  const " << type_name(p.nodes[i].dtype, 1) << " v" << i << " = " << node_expr(p, i, 1) << ";\n";
+  g << "  o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 1) << ";\n}\n";
+  return g.str();
+}
+
+}  // namespace
+
+void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& p,
+                        std::span<const EwInput> inputs, const Shape& shape,
+                        const detail::DeviceBuffer& out) {
+  const uint64_t count = static_cast<uint64_t>(shape_size(shape));
+  if (count == 0) return;
+  const DType out_dtype = p.nodes.back().dtype;
+  const bool vector = std::none_of(inputs.begin(), inputs.end(),
+                                   [](const EwInput& in) { return in.mode == EwInput::Mode::strided; });
+  // lavapipe amortizes its per-invocation cost over several vec4s; GPUs want one per thread.
+  const int per_invocation = rt.device().adapter().is_cpu() ? 4 : 1;
+  const std::string glsl = vector ? vector_kernel(p, inputs, out_dtype, per_invocation)
+                                  : strided_kernel(p, inputs, out_dtype, shape);
+  struct Params {
+    uint32_t n, base;
+    int32_t off[16];
+  } params{};
+  if (inputs.size() > 16) throw Error("internal: a fused elementwise kernel takes at most 16 inputs");
+  const uint32_t push_bytes = 8 + 4 * static_cast<uint32_t>(std::max<size_t>(inputs.size(), 1));
+
+  // Chunks keep every binding inside maxStorageBufferRange.
+  const uint64_t max_bytes = rt.device_limits().maxStorageBufferRange;
+  const uint64_t chunk = std::max<uint64_t>(max_bytes / 4 / 1024 * 1024, 1024);
+  for (uint64_t base = 0; base < count; base += chunk) {
+    const uint64_t n = std::min(chunk, count - base);
+    std::vector<Binding> bindings;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const EwInput& in = inputs[k];
+      if (in.mode == EwInput::Mode::same) {
+        const uint64_t range = std::min<uint64_t>((n + 3) / 4 * 16, in.buffer->capacity() - base * 4);
+        bindings.push_back(Binding::texels(*in.buffer, vector ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, base * 4,
+                                           vector ? range / 16 * 16 : range / 4 * 4));
+        params.off[k] = 0;
+      } else {
+        bindings.push_back(Binding::texels(*in.buffer, VK_FORMAT_R32_UINT, 0, in.buffer->capacity() / 4 * 4));
+        params.off[k] = static_cast<int32_t>(in.offset);
+      }
+    }
+    const uint64_t out_range = std::min<uint64_t>(vector ? (n + 3) / 4 * 16 : n * 4, out.capacity() - base * 4);
+    bindings.push_back(Binding::storage(out, base * 4, out_range));
+    params.base = static_cast<uint32_t>(base);
+    const uint64_t items = vector ? (n + 3) / 4 : n;
+    params.n = static_cast<uint32_t>(items);
+    const uint64_t per_group = static_cast<uint64_t>(kWorkgroup) * (vector ? per_invocation : 1);
+    dispatch(rt, rec, {"elementwise", glsl}, bindings, &params, push_bytes,
+             groups_for(rt, (items + per_group - 1) / per_group));
+  }
+}
+
+}  // namespace meshvk::kernels

@@ -1,0 +1,61 @@
+#pragma once
+// Fused elementwise kernels: a DAG of elementwise ops over a few inputs becomes one generated
+// GLSL compute shader, one dispatch per output piece.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "meshvk/dtype.hpp"
+#include "runtime/runtime_state.hpp"
+
+namespace meshvk::kernels {
+
+enum class EwOp : uint8_t {
+  input, constant,
+  // unary
+  neg, abs, sign, exp, log, sqrt, rsqrt, sin, cos, tanh, sigmoid, relu, square, reciprocal,
+  logical_not, cast,
+  // binary
+  add, sub, mul, div, floordiv, mod, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
+  logical_and, logical_or,
+  // ternary
+  where,
+};
+const char* ew_op_name(EwOp op);
+int ew_arity(EwOp op);
+
+// One node: the operation, its result dtype, operand nodes (earlier in the program), and for
+// inputs the input number, for constants the value's 32 bits.
+struct EwNode {
+  EwOp op = EwOp::input;
+  DType dtype = DType::float32;
+  int a = -1, b = -1, c = -1;
+  int input = -1;
+  uint32_t bits = 0;
+  bool operator==(const EwNode&) const = default;
+};
+
+// Nodes in dependency order; the last one is the result.
+struct EwProgram {
+  std::vector<EwNode> nodes;
+  int num_inputs = 0;
+  std::string to_string() const;  // "add(mul(2, sin(in0)), 1)", for program text and errors
+};
+
+// How one output piece reads an input: the same layout as the output, one element for all, or
+// through strides over the output's coordinates (0 where broadcast) plus an offset.
+struct EwInput {
+  const detail::DeviceBuffer* buffer = nullptr;
+  DType dtype = DType::float32;
+  enum class Mode { same, scalar, strided } mode = Mode::same;
+  std::vector<int64_t> strides;  // per output dimension (strided)
+  int64_t offset = 0;            // element offset (scalar and strided)
+};
+
+// Records the program over one output piece of `shape` into `out`.
+void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& program,
+                        std::span<const EwInput> inputs, const Shape& shape,
+                        const detail::DeviceBuffer& out);
+
+}  // namespace meshvk::kernels

@@ -1,0 +1,127 @@
+#include "kernels/launch.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/glsl_compiler.hpp"
+#include "meshvk/error.hpp"
+#include "vk/buffer_view.hpp"
+
+namespace meshvk::kernels {
+
+Binding Binding::storage(const detail::DeviceBuffer& b, uint64_t offset, uint64_t range) {
+  return {b.vk_buffer(), b.offset() + offset, range ? range : b.capacity() - offset, VK_FORMAT_UNDEFINED};
+}
+
+Binding Binding::texels(const detail::DeviceBuffer& b, VkFormat format, uint64_t offset, uint64_t range) {
+  return {b.vk_buffer(), b.offset() + offset, range ? range : b.capacity() - offset, format};
+}
+
+Groups groups_for(const detail::RuntimeState& rt, uint64_t count) {
+  const auto& limits = rt.device_limits();
+  const uint64_t max_x = std::min<uint64_t>(limits.maxComputeWorkGroupCount[0], 65535);
+  count = std::max<uint64_t>(count, 1);
+  const uint64_t x = std::min(count, max_x);
+  const uint64_t y = (count + x - 1) / x;
+  if (y > limits.maxComputeWorkGroupCount[1])
+    throw Error("internal: dispatch of " + std::to_string(count) + " workgroups exceeds the grid");
+  return {static_cast<uint32_t>(x), static_cast<uint32_t>(y), 1};
+}
+
+void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& kernel,
+              std::span<const Binding> bindings, const void* push, uint32_t push_bytes,
+              Groups groups) {
+  std::vector<VkDescriptorType> types;
+  for (const Binding& b : bindings)
+    types.push_back(b.format == VK_FORMAT_UNDEFINED ? VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+                                                    : VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER);
+  const std::string key = kernel.glsl.empty() ? kernel.name : kernel.glsl;
+  vk::ComputePipeline& p = rt.pipeline(key, [&] {
+    std::vector<uint32_t> generated;
+    std::span<const uint32_t> spirv = embedded_spirv(kernel.name);
+    if (!kernel.glsl.empty()) {
+      generated = compile_glsl(kernel.glsl, kernel.name);
+      spirv = generated;
+    }
+    if (spirv.empty()) throw Error("internal: no embedded shader named " + kernel.name);
+    return std::make_unique<vk::ComputePipeline>(rt.device().handle(), spirv, types, push_bytes);
+  });
+
+  const VkDevice device = rt.device().handle();
+  std::vector<VkDescriptorBufferInfo> infos(bindings.size());
+  std::vector<VkBufferView> views(bindings.size());
+  std::vector<VkWriteDescriptorSet> writes;
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    const Binding& b = bindings[i];
+    VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    w.dstBinding = static_cast<uint32_t>(i);
+    w.descriptorCount = 1;
+    w.descriptorType = types[i];
+    if (b.format == VK_FORMAT_UNDEFINED) {
+      infos[i] = {b.buffer, b.offset, b.range};
+      w.pBufferInfo = &infos[i];
+    } else {
+      auto view = std::make_shared<vk::BufferView>(device, b.buffer, b.format, b.offset, b.range);
+      views[i] = view->handle();
+      rec.keep_alive.push_back(view);
+      w.pTexelBufferView = &views[i];
+    }
+    writes.push_back(w);
+  }
+  static const auto push_descriptors = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(
+      vkGetDeviceProcAddr(device, "vkCmdPushDescriptorSetKHR"));
+  vkCmdBindPipeline(rec.cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
+  push_descriptors(rec.cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0,
+                   static_cast<uint32_t>(writes.size()), writes.data());
+  if (push_bytes)
+    vkCmdPushConstants(rec.cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+  vkCmdDispatch(rec.cb, groups.x, groups.y, groups.z);
+}
+
+void barrier(VkCommandBuffer cb) {
+  VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  b.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+  b.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+  vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                       0, 1, &b, 0, nullptr, 0, nullptr);
+}
+
+void barrier_to_host(VkCommandBuffer cb) {
+  VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  b.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  b.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0,
+                       nullptr, 0, nullptr);
+}
+
+void record_iota(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out,
+                 uint64_t count, bool is_float, double start, double step) {
+  struct Params {
+    uint32_t count, base, is_float, pad;
+    float fstart, fstep;
+    int32_t istart, istep;
+  };
+  constexpr uint64_t kGroup = 256;
+  // Chunks stay inside maxStorageBufferRange.
+  const uint64_t chunk = rt.device().limits().maxStorageBufferRange / 4 / kGroup * kGroup;
+  for (uint64_t base = 0; base < count; base += chunk) {
+    const uint64_t n = std::min(chunk, count - base);
+    const Params p{static_cast<uint32_t>(n),
+                   static_cast<uint32_t>(base),
+                   is_float ? 1u : 0u,
+                   0,
+                   static_cast<float>(start),
+                   static_cast<float>(step),
+                   static_cast<int32_t>(start),
+                   static_cast<int32_t>(step)};
+    const Binding b = Binding::storage(out, base * 4, n * 4);
+    dispatch(rt, rec, {"iota", ""}, std::span(&b, 1), &p, sizeof p, groups_for(rt, (n + kGroup - 1) / kGroup));
+  }
+}
+
+void record_fill(detail::Recording& rec, const detail::DeviceBuffer& out, uint32_t pattern) {
+  if (out.bytes() == 0) return;
+  vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), out.bytes() / 4 * 4, pattern);
+}
+
+}  // namespace meshvk::kernels

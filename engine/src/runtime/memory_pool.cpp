@@ -1,0 +1,82 @@
+#include "runtime/memory_pool.hpp"
+
+#include <algorithm>
+
+namespace meshvk::runtime {
+
+MemoryPool::MemoryPool(vk::Device& device, int device_id, uint64_t budget)
+    : device_(device), device_id_(device_id), budget_(budget) {
+  const auto& limits = device.limits();
+  alignment_ = std::max<uint64_t>({256, limits.minStorageBufferOffsetAlignment,
+                                   limits.minTexelBufferOffsetAlignment});
+  // Big enough to amortize vkAllocateMemory, small enough that eight devices do not reserve
+  // gigabytes for a few small arrays.
+  const uint64_t preferred = device.adapter().is_cpu() ? (64ull << 20) : (256ull << 20);
+  block_size_ = std::min(preferred, aligned(budget));
+}
+
+int MemoryPool::add_block(uint64_t bytes, bool dedicated) {
+  auto block = std::make_unique<Block>();
+  block->buffer = std::make_unique<vk::Buffer>(device_, bytes, vk::kDeviceBufferUsage,
+                                               device_.device_memory_type(), false);
+  block->free_ranges[0] = bytes;
+  block->dedicated = dedicated;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (!blocks_[i]) {
+      blocks_[i] = std::move(block);
+      return static_cast<int>(i);
+    }
+  }
+  blocks_.push_back(std::move(block));
+  return static_cast<int>(blocks_.size() - 1);
+}
+
+std::optional<Allocation> MemoryPool::carve(int block_index, uint64_t bytes) {
+  Block& b = *blocks_[block_index];
+  for (auto it = b.free_ranges.begin(); it != b.free_ranges.end(); ++it) {
+    if (it->second < bytes) continue;
+    const uint64_t offset = it->first;
+    const uint64_t rest = it->second - bytes;
+    b.free_ranges.erase(it);
+    if (rest) b.free_ranges[offset + bytes] = rest;
+    used_ += bytes;
+    return Allocation{b.buffer->handle(), offset, bytes, block_index};
+  }
+  return std::nullopt;
+}
+
+std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
+  bytes = aligned(bytes);
+  if (bytes > budget_ - used_) return std::nullopt;
+  if (bytes * 2 >= block_size_) return carve(add_block(bytes, true), bytes);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (!blocks_[i] || blocks_[i]->dedicated) continue;
+    if (auto a = carve(static_cast<int>(i), bytes)) return a;
+  }
+  return carve(add_block(block_size_, false), bytes);
+}
+
+void MemoryPool::free(const Allocation& a) {
+  Block& b = *blocks_[a.block];
+  used_ -= a.size;
+  if (b.dedicated) {
+    blocks_[a.block].reset();
+    return;
+  }
+  auto [it, inserted] = b.free_ranges.emplace(a.offset, a.size);
+  // Coalesce with the following and the preceding free range.
+  auto next = std::next(it);
+  if (next != b.free_ranges.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    b.free_ranges.erase(next);
+  }
+  if (it != b.free_ranges.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      b.free_ranges.erase(it);
+    }
+  }
+}
+
+}  // namespace meshvk::runtime

@@ -1,0 +1,54 @@
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "vk/device.hpp"
+
+namespace meshvk::runtime {
+
+// A piece of one of a pool's blocks. Every block is one VkBuffer, so a piece is (buffer, offset).
+struct Allocation {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  int block = -1;
+};
+
+// One virtual device's memory: a budget, sub-allocated first-fit from a few large
+// VkDeviceMemory blocks; requests of half a block or more get a block of their own.
+class MemoryPool {
+ public:
+  MemoryPool(vk::Device& device, int device_id, uint64_t budget);
+
+  // Nothing when the request does not fit the budget; throws Error when the adapter itself
+  // refuses the memory.
+  std::optional<Allocation> try_allocate(uint64_t bytes);
+  void free(const Allocation& allocation);
+
+  uint64_t budget() const { return budget_; }
+  uint64_t used() const { return used_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t aligned(uint64_t bytes) const { return (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_; }
+
+ private:
+  struct Block {
+    std::unique_ptr<vk::Buffer> buffer;
+    std::map<uint64_t, uint64_t> free_ranges;  // offset -> size, coalesced
+    bool dedicated = false;
+  };
+  std::optional<Allocation> carve(int block_index, uint64_t bytes);
+  int add_block(uint64_t bytes, bool dedicated);
+
+  vk::Device& device_;
+  int device_id_;
+  uint64_t budget_;
+  uint64_t used_ = 0;
+  uint64_t alignment_;
+  uint64_t block_size_;
+  std::vector<std::unique_ptr<Block>> blocks_;  // null where a dedicated block was released
+};
+
+}  // namespace meshvk::runtime

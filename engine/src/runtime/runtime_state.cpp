@@ -1,0 +1,273 @@
+#include "runtime/runtime_state.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+#include <unistd.h>
+
+#include "meshvk/error.hpp"
+#include "vk/check.hpp"
+
+namespace meshvk::detail {
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+int parse_count(const std::string& text, const char* what) {
+  char* end = nullptr;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || n < 1 || n > 64)
+    throw Error(std::string(what) + "=" + text + " is not a device count; give an integer from 1 to 64");
+  return static_cast<int>(n);
+}
+
+std::string mib(uint64_t bytes) {
+  char s[64];
+  std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return s;
+}
+
+}  // namespace
+
+Stream::Stream(vk::Device& device, vk::Queue& q)
+    : queue(q), pool(device.handle(), q.family), semaphore(device.handle()) {}
+
+DeviceBuffer::DeviceBuffer(std::shared_ptr<RuntimeState> runtime, int device,
+                           runtime::Allocation allocation, uint64_t bytes)
+    : runtime_(std::move(runtime)),
+      device_(device),
+      allocation_(allocation),
+      bytes_(bytes),
+      last_use_(runtime_->num_devices(), 0) {}
+
+DeviceBuffer::~DeviceBuffer() {
+  std::lock_guard lock(runtime_->mutex());
+  runtime_->retire(device_, allocation_, std::move(last_use_));
+}
+
+void DeviceBuffer::written_by(const Fence& f) {
+  ready_ = f;
+  used_by(f);
+}
+
+void DeviceBuffer::used_by(const Fence& f) {
+  if (!f.none()) last_use_[f.device] = std::max(last_use_[f.device], f.value);
+}
+
+RuntimeState::RuntimeState(const RuntimeOptions& options) {
+  int n = options.num_devices;
+  if (const std::string e = env("MESHVK_NUM_DEVICES"); !e.empty()) n = parse_count(e, "MESHVK_NUM_DEVICES");
+  if (n == 0) n = 8;
+  if (n < 1 || n > 64)
+    throw Error("Runtime: num_devices = " + std::to_string(n) + "; give an integer from 1 to 64");
+  bool validation = options.validation.value_or(false);
+  if (const std::string e = env("MESHVK_VALIDATION"); !e.empty()) validation = e == "1";
+  std::string adapter = options.adapter;
+  if (const std::string e = env("MESHVK_ADAPTER"); !e.empty()) adapter = e;
+  const std::string timeout = env("MESHVK_WAIT_TIMEOUT_MS");
+  wait_timeout_ns_ = (timeout.empty() ? 120000ull : std::strtoull(timeout.c_str(), nullptr, 10)) * 1000000ull;
+
+  instance_ = std::make_unique<vk::Instance>(validation);
+  device_ = std::make_unique<vk::Device>(vk::choose_adapter(instance_->handle(), adapter));
+  platform_ = device_->adapter().is_cpu() ? "CPU" : "GPU";
+
+  uint64_t budget = options.memory_per_device;
+  if (budget == 0) {
+    uint64_t heap = device_->device_heap_size() * 9 / 10;
+    // A CPU adapter's memory is the machine's: lavapipe reports a small heap but allocates
+    // from system RAM, so half of that is shared out instead.
+    if (device_->adapter().is_cpu())
+      heap = std::max<uint64_t>(heap, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / 2);
+    budget = std::min<uint64_t>(heap / n, 4ull << 30);
+  }
+  for (int d = 0; d < n; ++d) {
+    pools_.push_back(std::make_unique<runtime::MemoryPool>(*device_, d, budget));
+    streams_.push_back(std::make_unique<Stream>(*device_, device_->queue(d % device_->queue_count())));
+  }
+}
+
+RuntimeState::~RuntimeState() {
+  vkDeviceWaitIdle(device_->handle());
+  for (auto& s : streams_) s->in_flight.clear();
+  retired_.clear();
+}
+
+std::vector<DeviceInfo> RuntimeState::devices() {
+  std::vector<DeviceInfo> list;
+  for (int d = 0; d < num_devices(); ++d) {
+    DeviceInfo info;
+    info.id = d;
+    info.platform = platform_;
+    info.adapter = adapter_name();
+    info.queue_family = static_cast<int>(streams_[d]->queue.family);
+    info.queue_index = static_cast<int>(streams_[d]->queue.index);
+    info.memory_budget = pools_[d]->budget();
+    info.memory_used = pools_[d]->used();
+    list.push_back(std::move(info));
+  }
+  return list;
+}
+
+std::string RuntimeState::budget_error(int device, uint64_t bytes) {
+  const auto& pool = *pools_[device];
+  return "out of memory on device " + std::to_string(device) + ": requested " + mib(bytes) +
+         ", " + mib(pool.budget() - pool.used()) + " free of its " + mib(pool.budget()) +
+         " budget; free arrays on device " + std::to_string(device) +
+         ", shard the array over more devices, or raise RuntimeOptions::memory_per_device";
+}
+
+std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes) {
+  if (device < 0 || device >= num_devices())
+    throw Error("no device " + std::to_string(device) + "; the runtime has devices 0.." +
+                std::to_string(num_devices() - 1));
+  std::lock_guard lock(mutex_);
+  reclaim(false);
+  auto& pool = *pools_[device];
+  std::optional<runtime::Allocation> a = pool.try_allocate(bytes);
+  if (!a && !retired_.empty()) {
+    // Memory still in use by the GPU may be all that stands in the way.
+    reclaim(true);
+    a = pool.try_allocate(bytes);
+  }
+  if (!a) throw Error(budget_error(device, pool.aligned(bytes)));
+  return std::make_shared<DeviceBuffer>(shared_from_this(), device, *a, bytes);
+}
+
+void RuntimeState::retire(int device, const runtime::Allocation& allocation,
+                          std::vector<uint64_t> last_use) {
+  retired_.push_back({device, allocation, std::move(last_use)});
+  reclaim(false);
+}
+
+void RuntimeState::reclaim(bool block) {
+  std::vector<uint64_t> reached(streams_.size());
+  for (size_t d = 0; d < streams_.size(); ++d) reached[d] = streams_[d]->semaphore.value();
+  auto done = [&](const Retired& r) {
+    for (size_t d = 0; d < r.last_use.size(); ++d)
+      if (r.last_use[d] > reached[d]) return false;
+    return true;
+  };
+  if (block) {
+    for (const Retired& r : retired_)
+      for (size_t d = 0; d < r.last_use.size(); ++d)
+        if (r.last_use[d] > reached[d]) wait(Fence{static_cast<int>(d), r.last_use[d]}, "freeing memory");
+    for (size_t d = 0; d < streams_.size(); ++d) reached[d] = streams_[d]->semaphore.value();
+  }
+  auto keep = std::stable_partition(retired_.begin(), retired_.end(), [&](const Retired& r) { return !done(r); });
+  for (auto it = keep; it != retired_.end(); ++it) pools_[it->device]->free(it->allocation);
+  retired_.erase(keep, retired_.end());
+}
+
+void RuntimeState::recycle(Stream& s) {
+  const uint64_t reached = s.semaphore.value();
+  while (!s.in_flight.empty() && s.in_flight.front().value <= reached) {
+    vk::check(vkResetCommandBuffer(s.in_flight.front().cb, 0), "vkResetCommandBuffer");
+    s.idle.push_back(s.in_flight.front().cb);
+    s.in_flight.pop_front();
+  }
+}
+
+Recording RuntimeState::begin(int device) {
+  std::lock_guard lock(mutex_);
+  Stream& s = *streams_[device];
+  recycle(s);
+  Recording r;
+  r.device = device;
+  if (s.idle.empty()) {
+    r.cb = s.pool.allocate();
+  } else {
+    r.cb = s.idle.back();
+    s.idle.pop_back();
+  }
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  vk::check(vkBeginCommandBuffer(r.cb, &begin), "vkBeginCommandBuffer");
+  return r;
+}
+
+Fence RuntimeState::submit(Recording&& r) {
+  std::lock_guard lock(mutex_);
+  Stream& s = *streams_[r.device];
+  vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
+
+  // One wait per device, on the highest value needed from it.
+  std::vector<uint64_t> need(streams_.size(), 0);
+  for (const Fence& f : r.waits) need[f.device] = std::max(need[f.device], f.value);
+  std::vector<VkSemaphore> wait_semaphores;
+  std::vector<uint64_t> wait_values;
+  std::vector<VkPipelineStageFlags> wait_stages;
+  for (size_t d = 0; d < need.size(); ++d) {
+    if (!need[d]) continue;
+    wait_semaphores.push_back(streams_[d]->semaphore.handle());
+    wait_values.push_back(need[d]);
+    wait_stages.push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+  }
+  const uint64_t signal = s.last_submitted + 1;
+  const VkSemaphore signal_semaphore = s.semaphore.handle();
+
+  VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  timeline.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
+  timeline.pWaitSemaphoreValues = wait_values.data();
+  timeline.signalSemaphoreValueCount = 1;
+  timeline.pSignalSemaphoreValues = &signal;
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.pNext = &timeline;
+  submit.waitSemaphoreCount = static_cast<uint32_t>(wait_semaphores.size());
+  submit.pWaitSemaphores = wait_semaphores.data();
+  submit.pWaitDstStageMask = wait_stages.data();
+  submit.commandBufferCount = 1;
+  submit.pCommandBuffers = &r.cb;
+  submit.signalSemaphoreCount = 1;
+  submit.pSignalSemaphores = &signal_semaphore;
+  {
+    std::lock_guard queue_lock(s.queue.submit_mutex);
+    vk::check(vkQueueSubmit(s.queue.handle, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
+  }
+  s.last_submitted = signal;
+  s.in_flight.push_back({signal, r.cb, std::move(r.keep_alive)});
+  return Fence{r.device, signal};
+}
+
+bool RuntimeState::reached(const Fence& f) {
+  return f.none() || streams_[f.device]->semaphore.value() >= f.value;
+}
+
+void RuntimeState::wait(const Fence& f, const std::string& during) {
+  if (f.none()) return;
+  const Stream& s = *streams_[f.device];
+  if (s.semaphore.wait(f.value, wait_timeout_ns_)) return;
+  throw Error("timed out after " + std::to_string(wait_timeout_ns_ / 1000000) +
+              " ms during " + during + ": device " + std::to_string(f.device) +
+              " did not reach timeline value " + std::to_string(f.value) + " (it is at " +
+              std::to_string(s.semaphore.value()) +
+              "); set MESHVK_WAIT_TIMEOUT_MS to wait longer");
+}
+
+void RuntimeState::wait_all(const std::string& during) {
+  for (int d = 0; d < num_devices(); ++d) wait(Fence{d, streams_[d]->last_submitted}, during);
+  std::lock_guard lock(mutex_);
+  for (auto& s : streams_) recycle(*s);
+  reclaim(false);
+}
+
+vk::ComputePipeline& RuntimeState::pipeline(
+    const std::string& key, const std::function<std::unique_ptr<vk::ComputePipeline>()>& make) {
+  std::lock_guard lock(mutex_);
+  auto& p = pipelines_[key];
+  if (!p) p = make();
+  return *p;
+}
+
+std::shared_ptr<vk::Buffer> RuntimeState::staging(uint64_t bytes) {
+  return std::make_shared<vk::Buffer>(*device_, std::max<uint64_t>(bytes, 4),
+                                      VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                      device_->staging_memory_type(), true);
+}
+
+}  // namespace meshvk::detail

@@ -1,0 +1,152 @@
+#pragma once
+// Internal side of meshvk::Runtime: the adapter split into virtual devices, each with a memory
+// pool, a command stream on one of the adapter's queues and a timeline semaphore.
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "meshvk/runtime.hpp"
+#include "runtime/memory_pool.hpp"
+#include "vk/device.hpp"
+#include "vk/instance.hpp"
+#include "vk/pipeline.hpp"
+#include "vk/sync.hpp"
+
+namespace meshvk::detail {
+
+// "Device `device` has finished its submission number `value`".
+struct Fence {
+  int device = -1;
+  uint64_t value = 0;
+  bool none() const { return device < 0 || value == 0; }
+};
+
+// Commands being recorded for one virtual device, with what they must wait for and what must
+// stay alive until they finish.
+struct Recording {
+  int device = 0;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  std::vector<Fence> waits;
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  void wait_for(const Fence& f) {
+    if (!f.none()) waits.push_back(f);
+  }
+};
+
+// One virtual device's command stream: a command pool, a queue and its timeline semaphore.
+struct Stream {
+  Stream(vk::Device& device, vk::Queue& queue);
+  vk::Queue& queue;
+  vk::CommandPool pool;
+  vk::TimelineSemaphore semaphore;
+  uint64_t last_submitted = 0;
+  struct InFlight {
+    uint64_t value;
+    VkCommandBuffer cb;
+    std::vector<std::shared_ptr<const void>> keep_alive;
+  };
+  std::deque<InFlight> in_flight;
+  std::vector<VkCommandBuffer> idle;
+};
+
+class RuntimeState;
+
+// A range of a virtual device's memory holding one array piece. It tracks the submission that
+// wrote it and the last submission of each device that used it, so that its memory returns to
+// the pool only after all of them finished.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(std::shared_ptr<RuntimeState> runtime, int device, runtime::Allocation allocation,
+               uint64_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  int device() const { return device_; }
+  VkBuffer vk_buffer() const { return allocation_.buffer; }
+  uint64_t offset() const { return allocation_.offset; }
+  uint64_t bytes() const { return bytes_; }
+  // The allocation's full size: bytes() rounded up to the pool's alignment, so vector loads and
+  // stores may run to a multiple of 16 bytes without touching another buffer.
+  uint64_t capacity() const { return allocation_.size; }
+
+  // The submission that wrote the contents; readers wait for it.
+  Fence ready() const { return ready_; }
+  void written_by(const Fence& f);
+  void used_by(const Fence& f);
+
+ private:
+  std::shared_ptr<RuntimeState> runtime_;
+  int device_;
+  runtime::Allocation allocation_;
+  uint64_t bytes_;
+  Fence ready_;
+  std::vector<uint64_t> last_use_;  // per device
+  friend class RuntimeState;
+};
+
+class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
+ public:
+  explicit RuntimeState(const RuntimeOptions& options);
+  ~RuntimeState();
+
+  int num_devices() const { return static_cast<int>(streams_.size()); }
+  const std::string& platform() const { return platform_; }
+  const std::string& adapter_name() const { return device_->adapter().name; }
+  vk::Device& device() { return *device_; }
+  const VkPhysicalDeviceLimits& device_limits() const { return device_->limits(); }
+  const vk::Instance& instance() const { return *instance_; }
+  std::vector<DeviceInfo> devices();
+
+  // Serializes every use of the runtime's Vulkan objects by meshvk's entry points.
+  std::recursive_mutex& mutex() { return mutex_; }
+
+  // A buffer of `bytes` on `device`; throws Error naming the device, the request, what is free
+  // and the budget when it does not fit, after waiting for memory still in use by the GPU.
+  std::shared_ptr<DeviceBuffer> allocate(int device, uint64_t bytes);
+
+  Recording begin(int device);
+  // Submits the recording; returns the fence its completion signals.
+  Fence submit(Recording&& recording);
+  // Waits on the host; throws Error naming the device and `during` on timeout.
+  void wait(const Fence& fence, const std::string& during);
+  void wait_all(const std::string& during);
+  bool reached(const Fence& fence);
+
+  // The compute pipeline cached under `key`, built by `make` the first time it is asked for.
+  vk::ComputePipeline& pipeline(const std::string& key,
+                                const std::function<std::unique_ptr<vk::ComputePipeline>()>& make);
+  // A host-visible buffer for uploads and read-backs, outside every device budget.
+  std::shared_ptr<vk::Buffer> staging(uint64_t bytes);
+
+  uint64_t wait_timeout_ns() const { return wait_timeout_ns_; }
+
+ private:
+  friend class DeviceBuffer;
+  void retire(int device, const runtime::Allocation& allocation, std::vector<uint64_t> last_use);
+  void reclaim(bool block);
+  void recycle(Stream& stream);
+  std::string budget_error(int device, uint64_t bytes);
+
+  std::recursive_mutex mutex_;
+  std::unique_ptr<vk::Instance> instance_;
+  std::unique_ptr<vk::Device> device_;
+  std::string platform_;
+  std::vector<std::unique_ptr<runtime::MemoryPool>> pools_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  struct Retired {
+    int device;
+    runtime::Allocation allocation;
+    std::vector<uint64_t> last_use;
+  };
+  std::vector<Retired> retired_;
+  std::map<std::string, std::unique_ptr<vk::ComputePipeline>> pipelines_;
+  uint64_t wait_timeout_ns_;
+};
+
+}  // namespace meshvk::detail

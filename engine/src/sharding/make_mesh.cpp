@@ -1,0 +1,29 @@
+#include "meshvk/error.hpp"
+#include "meshvk/mesh.hpp"
+#include "meshvk/runtime.hpp"
+
+namespace meshvk {
+
+Mesh make_mesh(std::vector<int> axis_sizes, std::vector<std::string> axis_names,
+               std::vector<AxisType> axis_types, std::vector<int> devices) {
+  const Runtime& rt = Runtime::current();
+  int64_t total = 1;
+  for (const int s : axis_sizes) total *= s;
+  if (devices.empty()) {
+    if (total != rt.num_devices())
+      throw Error("make_mesh: axis sizes multiply to " + std::to_string(total) +
+                  " devices but the runtime has " + std::to_string(rt.num_devices()) +
+                  "; choose axis sizes whose product is " + std::to_string(rt.num_devices()) +
+                  ", pass the devices to use, or start the Runtime with num_devices = " +
+                  std::to_string(total));
+    for (int d = 0; d < total; ++d) devices.push_back(d);
+  }
+  for (const int d : devices)
+    if (d < 0 || d >= rt.num_devices())
+      throw Error("make_mesh: device " + std::to_string(d) + " does not exist; the runtime has devices 0.." +
+                  std::to_string(rt.num_devices() - 1));
+  return Mesh(std::move(axis_sizes), std::move(axis_names), std::move(axis_types),
+              std::move(devices), rt.platform());
+}
+
+}  // namespace meshvk

@@ -1,0 +1,110 @@
+#include "meshvk/mesh.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "meshvk/error.hpp"
+
+namespace meshvk {
+
+std::string_view axis_type_name(AxisType type) {
+  switch (type) {
+    case AxisType::Auto:
+      return "Auto";
+    case AxisType::Explicit:
+      return "Explicit";
+    case AxisType::Manual:
+      return "Manual";
+  }
+  return "Unknown";
+}
+
+static std::string quoted_names(const std::vector<std::string>& names) {
+  std::string s = "(";
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() == 1) s += ",";
+  return s + ")";
+}
+
+Mesh::Mesh(std::vector<int> axis_sizes, std::vector<std::string> axis_names,
+           std::vector<AxisType> axis_types, std::vector<int> device_ids, std::string platform)
+    : axis_sizes_(std::move(axis_sizes)),
+      axis_names_(std::move(axis_names)),
+      axis_types_(std::move(axis_types)),
+      device_ids_(std::move(device_ids)),
+      platform_(std::move(platform)) {
+  if (axis_sizes_.size() != axis_names_.size())
+    throw Error("Mesh: " + std::to_string(axis_sizes_.size()) + " axis sizes but " +
+                std::to_string(axis_names_.size()) + " axis names " + quoted_names(axis_names_) +
+                "; give one name per axis");
+  if (axis_types_.empty()) axis_types_.assign(axis_sizes_.size(), AxisType::Auto);
+  if (axis_types_.size() != axis_sizes_.size())
+    throw Error("Mesh: " + std::to_string(axis_types_.size()) + " axis types for " +
+                std::to_string(axis_sizes_.size()) + " axes; give one type per axis or none");
+  std::set<std::string> seen;
+  int64_t total = 1;
+  for (size_t i = 0; i < axis_sizes_.size(); ++i) {
+    if (axis_names_[i].empty()) throw Error("Mesh: axis " + std::to_string(i) + " has an empty name");
+    if (!seen.insert(axis_names_[i]).second)
+      throw Error("Mesh: axis name '" + axis_names_[i] + "' appears twice in " +
+                  quoted_names(axis_names_) + "; axis names must be unique");
+    if (axis_sizes_[i] < 1)
+      throw Error("Mesh: axis '" + axis_names_[i] + "' has size " + std::to_string(axis_sizes_[i]) +
+                  "; axis sizes must be at least 1");
+    total *= axis_sizes_[i];
+  }
+  if (device_ids_.empty()) {
+    for (int64_t d = 0; d < total; ++d) device_ids_.push_back(static_cast<int>(d));
+  }
+  if (static_cast<int64_t>(device_ids_.size()) != total)
+    throw Error("Mesh: axis sizes " + std::to_string(total) + " devices in all, but " +
+                std::to_string(device_ids_.size()) +
+                " device ids were given; the product of the axis sizes must equal the number of "
+                "devices");
+  std::set<int> unique(device_ids_.begin(), device_ids_.end());
+  if (unique.size() != device_ids_.size())
+    throw Error("Mesh: a device id appears twice; each device may appear once in a mesh");
+}
+
+bool Mesh::has_axis(std::string_view name) const {
+  return std::find(axis_names_.begin(), axis_names_.end(), name) != axis_names_.end();
+}
+
+int Mesh::axis_position(std::string_view name) const {
+  const auto it = std::find(axis_names_.begin(), axis_names_.end(), name);
+  if (it == axis_names_.end())
+    throw Error("unknown mesh axis '" + std::string(name) + "'; " + to_string() + " has axes " +
+                quoted_names(axis_names_));
+  return static_cast<int>(it - axis_names_.begin());
+}
+
+int Mesh::axis_size(std::string_view name) const { return axis_sizes_[axis_position(name)]; }
+
+AxisType Mesh::axis_type(std::string_view name) const { return axis_types_[axis_position(name)]; }
+
+std::vector<int> Mesh::coords(int position) const {
+  std::vector<int> c(axis_sizes_.size());
+  for (int i = static_cast<int>(axis_sizes_.size()) - 1; i >= 0; --i) {
+    c[i] = position % axis_sizes_[i];
+    position /= axis_sizes_[i];
+  }
+  return c;
+}
+
+int Mesh::position_of(int device_id) const {
+  const auto it = std::find(device_ids_.begin(), device_ids_.end(), device_id);
+  return it == device_ids_.end() ? -1 : static_cast<int>(it - device_ids_.begin());
+}
+
+std::string Mesh::to_string() const {
+  std::string s = "Mesh(";
+  for (size_t i = 0; i < axis_sizes_.size(); ++i)
+    s += (i ? ", '" : "'") + axis_names_[i] + "': " + std::to_string(axis_sizes_[i]);
+  s += std::string(axis_sizes_.empty() ? "" : ", ") + "axis_types=(";
+  for (size_t i = 0; i < axis_types_.size(); ++i)
+    s += (i ? ", " : "") + std::string(axis_type_name(axis_types_[i]));
+  if (axis_types_.size() == 1) s += ",";
+  return s + "))";
+}
+
+}  // namespace meshvk

@@ -1,0 +1,166 @@
+#include "meshvk/partition_spec.hpp"
+
+#include <cctype>
+
+#include "meshvk/error.hpp"
+
+namespace meshvk {
+
+std::string SpecEntry::to_string() const {
+  if (axes.empty()) return "None";
+  if (axes.size() == 1 && !tuple) return "'" + axes[0] + "'";
+  std::string s = "(";
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + axes[i] + "'";
+  if (axes.size() == 1) s += ",";
+  return s + ")";
+}
+
+const SpecEntry& PartitionSpec::operator[](size_t dim) const {
+  static const SpecEntry none;
+  return dim < entries_.size() ? entries_[dim] : none;
+}
+
+std::vector<std::string> PartitionSpec::axes() const {
+  std::vector<std::string> all;
+  for (const auto& e : entries_) all.insert(all.end(), e.axes.begin(), e.axes.end());
+  return all;
+}
+
+std::string PartitionSpec::to_string() const {
+  std::string s = "PartitionSpec(";
+  for (size_t i = 0; i < entries_.size(); ++i) s += (i ? ", " : "") + entries_[i].to_string();
+  if (entries_.size() == 1) s += ",";
+  return s + ")";
+}
+
+bool PartitionSpec::operator==(const PartitionSpec& other) const {
+  const size_t n = std::max(entries_.size(), other.entries_.size());
+  for (size_t i = 0; i < n; ++i)
+    if (!((*this)[i] == other[i])) return false;
+  return true;
+}
+
+PartitionSpec P(SpecArg d0, SpecArg d1, SpecArg d2, SpecArg d3, SpecArg d4, SpecArg d5,
+                SpecArg d6, SpecArg d7) {
+  std::vector<SpecEntry> entries;
+  bool ended = false;
+  for (SpecArg* a : {&d0, &d1, &d2, &d3, &d4, &d5, &d6, &d7}) {
+    if (!a->present) {
+      ended = true;
+      continue;
+    }
+    if (ended) throw Error("P(...): an argument follows an absent one; pass None for unsharded dimensions");
+    entries.push_back(std::move(a->entry));
+  }
+  return PartitionSpec(std::move(entries));
+}
+
+namespace {
+
+// Recursive-descent reader for the text of a Python PartitionSpec expression.
+class SpecParser {
+ public:
+  explicit SpecParser(std::string_view text) : text_(text) {}
+
+  PartitionSpec parse() {
+    skip_space();
+    for (std::string_view prefix : {"jax.sharding.PartitionSpec", "PartitionSpec", "P"}) {
+      if (text_.substr(pos_, prefix.size()) == prefix) {
+        pos_ += prefix.size();
+        skip_space();
+        break;
+      }
+    }
+    std::vector<SpecEntry> entries;
+    const bool parenthesised = peek() == '(';
+    if (parenthesised) {
+      ++pos_;
+      entries = parse_entries(')');
+      expect(')');
+    } else {
+      entries = parse_entries('\0');
+    }
+    skip_space();
+    if (pos_ != text_.size()) fail("unexpected text after the spec");
+    return PartitionSpec(std::move(entries));
+  }
+
+ private:
+  std::vector<SpecEntry> parse_entries(char close) {
+    std::vector<SpecEntry> entries;
+    skip_space();
+    while (peek() != close) {
+      entries.push_back(parse_entry());
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        skip_space();
+      } else if (peek() != close) {
+        fail(close ? std::string("expected ',' or '") + close + "'" : "expected ','");
+      }
+    }
+    return entries;
+  }
+
+  SpecEntry parse_entry() {
+    skip_space();
+    if (text_.substr(pos_, 4) == "None") {
+      pos_ += 4;
+      return SpecEntry(None);
+    }
+    if (peek() == '(') {
+      ++pos_;
+      std::vector<std::string> names;
+      skip_space();
+      while (peek() != ')') {
+        names.push_back(parse_name());
+        skip_space();
+        if (peek() == ',') {
+          ++pos_;
+          skip_space();
+        } else if (peek() != ')') {
+          fail("expected ',' or ')' in a tuple of axis names");
+        }
+      }
+      expect(')');
+      if (names.empty()) return SpecEntry(None);
+      return SpecEntry(std::move(names));
+    }
+    return SpecEntry(parse_name());
+  }
+
+  std::string parse_name() {
+    const char quote = peek();
+    if (quote != '\'' && quote != '"') fail("expected an axis name in quotes, None or a tuple");
+    const size_t end = text_.find(quote, pos_ + 1);
+    if (end == std::string_view::npos) fail("unterminated axis name");
+    std::string name(text_.substr(pos_ + 1, end - pos_ - 1));
+    if (name.empty()) fail("empty axis name");
+    pos_ = end + 1;
+    return name;
+  }
+
+  char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  void expect(char c) {
+    skip_space();
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error("cannot parse PartitionSpec \"" + std::string(text_) + "\" at column " +
+                std::to_string(pos_ + 1) + ": " + what +
+                "; valid forms are P(), P('a'), P('a', None), P(('a', 'b'), None)");
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+PartitionSpec PartitionSpec::parse(std::string_view text) { return SpecParser(text).parse(); }
+
+}  // namespace meshvk

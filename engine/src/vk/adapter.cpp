@@ -1,0 +1,84 @@
+#include "vk/adapter.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "meshvk/error.hpp"
+#include "vk/check.hpp"
+
+namespace meshvk::vk {
+
+std::string Adapter::type_name() const {
+  switch (properties.deviceType) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "CPU";
+    default:
+      return "other";
+  }
+}
+
+std::vector<Adapter> list_adapters(VkInstance instance) {
+  uint32_t n = 0;
+  check(vkEnumeratePhysicalDevices(instance, &n, nullptr), "vkEnumeratePhysicalDevices");
+  std::vector<VkPhysicalDevice> handles(n);
+  check(vkEnumeratePhysicalDevices(instance, &n, handles.data()), "vkEnumeratePhysicalDevices");
+  std::vector<Adapter> adapters;
+  for (uint32_t i = 0; i < n; ++i) {
+    Adapter a;
+    a.handle = handles[i];
+    a.index = static_cast<int>(i);
+    vkGetPhysicalDeviceProperties(a.handle, &a.properties);
+    vkGetPhysicalDeviceMemoryProperties(a.handle, &a.memory);
+    a.name = a.properties.deviceName;
+    uint32_t q = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(a.handle, &q, nullptr);
+    a.queue_families.resize(q);
+    vkGetPhysicalDeviceQueueFamilyProperties(a.handle, &q, a.queue_families.data());
+    // meshvk needs Vulkan 1.2 (timeline semaphores in core).
+    if (a.properties.apiVersion >= VK_API_VERSION_1_2) adapters.push_back(std::move(a));
+  }
+  return adapters;
+}
+
+static std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Adapter choose_adapter(VkInstance instance, const std::string& selector) {
+  std::vector<Adapter> adapters = list_adapters(instance);
+  if (adapters.empty())
+    throw Error(
+        "no Vulkan 1.2 adapter found; install a Vulkan driver (on Debian: apt-get install "
+        "mesa-vulkan-drivers for lavapipe)");
+  std::string available;
+  for (const auto& a : adapters)
+    available += "\n  " + std::to_string(a.index) + ": " + a.name + " (" + a.type_name() + ")";
+
+  if (!selector.empty()) {
+    const bool numeric = std::all_of(selector.begin(), selector.end(),
+                                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    for (const auto& a : adapters) {
+      if (numeric ? std::to_string(a.index) == selector
+                  : lower(a.name).find(lower(selector)) != std::string::npos)
+        return a;
+    }
+    throw Error("no Vulkan adapter matches \"" + selector +
+                "\"; give an index or part of a name from:" + available);
+  }
+  for (VkPhysicalDeviceType want :
+       {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
+        VK_PHYSICAL_DEVICE_TYPE_CPU}) {
+    for (const auto& a : adapters)
+      if (a.properties.deviceType == want) return a;
+  }
+  return adapters.front();
+}
+
+}  // namespace meshvk::vk

@@ -1,0 +1,28 @@
+#pragma once
+#include <vulkan/vulkan.h>
+
+#include <string>
+#include <vector>
+
+namespace meshvk::vk {
+
+// A physical device as meshvk sees it.
+struct Adapter {
+  VkPhysicalDevice handle = VK_NULL_HANDLE;
+  int index = 0;
+  std::string name;
+  VkPhysicalDeviceProperties properties{};
+  VkPhysicalDeviceMemoryProperties memory{};
+  std::vector<VkQueueFamilyProperties> queue_families;
+  bool is_cpu() const { return properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+  std::string type_name() const;
+};
+
+std::vector<Adapter> list_adapters(VkInstance instance);
+
+// `selector` is an index or a substring of the adapter name (empty: the first discrete GPU, else
+// the first integrated GPU, else a CPU adapter such as lavapipe, else the first one). Throws
+// Error listing the adapters when nothing matches.
+Adapter choose_adapter(VkInstance instance, const std::string& selector);
+
+}  // namespace meshvk::vk

@@ -1,0 +1,92 @@
+#include "vk/instance.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "vk/check.hpp"
+
+namespace meshvk::vk {
+
+static bool has_layer(const char* name) {
+  uint32_t n = 0;
+  vkEnumerateInstanceLayerProperties(&n, nullptr);
+  std::vector<VkLayerProperties> layers(n);
+  vkEnumerateInstanceLayerProperties(&n, layers.data());
+  for (const auto& l : layers)
+    if (std::strcmp(l.layerName, name) == 0) return true;
+  return false;
+}
+
+static bool has_instance_extension(const char* name) {
+  uint32_t n = 0;
+  vkEnumerateInstanceExtensionProperties(nullptr, &n, nullptr);
+  std::vector<VkExtensionProperties> exts(n);
+  vkEnumerateInstanceExtensionProperties(nullptr, &n, exts.data());
+  for (const auto& e : exts)
+    if (std::strcmp(e.extensionName, name) == 0) return true;
+  return false;
+}
+
+Instance::Instance(bool validation) {
+  const char* layer = "VK_LAYER_KHRONOS_validation";
+  validation = validation && has_layer(layer) && has_instance_extension(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "meshvk";
+  app.apiVersion = VK_API_VERSION_1_2;
+
+  std::vector<const char*> extensions;
+  std::vector<const char*> layers;
+  if (validation) {
+    extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    layers.push_back(layer);
+  }
+  const bool portability = has_instance_extension("VK_KHR_portability_enumeration");
+  if (portability) extensions.push_back("VK_KHR_portability_enumeration");
+
+  VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  info.pApplicationInfo = &app;
+  info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  info.ppEnabledExtensionNames = extensions.data();
+  info.enabledLayerCount = static_cast<uint32_t>(layers.size());
+  info.ppEnabledLayerNames = layers.data();
+  if (portability) info.flags |= 0x00000001;  // VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
+  check(vkCreateInstance(&info, nullptr, &instance_), "vkCreateInstance");
+
+  if (validation) {
+    VkDebugUtilsMessengerCreateInfoEXT m{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+    m.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                        VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+    m.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                    VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                    VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+    m.pfnUserCallback = &Instance::on_message;
+    m.pUserData = this;
+    auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(instance_, "vkCreateDebugUtilsMessengerEXT"));
+    if (create) check(create(instance_, &m, nullptr, &messenger_), "vkCreateDebugUtilsMessengerEXT");
+  }
+}
+
+Instance::~Instance() {
+  if (messenger_) {
+    auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(instance_, "vkDestroyDebugUtilsMessengerEXT"));
+    if (destroy) destroy(instance_, messenger_, nullptr);
+  }
+  if (instance_) vkDestroyInstance(instance_, nullptr);
+}
+
+VKAPI_ATTR VkBool32 VKAPI_CALL Instance::on_message(
+    VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
+    const VkDebugUtilsMessengerCallbackDataEXT* data, void* self) {
+  static_cast<Instance*>(self)->messages_.fetch_add(1);
+  std::fprintf(stderr, "[vulkan validation %s] %s\n",
+               severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "error" : "warning",
+               data && data->pMessage ? data->pMessage : "");
+  return VK_FALSE;
+}
+
+}  // namespace meshvk::vk

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Set-up on a fresh Debian 12 machine: installs what is missing, builds, then runs.
+#   ./meshvk.sh tour   build in Release and run the main job (the sharding tour)
+#   ./meshvk.sh test   build in Release and run the whole test suite on lavapipe with 8 virtual
+#                      devices and the Khronos validation layer, then build with AddressSanitizer
+#                      and UndefinedBehaviorSanitizer and run the tests again
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(build-essential cmake ninja-build pkg-config libvulkan-dev mesa-vulkan-drivers
+          glslang-tools glslang-dev libshaderc-dev spirv-tools vulkan-validationlayers libgtest-dev)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  echo "meshvk: installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+}
+
+build() {  # build DIR [cmake args...]
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" > /dev/null
+  cmake --build "$dir" -j "$(nproc)"
+}
+
+# Tests and the tour run on lavapipe unless MESHVK_ADAPTER says otherwise; 2 threads per dispatch
+# matches the CI machines.
+export LP_NUM_THREADS=${LP_NUM_THREADS:-$(nproc)}
+
+case "${1:-}" in
+  tour)
+    install_missing
+    build build
+    build/bin/sharding_basics
+    ;;
+  test)
+    install_missing
+    build build
+    (cd build && ctest --output-on-failure -j 2)
+    # The sanitizer build: leaks inside the Vulkan driver and loader are theirs, not ours.
+    build build-asan -DMESHVK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    (cd build-asan && LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp \
+       UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2)
+    ;;
+  *)
+    echo "usage: ./meshvk.sh tour | test" >&2
+    exit 2
+    ;;
+esac

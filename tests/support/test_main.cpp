@@ -1,0 +1,56 @@
+// Shared main of every test binary: one runtime for the whole binary (8 virtual devices and the
+// Khronos validation layer under ctest), and a listener that fails any test during which the
+// validation layer reported a message.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "meshvk/meshvk.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+std::unique_ptr<meshvk::Runtime> g_runtime;
+
+class ValidationListener : public testing::EmptyTestEventListener {
+  void OnTestStart(const testing::TestInfo&) override {
+    before_ = g_runtime ? g_runtime->validation_messages() : 0;
+  }
+  void OnTestEnd(const testing::TestInfo& info) override {
+    if (!g_runtime) return;
+    const uint64_t after = g_runtime->validation_messages();
+    if (after != before_) {
+      std::fprintf(stderr, "FAILED: %s.%s: the Vulkan validation layer reported %llu message(s)\n",
+                   info.test_suite_name(), info.name(),
+                   static_cast<unsigned long long>(after - before_));
+      ++failed_tests;
+    }
+  }
+
+ public:
+  static inline int failed_tests = 0;
+
+ private:
+  uint64_t before_ = 0;
+};
+
+}  // namespace
+
+meshvk::Runtime& test_runtime() { return *g_runtime; }
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  g_runtime = std::make_unique<meshvk::Runtime>();
+  const char* want = std::getenv("MESHVK_VALIDATION");
+  if (want && std::string(want) == "1" && !g_runtime->validation_enabled()) {
+    std::fprintf(stderr, "MESHVK_VALIDATION=1 but the Khronos validation layer could not be loaded\n");
+    return 1;
+  }
+  testing::UnitTest::GetInstance()->listeners().Append(new ValidationListener);
+  int rc = RUN_ALL_TESTS();
+  g_runtime.reset();
+  // A validation message fails the binary even where gtest already closed the test's result.
+  if (ValidationListener::failed_tests > 0) rc = 1;
+  return rc;
+}
