@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential cmake ninja-build pkg-config libvulkan-dev mesa-vulkan-drivers
-          glslang-tools glslang-dev libshaderc-dev spirv-tools vulkan-validationlayers libgtest-dev)
+          glslang-tools glslang-dev spirv-tools vulkan-validationlayers libgtest-dev)
 
 install_missing() {
   local missing=()

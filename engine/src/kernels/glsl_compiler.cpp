@@ -1,30 +1,42 @@
 #include "kernels/glsl_compiler.hpp"
 
-#include <shaderc/shaderc.h>
+#include <glslang/Public/ResourceLimits.h>
+#include <glslang/Public/ShaderLang.h>
+#include <glslang/SPIRV/GlslangToSpv.h>
 
-#include <memory>
+#include <mutex>
 
 #include "meshvk/error.hpp"
 
 namespace meshvk::kernels {
 
 std::vector<uint32_t> compile_glsl(const std::string& source, const std::string& name) {
-  // One compiler per thread: shaderc compilers are not safe to share while compiling.
-  thread_local const std::unique_ptr<std::remove_pointer_t<shaderc_compiler_t>, void (*)(shaderc_compiler_t)>
-      compiler(shaderc_compiler_initialize(), shaderc_compiler_release);
-  const std::unique_ptr<std::remove_pointer_t<shaderc_compile_options_t>, void (*)(shaderc_compile_options_t)>
-      options(shaderc_compile_options_initialize(), shaderc_compile_options_release);
-  shaderc_compile_options_set_target_env(options.get(), shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
-  shaderc_compile_options_set_optimization_level(options.get(), shaderc_optimization_level_performance);
-  const std::unique_ptr<std::remove_pointer_t<shaderc_compilation_result_t>, void (*)(shaderc_compilation_result_t)>
-      result(shaderc_compile_into_spv(compiler.get(), source.data(), source.size(),
-                                      shaderc_compute_shader, name.c_str(), "main", options.get()),
-             shaderc_result_release);
-  if (shaderc_result_get_compilation_status(result.get()) != shaderc_compilation_status_success)
-    throw Error("internal: generated kernel " + name + " does not compile: " +
-                shaderc_result_get_error_message(result.get()) + "\n" + source);
-  const auto* words = reinterpret_cast<const uint32_t*>(shaderc_result_get_bytes(result.get()));
-  return std::vector<uint32_t>(words, words + shaderc_result_get_length(result.get()) / 4);
+  static std::once_flag initialized;
+  std::call_once(initialized, [] { glslang::InitializeProcess(); });
+  // glslang keeps per-thread state; meshvk compiles under the runtime's lock, one at a time.
+  static std::mutex compiling;
+  std::lock_guard lock(compiling);
+
+  glslang::TShader shader(EShLangCompute);
+  const char* text = source.c_str();
+  shader.setStrings(&text, 1);
+  shader.setEnvInput(glslang::EShSourceGlsl, EShLangCompute, glslang::EShClientVulkan, 100);
+  shader.setEnvClient(glslang::EShClientVulkan, glslang::EShTargetVulkan_1_2);
+  shader.setEnvTarget(glslang::EShTargetSpv, glslang::EShTargetSpv_1_5);
+  const auto messages = static_cast<EShMessages>(EShMsgSpvRules | EShMsgVulkanRules);
+  if (!shader.parse(GetDefaultResources(), 450, false, messages))
+    throw Error("internal: generated kernel " + name + " does not compile: " + shader.getInfoLog() +
+                "\n" + source);
+  glslang::TProgram program;
+  program.addShader(&shader);
+  if (!program.link(messages))
+    throw Error("internal: generated kernel " + name + " does not link: " + program.getInfoLog());
+  std::vector<uint32_t> spirv;
+  glslang::SpvOptions options;
+  options.disableOptimizer = false;
+  options.optimizeSize = false;
+  glslang::GlslangToSpv(*program.getIntermediate(EShLangCompute), spirv, &options);
+  return spirv;
 }
 
 }  // namespace meshvk::kernels

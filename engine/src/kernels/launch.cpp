@@ -76,6 +76,7 @@ void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& ke
   if (push_bytes)
     vkCmdPushConstants(rec.cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   vkCmdDispatch(rec.cb, groups.x, groups.y, groups.z);
+  rt.dispatches.fetch_add(1);
 }
 
 void barrier(VkCommandBuffer cb) {

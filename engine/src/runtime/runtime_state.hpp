@@ -1,6 +1,7 @@
 #pragma once
 // Internal side of meshvk::Runtime: the adapter split into virtual devices, each with a memory
 // pool, a command stream on one of the adapter's queues and a timeline semaphore.
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -125,6 +126,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::shared_ptr<vk::Buffer> staging(uint64_t bytes);
 
   uint64_t wait_timeout_ns() const { return wait_timeout_ns_; }
+  // Compute dispatches recorded so far, over all devices (tests check fusion with it).
+  std::atomic<uint64_t> dispatches{0};
 
  private:
   friend class DeviceBuffer;
