@@ -4,6 +4,8 @@
 // 2.5 * int32 array is float32). Chains of elementwise operations fuse into one kernel.
 #include <concepts>
 #include <cstdint>
+#include <string>
+#include <vector>
 #include <variant>
 
 #include "meshvk/array.hpp"
@@ -88,5 +90,51 @@ inline Array operator>(const Array& a, const Operand& b) { return greater(a, b);
 inline Array operator>=(const Array& a, const Operand& b) { return greater_equal(a, b); }
 inline Array operator==(const Array& a, const Operand& b) { return equal(a, b); }
 inline Array operator!=(const Array& a, const Operand& b) { return not_equal(a, b); }
+
+}  // namespace meshvk
+
+namespace meshvk {
+
+// Reductions over `axes` (all axes when empty; negative axes count from the end). Float sums
+// are pairwise (tree) sums.
+Array sum(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array mean(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array max(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array min(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+// Index of the first maximum / minimum along `axis` (int32).
+Array argmax(const Array& x, int axis, bool keepdims = false);
+Array argmin(const Array& x, int axis, bool keepdims = false);
+
+// Linear algebra: numpy's matmul (batched, broadcasting batch dimensions; 1-D operands are
+// promoted as numpy does), dot, and einsum for any contraction of one or two operands.
+Array matmul(const Array& a, const Array& b);
+Array dot(const Array& a, const Array& b);
+Array einsum(const std::string& subscripts, const Array& a, const Array& b);
+Array einsum(const std::string& subscripts, const Array& a);
+
+}  // namespace meshvk
+
+namespace meshvk {
+
+// Shapes and data movement (numpy / jax.numpy / jax.lax names). Negative axes count from the end.
+Array reshape(const Array& x, Shape shape);
+Array transpose(const Array& x, std::vector<int> axes = {});  // default: reverse the axes
+Array broadcast_to(const Array& x, Shape shape);
+// lax.slice: [start, stop) with a positive step per dimension (step defaults to 1).
+Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop,
+            std::vector<int64_t> step = {});
+// lax.dynamic_slice / dynamic_update_slice: starts are clamped so the slice fits, as in JAX.
+Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes);
+Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start);
+Array concatenate(const std::vector<Array>& arrays, int axis = 0);
+// numpy.pad with a constant: (before, after) per dimension.
+Array pad(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float value = 0.0f);
+Array roll(const Array& x, int64_t shift, int axis);
+// numpy.take along `axis` with int32 indices of any shape; indices are clamped into range.
+Array take(const Array& x, const Array& indices, int axis = 0);
+// jax.nn.one_hot: x (int32) compared against 0..num_classes-1 along a new last axis.
+Array one_hot(const Array& x, int num_classes, DType dtype = DType::float32);
+// jnp.argsort (stable): int32 indices that sort `x` along `axis`; NaN sorts last.
+Array argsort(const Array& x, int axis = -1);
 
 }  // namespace meshvk

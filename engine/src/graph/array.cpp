@@ -116,6 +116,31 @@ Array Array::reshape(Shape new_shape) const {
                 std::to_string(size()) + " elements) into shape " + shape_to_string(new_shape));
   std::lock_guard lock(a.runtime->mutex());
   exec::ShardedValue v = detail::materialized(*this);
+  if (const NamedSharding* n = v.sharding.named()) {
+    // Inserting or dropping size-1 dimensions keeps every piece's layout: the sharding follows.
+    std::vector<std::pair<int64_t, SpecEntry>> old_dims, new_dims;
+    for (size_t d = 0; d < v.shape.size(); ++d)
+      if (v.shape[d] != 1) old_dims.push_back({v.shape[d], n->spec()[d]});
+    bool same = true;
+    std::vector<SpecEntry> spec;
+    size_t k = 0;
+    for (const int64_t s : new_shape) {
+      if (s == 1) {
+        spec.emplace_back();
+        continue;
+      }
+      if (k >= old_dims.size() || old_dims[k].first != s) {
+        same = false;
+        break;
+      }
+      spec.push_back(old_dims[k++].second);
+    }
+    if (same && k == old_dims.size()) {
+      v.sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+      v.shape = std::move(new_shape);
+      return detail::make_array(a.runtime, std::move(v), a.committed);
+    }
+  }
   if (!v.sharding.is_fully_replicated()) {
     // Pieces of a sharded array are not pieces of the reshaped one: gather a full copy on each
     // of its devices (device to device) and reshape that.

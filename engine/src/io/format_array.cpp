@@ -311,7 +311,7 @@ class ArrayLayout {
   }
 
  private:
-  // Positions along `axis` that are printed: all, or the first and last kEdgeItems.
+  // Whether only the first and last kEdgeItems positions along `axis` are printed.
   bool summarised(size_t axis) const { return summarise_ && shape_[axis] > 2 * kEdgeItems; }
 
   void collect_printed(size_t axis, int64_t offset, std::vector<int64_t>& indices) const {

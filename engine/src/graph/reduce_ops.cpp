@@ -1,0 +1,155 @@
+// Reductions: each device reduces its own piece when the reduced dimensions are not split;
+// otherwise the array is first gathered whole onto each of its devices (until collectives do
+// this with an all-reduce of partial results).
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+
+#include "graph/array_impl.hpp"
+#include "kernels/reduce.hpp"
+#include "kernels/strided_copy.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+
+namespace meshvk {
+
+using detail::DeviceBuffer;
+using detail::Recording;
+
+namespace {
+
+std::vector<bool> reduced_axes(const char* op, std::vector<int> axes, size_t rank) {
+  std::vector<bool> reduced(rank, axes.empty());
+  for (int a : axes) {
+    const int r = static_cast<int>(rank);
+    if (a < -r || a >= r)
+      throw Error(std::string(op) + ": axis " + std::to_string(a) + " is out of range for an array of rank " +
+                  std::to_string(rank) + "; valid axes are " + std::to_string(-r) + ".." + std::to_string(r - 1));
+    if (a < 0) a += r;
+    if (reduced[a] && !axes.empty() && std::count(axes.begin(), axes.end(), a) > 1)
+      throw Error(std::string(op) + ": axis " + std::to_string(a) + " is repeated");
+    reduced[a] = true;
+  }
+  return reduced;
+}
+
+Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims) {
+  const size_t rank = input.ndim();
+  Array x = input.dtype() == DType::bool_ ? astype(input, DType::int32) : input;
+  int64_t count = 1;
+  for (size_t d = 0; d < rank; ++d)
+    if (reduced[d]) count *= x.shape()[d];
+  if (count == 0 && kind != kernels::ReduceOp::sum)
+    throw Error(std::string("zero-size array to reduction operation ") + op +
+                " which has no identity: reduce over non-empty dimensions");
+  // Gather whole when a reduced dimension is split; the kept dimensions keep their sharding.
+  if (const NamedSharding* n = x.sharding().named()) {
+    bool split = false;
+    for (size_t d = 0; d < rank; ++d) split = split || (reduced[d] && !n->spec()[d].is_none() && n->num_shards(d) > 1);
+    if (split) {
+      std::vector<SpecEntry> spec(rank);
+      for (size_t d = 0; d < rank; ++d)
+        if (!reduced[d]) spec[d] = n->spec()[d];
+      x = device_put(x, NamedSharding(n->mesh(), PartitionSpec(spec)));
+    }
+  }
+  Shape shape, kept_shape;
+  std::vector<SpecEntry> spec, kept_spec;
+  for (size_t d = 0; d < rank; ++d) {
+    const SpecEntry e = x.sharding().named() ? x.sharding().named()->spec()[d] : SpecEntry();
+    if (!reduced[d]) {
+      shape.push_back(x.shape()[d]);
+      spec.push_back(e);
+    } else if (keepdims) {
+      shape.push_back(1);
+      spec.emplace_back();
+    }
+  }
+  Sharding sharding = x.sharding();
+  if (const NamedSharding* n = x.sharding().named()) sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+  const DType out_dtype = (kind == kernels::ReduceOp::argmax || kind == kernels::ReduceOp::argmin) ? DType::int32 : x.dtype();
+
+  auto rt = x.impl()->runtime;
+  std::lock_guard lock(rt->mutex());
+  const exec::ShardedValue& value = detail::materialized(x);
+  const auto in_map = x.sharding().devices_indices_map(x.shape());
+  exec::ShardedValue out{shape, out_dtype, sharding, {}};
+  const auto out_map = sharding.devices_indices_map(shape);
+  for (size_t i = 0; i < out_map.size(); ++i) {
+    const DeviceBuffer& in = *value.shards[i];
+    Shape local;
+    for (const Slice& s : in_map[i].index) local.push_back(s.size());
+    int64_t rows = 1, n = 1;
+    std::vector<int> perm;
+    for (size_t d = 0; d < rank; ++d)
+      if (!reduced[d]) {
+        perm.push_back(static_cast<int>(d));
+        rows *= local[d];
+      }
+    for (size_t d = 0; d < rank; ++d)
+      if (reduced[d]) {
+        perm.push_back(static_cast<int>(d));
+        n *= local[d];
+      }
+    auto buffer = rt->allocate(out_map[i].device, static_cast<uint64_t>(rows) * 4);
+    Recording rec = rt->begin(out_map[i].device);
+    rec.wait_for(in.ready());
+    const DeviceBuffer* src = &in;
+    if (!std::is_sorted(perm.begin(), perm.end())) {
+      // Kept dimensions first, reduced ones last, so each output reduces one contiguous row.
+      std::vector<int64_t> strides(rank, 1);
+      for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * local[d];
+      Shape box;
+      std::vector<int64_t> in_strides;
+      for (const int p : perm) {
+        box.push_back(local[p]);
+        in_strides.push_back(strides[p]);
+      }
+      std::vector<int64_t> out_strides(rank, 1);
+      for (size_t d = rank; d-- > 1;) out_strides[d - 1] = out_strides[d] * box[d];
+      auto moved = rt->allocate(out_map[i].device, static_cast<uint64_t>(rows * n) * 4);
+      rec.keep_alive.push_back(moved);
+      kernels::record_strided_copy(*rt, rec, {box, in_strides, out_strides, 0, 0}, in, *moved);
+      src = moved.get();
+    }
+    kernels::record_reduce_rows(*rt, rec, kind, x.dtype(), *src, rows, n, *buffer);
+    const detail::Fence f = rt->submit(std::move(rec));
+    const_cast<DeviceBuffer&>(in).used_by(f);
+    buffer->written_by(f);
+    out.shards.push_back(std::move(buffer));
+  }
+  return detail::make_array(rt, std::move(out), x.committed());
+}
+
+}  // namespace
+
+Array sum(const Array& x, std::vector<int> axes, bool keepdims) {
+  return reduce("sum", kernels::ReduceOp::sum, x, reduced_axes("sum", std::move(axes), x.ndim()), keepdims);
+}
+
+Array mean(const Array& x, std::vector<int> axes, bool keepdims) {
+  const auto reduced = reduced_axes("mean", axes, x.ndim());
+  int64_t count = 1;
+  for (size_t d = 0; d < x.ndim(); ++d)
+    if (reduced[d]) count *= x.shape()[d];
+  const Array total = reduce("mean", kernels::ReduceOp::sum, astype(x, DType::float32), reduced, keepdims);
+  return total / static_cast<float>(count);  // numpy: mean of nothing is NaN
+}
+
+Array max(const Array& x, std::vector<int> axes, bool keepdims) {
+  return reduce("max", kernels::ReduceOp::max, x, reduced_axes("max", std::move(axes), x.ndim()), keepdims);
+}
+
+Array min(const Array& x, std::vector<int> axes, bool keepdims) {
+  return reduce("min", kernels::ReduceOp::min, x, reduced_axes("min", std::move(axes), x.ndim()), keepdims);
+}
+
+Array argmax(const Array& x, int axis, bool keepdims) {
+  return reduce("argmax", kernels::ReduceOp::argmax, x, reduced_axes("argmax", {axis}, x.ndim()), keepdims);
+}
+
+Array argmin(const Array& x, int axis, bool keepdims) {
+  return reduce("argmin", kernels::ReduceOp::argmin, x, reduced_axes("argmin", {axis}, x.ndim()), keepdims);
+}
+
+}  // namespace meshvk

@@ -1,0 +1,372 @@
+// Shape and data-movement operations. Each runs per device on the pieces it needs: transpose
+// and broadcast_to keep the sharding (every device moves only its own piece); the others work on
+// a full copy per device of the array's devices (gathered device to device first when sharded),
+// until sharding propagation learns their rules.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <numeric>
+
+#include "graph/array_impl.hpp"
+#include "kernels/strided_copy.hpp"
+#include "kernels/take.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+
+namespace meshvk {
+
+using detail::DeviceBuffer;
+using detail::Recording;
+
+namespace {
+
+int normalize_axis(int axis, size_t rank, const char* op) {
+  const int r = static_cast<int>(rank);
+  if (axis < -r || axis >= r)
+    throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for an array of rank " +
+                std::to_string(rank) + "; valid axes are " + std::to_string(-r) + ".." + std::to_string(r - 1));
+  return axis < 0 ? axis + r : axis;
+}
+
+std::vector<int64_t> strides_of(const Shape& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+Shape local_shape(const Index& index) {
+  Shape s;
+  for (const Slice& sl : index) s.push_back(sl.size());
+  return s;
+}
+
+// The same array held whole by each of its devices.
+Array replicated(const Array& x) {
+  if (x.sharding().is_fully_replicated()) return x;
+  const NamedSharding& n = *x.sharding().named();
+  Array r = device_put(x, NamedSharding(n.mesh(), PartitionSpec()));
+  return r;
+}
+
+Sharding replicated_like(const Sharding& s) {
+  if (const NamedSharding* n = s.named()) return NamedSharding(n->mesh(), PartitionSpec());
+  return s;
+}
+
+using PieceFn = std::function<void(Recording&, const std::vector<const DeviceBuffer*>& inputs,
+                                   const std::vector<Index>& input_pieces, const DeviceBuffer& out,
+                                   const Index& out_piece)>;
+
+// Makes the result piece by piece: on each device of `sharding`, `record` fills the device's
+// output piece from the pieces the inputs hold there.
+Array on_each_device(const char* op, const std::vector<Array>& inputs, Shape shape, DType dtype,
+                     const Sharding& sharding, const PieceFn& record) {
+  auto rt = inputs.front().impl()->runtime;
+  std::lock_guard lock(rt->mutex());
+  std::vector<const exec::ShardedValue*> values;
+  std::vector<std::vector<DeviceIndex>> maps;
+  bool committed = false;
+  for (const Array& a : inputs) {
+    values.push_back(&detail::materialized(a));
+    maps.push_back(a.sharding().devices_indices_map(a.shape()));
+    committed = committed || a.committed();
+  }
+  exec::ShardedValue out{shape, dtype, sharding, {}};
+  for (const DeviceIndex& piece : sharding.devices_indices_map(shape)) {
+    auto buffer = rt->allocate(piece.device, static_cast<uint64_t>(shape_size(local_shape(piece.index))) * 4);
+    Recording rec = rt->begin(piece.device);
+    std::vector<const DeviceBuffer*> in;
+    std::vector<Index> in_pieces;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      size_t at = 0;
+      while (at < maps[k].size() && maps[k][at].device != piece.device) ++at;
+      if (at == maps[k].size())
+        throw Error(std::string("internal: ") + op + " input is not on device " + std::to_string(piece.device));
+      in.push_back(values[k]->shards[at].get());
+      in_pieces.push_back(maps[k][at].index);
+      rec.wait_for(in.back()->ready());
+    }
+    record(rec, in, in_pieces, *buffer, piece.index);
+    const detail::Fence f = rt->submit(std::move(rec));
+    for (const DeviceBuffer* b : in) const_cast<DeviceBuffer*>(b)->used_by(f);
+    buffer->written_by(f);
+    out.shards.push_back(std::move(buffer));
+  }
+  return detail::make_array(rt, std::move(out), committed);
+}
+
+// All inputs on the devices of the first committed one (or the first), each held whole.
+std::vector<Array> gather_whole(const char* op, const std::vector<Array>& arrays) {
+  const Array* anchor = &arrays.front();
+  for (const Array& a : arrays)
+    if (a.committed()) {
+      anchor = &a;
+      break;
+    }
+  const Sharding target = replicated_like(anchor->sharding());
+  std::vector<Array> out;
+  for (const Array& a : arrays) {
+    if (a.committed() && a.sharding().device_ids() != anchor->sharding().device_ids())
+      throw Error(std::string(op) + ": operands are committed to different devices; device_put them onto the same devices");
+    out.push_back(a.sharding().is_equivalent_to(target, a.ndim()) ? a : device_put(a, target));
+  }
+  return out;
+}
+
+kernels::StridedCopy copy_into(const Shape& box, const std::vector<int64_t>& in_strides, int64_t in_offset,
+                               const std::vector<int64_t>& out_strides, int64_t out_offset) {
+  return {box, in_strides, out_strides, in_offset, out_offset};
+}
+
+}  // namespace
+
+Array reshape(const Array& x, Shape shape) { return x.reshape(std::move(shape)); }
+
+Array transpose(const Array& x, std::vector<int> axes) {
+  const size_t rank = x.ndim();
+  if (axes.empty())
+    for (size_t d = rank; d-- > 0;) axes.push_back(static_cast<int>(d));
+  if (axes.size() != rank)
+    throw Error("transpose: axes has " + std::to_string(axes.size()) + " entries for an array of rank " +
+                std::to_string(rank) + "; give a permutation of 0.." + std::to_string(static_cast<int>(rank) - 1));
+  std::vector<bool> seen(rank);
+  for (int& a : axes) {
+    a = normalize_axis(a, rank, "transpose");
+    if (seen[a]) throw Error("transpose: axis " + std::to_string(a) + " appears twice; give a permutation");
+    seen[a] = true;
+  }
+  Shape shape;
+  for (const int a : axes) shape.push_back(x.shape()[a]);
+  Sharding sharding = x.sharding();
+  if (const NamedSharding* n = x.sharding().named()) {
+    std::vector<SpecEntry> spec;
+    for (const int a : axes) spec.push_back(n->spec()[a]);
+    sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+  }
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("transpose", {x}, shape, x.dtype(), sharding,
+                        [&](Recording& rec, const auto& in, const auto& in_pieces, const DeviceBuffer& out, const Index& piece) {
+                          const auto in_strides = strides_of(local_shape(in_pieces[0]));
+                          const Shape box = local_shape(piece);
+                          std::vector<int64_t> src(rank);
+                          for (size_t d = 0; d < rank; ++d) src[d] = in_strides[axes[d]];
+                          kernels::record_strided_copy(rt, rec, copy_into(box, src, 0, strides_of(box), 0), *in[0], out);
+                        });
+}
+
+Array broadcast_to(const Array& x, Shape shape) {
+  const Shape joined = broadcast_shapes(x.shape(), shape, "broadcast_to");
+  if (joined != shape)
+    throw Error("broadcast_to: cannot broadcast shape " + shape_to_string(x.shape()) + " to " + shape_to_string(shape));
+  const size_t lead = shape.size() - x.ndim();
+  Sharding sharding = x.sharding();
+  if (const NamedSharding* n = x.sharding().named()) {
+    std::vector<SpecEntry> spec(shape.size());
+    for (size_t d = 0; d < x.ndim(); ++d)
+      if (x.shape()[d] == shape[lead + d]) spec[lead + d] = n->spec()[d];
+    sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+  }
+  // A size-1 dimension split over mesh axes cannot be, so each piece holds what it needs.
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("broadcast_to", {x}, shape, x.dtype(), sharding,
+                        [&](Recording& rec, const auto& in, const auto& in_pieces, const DeviceBuffer& out, const Index& piece) {
+                          const auto in_strides = strides_of(local_shape(in_pieces[0]));
+                          const Shape box = local_shape(piece);
+                          std::vector<int64_t> src(shape.size(), 0);
+                          for (size_t d = 0; d < x.ndim(); ++d)
+                            if (x.shape()[d] == shape[lead + d]) src[lead + d] = in_strides[d];
+                          kernels::record_strided_copy(rt, rec, copy_into(box, src, 0, strides_of(box), 0), *in[0], out);
+                        });
+}
+
+Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
+  const size_t rank = x.ndim();
+  if (step.empty()) step.assign(rank, 1);
+  if (start.size() != rank || stop.size() != rank || step.size() != rank)
+    throw Error("slice: start, stop and step need " + std::to_string(rank) + " entries each, one per dimension of " +
+                shape_to_string(x.shape()));
+  Shape shape(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    if (step[d] < 1) throw Error("slice: step " + std::to_string(step[d]) + " in dimension " + std::to_string(d) + " must be positive");
+    if (start[d] < 0 || stop[d] > x.shape()[d] || start[d] > stop[d])
+      throw Error("slice: [" + std::to_string(start[d]) + ", " + std::to_string(stop[d]) + ") in dimension " +
+                  std::to_string(d) + " is not within [0, " + std::to_string(x.shape()[d]) + "] with start <= stop");
+    shape[d] = (stop[d] - start[d] + step[d] - 1) / step[d];
+  }
+  const Array whole = replicated(x);
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("slice", {whole}, shape, x.dtype(), replicated_like(whole.sharding()),
+                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
+                          const auto s = strides_of(x.shape());
+                          std::vector<int64_t> src(rank);
+                          int64_t offset = 0;
+                          for (size_t d = 0; d < rank; ++d) {
+                            src[d] = s[d] * step[d];
+                            offset += start[d] * s[d];
+                          }
+                          kernels::record_strided_copy(rt, rec, copy_into(shape, src, offset, strides_of(shape), 0), *in[0], out);
+                        });
+}
+
+Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes) {
+  if (start.size() != x.ndim() || sizes.size() != x.ndim())
+    throw Error("dynamic_slice: start and sizes need one entry per dimension of " + shape_to_string(x.shape()));
+  std::vector<int64_t> stop(x.ndim());
+  for (size_t d = 0; d < x.ndim(); ++d) {
+    if (sizes[d] < 0 || sizes[d] > x.shape()[d])
+      throw Error("dynamic_slice: size " + std::to_string(sizes[d]) + " of dimension " + std::to_string(d) +
+                  " must be within [0, " + std::to_string(x.shape()[d]) + "]");
+    start[d] = std::clamp<int64_t>(start[d], 0, x.shape()[d] - sizes[d]);  // JAX clamps
+    stop[d] = start[d] + sizes[d];
+  }
+  return slice(x, start, stop);
+}
+
+Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start) {
+  if (update.ndim() != x.ndim() || start.size() != x.ndim())
+    throw Error("dynamic_update_slice: update " + shape_to_string(update.shape()) + " and start need the rank of " +
+                shape_to_string(x.shape()));
+  for (size_t d = 0; d < x.ndim(); ++d) {
+    if (update.shape()[d] > x.shape()[d])
+      throw Error("dynamic_update_slice: update " + shape_to_string(update.shape()) + " does not fit in " + shape_to_string(x.shape()));
+    start[d] = std::clamp<int64_t>(start[d], 0, x.shape()[d] - update.shape()[d]);
+  }
+  const auto parts = gather_whole("dynamic_update_slice", {x, astype(update, x.dtype())});
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("dynamic_update_slice", parts, x.shape(), x.dtype(), parts[0].sharding(),
+                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
+                          const auto s = strides_of(x.shape());
+                          kernels::record_strided_copy(rt, rec, copy_into(x.shape(), s, 0, s, 0), *in[0], out);
+                          int64_t offset = 0;
+                          for (size_t d = 0; d < x.ndim(); ++d) offset += start[d] * s[d];
+                          kernels::record_strided_copy(rt, rec, copy_into(update.shape(), strides_of(update.shape()), 0, s, offset),
+                                                       *in[1], out);
+                        });
+}
+
+Array concatenate(const std::vector<Array>& arrays, int axis) {
+  if (arrays.empty()) throw Error("concatenate: needs at least one array");
+  const size_t rank = arrays[0].ndim();
+  if (rank == 0) throw Error("concatenate: zero-dimensional arrays cannot be concatenated");
+  axis = normalize_axis(axis, rank, "concatenate");
+  DType dtype = arrays[0].dtype();
+  Shape shape = arrays[0].shape();
+  shape[axis] = 0;
+  for (const Array& a : arrays) {
+    if (a.ndim() != rank) throw Error("concatenate: all arrays need rank " + std::to_string(rank) + ", got " + shape_to_string(a.shape()));
+    for (size_t d = 0; d < rank; ++d)
+      if (static_cast<int>(d) != axis && a.shape()[d] != arrays[0].shape()[d])
+        throw Error("concatenate: shapes " + shape_to_string(arrays[0].shape()) + " and " + shape_to_string(a.shape()) +
+                    " differ outside axis " + std::to_string(axis));
+    shape[axis] += a.shape()[axis];
+    if (a.dtype() == DType::float32) dtype = DType::float32;
+  }
+  std::vector<Array> cast;
+  for (const Array& a : arrays) cast.push_back(astype(a, dtype));
+  const auto parts = gather_whole("concatenate", cast);
+  auto& rt = *arrays[0].impl()->runtime;
+  return on_each_device("concatenate", parts, shape, dtype, parts[0].sharding(),
+                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
+                          const auto os = strides_of(shape);
+                          int64_t at = 0;
+                          for (size_t k = 0; k < parts.size(); ++k) {
+                            const Shape& s = parts[k].shape();
+                            kernels::record_strided_copy(rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis]), *in[k], out);
+                            at += s[axis];
+                          }
+                        });
+}
+
+Array pad(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float value) {
+  if (widths.size() != x.ndim())
+    throw Error("pad: needs one (before, after) pair per dimension of " + shape_to_string(x.shape()));
+  Shape shape = x.shape();
+  int64_t offset = 0;
+  const Shape& in_shape = x.shape();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (widths[d].first < 0 || widths[d].second < 0) throw Error("pad: widths must not be negative");
+    shape[d] += widths[d].first + widths[d].second;
+  }
+  const auto os = strides_of(shape);
+  for (size_t d = 0; d < shape.size(); ++d) offset += widths[d].first * os[d];
+  uint32_t word;
+  if (x.dtype() == DType::float32) {
+    std::memcpy(&word, &value, 4);
+  } else {
+    word = static_cast<uint32_t>(static_cast<int32_t>(value));
+  }
+  const Array whole = replicated(x);
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("pad", {whole}, shape, x.dtype(), replicated_like(whole.sharding()),
+                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
+                          kernels::record_fill_words(rec, out, static_cast<uint64_t>(shape_size(shape)), word);
+                          kernels::record_strided_copy(rt, rec, copy_into(in_shape, strides_of(in_shape), 0, os, offset), *in[0], out);
+                        });
+}
+
+Array roll(const Array& x, int64_t shift, int axis) {
+  axis = normalize_axis(axis, x.ndim(), "roll");
+  const int64_t n = x.shape()[axis];
+  if (n == 0) return x;
+  const int64_t s = ((shift % n) + n) % n;
+  const Array whole = replicated(x);
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("roll", {whole}, x.shape(), x.dtype(), replicated_like(whole.sharding()),
+                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
+                          const auto st = strides_of(x.shape());
+                          Shape head = x.shape(), tail = x.shape();
+                          head[axis] = n - s;  // elements [0, n-s) move to [s, n)
+                          tail[axis] = s;      // elements [n-s, n) move to [0, s)
+                          kernels::record_strided_copy(rt, rec, copy_into(head, st, 0, st, s * st[axis]), *in[0], out);
+                          kernels::record_strided_copy(rt, rec, copy_into(tail, st, (n - s) * st[axis], st, 0), *in[0], out);
+                        });
+}
+
+Array take(const Array& x, const Array& indices, int axis) {
+  axis = normalize_axis(axis, x.ndim(), "take");
+  if (indices.dtype() != DType::int32)
+    throw Error("take: indices must be int32, got " + std::string(dtype_name(indices.dtype())));
+  Shape shape(x.shape().begin(), x.shape().begin() + axis);
+  shape.insert(shape.end(), indices.shape().begin(), indices.shape().end());
+  shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
+  if (x.shape()[axis] == 0 && indices.size() > 0) throw Error("take: cannot take from an empty axis");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
+  for (size_t d = axis + 1; d < x.ndim(); ++d) inner *= x.shape()[d];
+  const auto parts = gather_whole("take", {x, indices});
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("take", parts, shape, x.dtype(), parts[0].sharding(),
+                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
+                          kernels::record_take(rt, rec, *in[0], *in[1], out, outer, x.shape()[axis], inner, indices.size());
+                        });
+}
+
+Array one_hot(const Array& x, int num_classes, DType dtype) {
+  if (num_classes < 0) throw Error("one_hot: num_classes must not be negative");
+  Shape expanded = x.shape();
+  expanded.push_back(1);
+  return astype(equal(reshape(x, expanded), arange(static_cast<int32_t>(num_classes))), dtype);
+}
+
+Array argsort(const Array& x, int axis) {
+  if (x.ndim() == 0) return reshape(arange(1), {});
+  axis = normalize_axis(axis, x.ndim(), "argsort");
+  const int last = static_cast<int>(x.ndim()) - 1;
+  if (axis != last) {
+    std::vector<int> perm(x.ndim());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[axis], perm[last]);
+    return transpose(argsort(transpose(x, perm), last), perm);
+  }
+  const int64_t n = x.shape()[last];
+  const int64_t rows = n == 0 ? 0 : x.size() / n;
+  const Array whole = replicated(astype(x, x.dtype() == DType::bool_ ? DType::int32 : x.dtype()));
+  auto& rt = *x.impl()->runtime;
+  return on_each_device("argsort", {whole}, x.shape(), DType::int32, replicated_like(whole.sharding()),
+                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
+                          kernels::record_argsort(rt, rec, *in[0], out, rows, n, whole.dtype() == DType::float32);
+                        });
+}
+
+}  // namespace meshvk

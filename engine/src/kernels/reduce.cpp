@@ -1,0 +1,135 @@
+#include "kernels/reduce.hpp"
+
+#include <memory>
+#include <sstream>
+
+#include "kernels/launch.hpp"
+#include "meshvk/error.hpp"
+
+namespace meshvk::kernels {
+
+namespace {
+
+// Elements one invocation reduces per pass: long enough to amortize, short enough that a
+// 16M-element sum still spreads over thousands of invocations.
+constexpr int64_t kChunk = 4096;
+
+bool is_arg(ReduceOp op) { return op == ReduceOp::argmax || op == ReduceOp::argmin; }
+
+// One pass: invocation t reduces chunk t % chunks of row t / chunks. With `with_index`, the
+// input carries (value, index) pairs from an earlier pass.
+std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index) {
+  const bool f = dtype == DType::float32;
+  const std::string T = f ? "float" : "int";
+  const std::string V = f ? "vec4" : "ivec4";
+  const std::string load1 = f ? "uintBitsToFloat(texelFetch(src, int(p)).x)" : "int(texelFetch(src, int(p)).x)";
+  const std::string load4 = f ? "uintBitsToFloat(texelFetch(src, int(p)))" : "ivec4(texelFetch(src, int(p)))";
+  std::ostringstream g;
+  g << "#version 450\nlayout(local_size_x = 64) in;\n"
+       "layout(binding = 0) uniform usamplerBuffer src;\n";
+  int b = 1;
+  if (with_index) g << "layout(binding = " << b++ << ") uniform isamplerBuffer src_index;\n";
+  g << "layout(std430, binding = " << b++ << ") writeonly buffer Out { uint o[]; };\n";
+  if (is_arg(op)) g << "layout(std430, binding = " << b++ << ") writeonly buffer OutIndex { int oi[]; };\n";
+  g << "layout(push_constant) uniform Params { uint rows; uint n; uint chunk; uint chunks; } pc;\n";
+  g << "void main() {\n"
+       "  const uint t = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + gl_LocalInvocationID.x;\n"
+       "  if (t >= pc.rows * pc.chunks) return;\n"
+       "  const uint row = t / pc.chunks, c = t % pc.chunks;\n"
+       "  const uint first = c * pc.chunk;\n"
+       "  const uint len = min(pc.chunk, pc.n - first);\n"
+       "  const uint base = row * pc.n + first;\n";
+  if (op == ReduceOp::sum) {
+    // Pairwise summation: blocks of 16 summed directly, block sums merged like a binary counter.
+    g << "  " << T << " stack[24];\n  uint count = 0u;\n";
+    g << "  for (uint blk = 0u; blk < len; blk += 16u) {\n";
+    if (vec4) {
+      g << "    " << V << " a4 = " << V << "(0);\n"
+        << "    for (uint q = 0u; q < 16u && blk + q < len; q += 4u) { const uint p = (base + blk + q) / 4u; a4 += " << load4 << "; }\n"
+        << "    " << T << " s = (a4.x + a4.y) + (a4.z + a4.w);\n";
+    } else {
+      g << "    " << T << " s = " << T << "(0);\n"
+        << "    for (uint q = 0u; q < 16u && blk + q < len; ++q) { const uint p = base + blk + q; s += " << load1 << "; }\n";
+    }
+    g << "    uint k = 0u; uint m = count;\n"
+         "    while ((m & 1u) == 1u) { s = stack[k] + s; ++k; m >>= 1u; }\n"
+         "    stack[k] = s; ++count;\n  }\n"
+      << "  " << T << " total = " << T << "(0);\n"
+         "  for (uint k = 0u; k < 24u; ++k) if (((count >> k) & 1u) == 1u) total = stack[k] + total;\n";
+    g << "  o[t] = " << (f ? "floatBitsToUint(total)" : "uint(total)") << ";\n}\n";
+    return g.str();
+  }
+  // max / min / argmax / argmin: a running best; NaN wins and stays, ties keep the first.
+  const bool is_max = op == ReduceOp::max || op == ReduceOp::argmax;
+  const std::string better = is_max ? ">" : "<";
+  g << "  " << T << " best = " << T << "(0);\n  int best_i = -1;\n";
+  g << "  for (uint q = 0u; q < len; ++q) {\n    const uint p = base + q;\n"
+    << "    const " << T << " v = " << load1 << ";\n";
+  g << "    const int i = " << (with_index ? "texelFetch(src_index, int(p)).x" : "int(first + q)") << ";\n";
+  if (f) {
+    g << "    if (best_i < 0 || (!isnan(best) && (isnan(v) || v " << better << " best))) { best = v; best_i = i; }\n";
+  } else {
+    g << "    if (best_i < 0 || v " << better << " best) { best = v; best_i = i; }\n";
+  }
+  g << "  }\n  o[t] = " << (f ? "floatBitsToUint(best)" : "uint(best)") << ";\n";
+  if (is_arg(op)) g << "  oi[t] = best_i;\n";
+  g << "}\n";
+  return g.str();
+}
+
+}  // namespace
+
+void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, ReduceOp op, DType dtype,
+                        const detail::DeviceBuffer& in, int64_t rows, int64_t n,
+                        const detail::DeviceBuffer& out) {
+  if (rows == 0) return;
+  if (n == 0) {
+    if (op != ReduceOp::sum) throw Error("internal: empty max/min reduction reached the kernel");
+    vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), static_cast<uint64_t>(rows) * 4, 0);
+    barrier(rec.cb);
+    return;
+  }
+  const detail::DeviceBuffer* src = &in;
+  const detail::DeviceBuffer* src_index = nullptr;
+  bool with_index = false;
+  int64_t length = n;
+  for (;;) {
+    const int64_t chunks = (length + kChunk - 1) / kChunk;
+    const bool last = chunks == 1;
+    // Partial results of this pass: values (and indices) of each chunk of each row.
+    std::shared_ptr<detail::DeviceBuffer> values, indices;
+    const detail::DeviceBuffer* dst = &out;
+    if (!last || is_arg(op)) {
+      values = rt.allocate(rec.device, static_cast<uint64_t>(rows * chunks) * 4);
+      rec.keep_alive.push_back(values);
+      if (!last) dst = values.get();
+    }
+    if (is_arg(op)) {
+      indices = last ? nullptr : rt.allocate(rec.device, static_cast<uint64_t>(rows * chunks) * 4);
+      if (indices) rec.keep_alive.push_back(indices);
+    }
+    const bool vec4 = op == ReduceOp::sum && !with_index && length % 4 == 0 && kChunk % 4 == 0;
+    std::vector<Binding> bindings{
+        Binding::texels(*src, vec4 ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, 0,
+                        vec4 ? src->capacity() / 16 * 16 : src->capacity() / 4 * 4)};
+    if (with_index) bindings.push_back(Binding::texels(*src_index, VK_FORMAT_R32_SINT, 0, src_index->capacity() / 4 * 4));
+    if (is_arg(op)) {
+      bindings.push_back(Binding::storage(last ? *values : *values));
+      bindings.push_back(Binding::storage(last ? out : *indices));
+    } else {
+      bindings.push_back(Binding::storage(*dst));
+    }
+    const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
+                                static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
+    dispatch(rt, rec, {"reduce", pass_kernel(op, dtype, vec4, with_index)}, bindings, params, sizeof params,
+             groups_for(rt, (static_cast<uint64_t>(rows * chunks) + 63) / 64));
+    barrier(rec.cb);
+    if (last) return;
+    src = values.get();
+    src_index = indices.get();
+    with_index = is_arg(op);
+    length = chunks;
+  }
+}
+
+}  // namespace meshvk::kernels

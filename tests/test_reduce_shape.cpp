@@ -1,0 +1,178 @@
+// Reductions and data-movement ops against plain CPU references, sharded and not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "meshvk/meshvk.hpp"
+#include "test_support.hpp"
+
+namespace mv = meshvk;
+using mv::P;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+mv::Array host_array(const std::vector<float>& v, mv::Shape s) { return mv::array(std::span<const float>(v), s); }
+
+}  // namespace
+
+TEST(Reduce, SumsOverEveryAxisSetMatchDoubleReference) {
+  const mv::Shape shape{5, 7, 33};
+  const auto v = random_floats(5 * 7 * 33, 1);
+  const auto x = host_array(v, shape);
+  for (const std::vector<int>& axes : std::vector<std::vector<int>>{{}, {0}, {1}, {2}, {-1}, {0, 2}, {0, 1}, {1, 2}}) {
+    std::vector<bool> red(3, axes.empty());
+    for (int a : axes) red[a < 0 ? a + 3 : a] = true;
+    mv::Shape out_shape;
+    for (int d = 0; d < 3; ++d)
+      if (!red[d]) out_shape.push_back(shape[d]);
+    std::vector<double> want(mv::shape_size(out_shape), 0.0);
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 7; ++j)
+        for (int k = 0; k < 33; ++k) {
+          int64_t o = 0;
+          const int64_t idx[3] = {i, j, k};
+          for (int d = 0; d < 3; ++d)
+            if (!red[d]) o = o * shape[d] + idx[d];
+          want[o] += v[(i * 7 + j) * 33 + k];
+        }
+    const auto s = mv::sum(x, axes);
+    ASSERT_EQ(s.shape(), out_shape);
+    const auto got = s.to_host<float>();
+    for (size_t o = 0; o < want.size(); ++o) ASSERT_NEAR(got[o], want[o], 1e-4) << "axes size " << axes.size();
+    EXPECT_EQ(mv::sum(x, axes, true).ndim(), 3u);
+  }
+}
+
+TEST(Reduce, LongSumsArePairwiseAccurate) {
+  // 16M ones plus a small value: a serial float32 sum stalls at 2^24.
+  const int64_t n = 1 << 24;
+  const auto x = mv::ones({n + 8});
+  EXPECT_EQ(mv::sum(x).to_host<float>()[0], static_cast<float>(n + 8));
+  const auto v = random_floats(3'000'001, 2);
+  double want = 0;
+  for (const float f : v) want += f;
+  EXPECT_NEAR(mv::sum(host_array(v, {3'000'001})).to_host<float>()[0], want, 1e-3);
+}
+
+TEST(Reduce, MaxMinArgWithNansAndTies) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto x = mv::array({1.f, 5.f, 5.f, -2.f, nan, 7.f, 0.f, -9.f, -9.f}, mv::Shape{3, 3});
+  // Rows [1 5 5], [-2 nan 7], [0 -9 -9]: ties give the first index, NaN wins as in numpy.
+  EXPECT_EQ(mv::argmax(x, 1).to_host<int32_t>(), (std::vector<int32_t>{1, 1, 0}));
+  EXPECT_EQ(mv::argmin(x, 1).to_host<int32_t>(), (std::vector<int32_t>{0, 1, 1}));
+  const auto mx = mv::max(x, {1}).to_host<float>();
+  EXPECT_EQ(mx[0], 5.f);
+  EXPECT_TRUE(std::isnan(mx[1]));
+  const auto mn = mv::min(x, {0}).to_host<float>();
+  EXPECT_EQ(mn[0], -2.f);
+  EXPECT_TRUE(std::isnan(mn[1]));
+  EXPECT_EQ(mn[2], -9.f);
+  const auto ints = mv::arange(-50, 50).reshape({4, 25});
+  EXPECT_EQ(mv::max(ints).to_host<int32_t>()[0], 49);
+  EXPECT_EQ(mv::sum(ints, {1}).to_host<int32_t>(), (std::vector<int32_t>{-950, -325, 300, 925}));
+  EXPECT_EQ(mv::argmax(mv::arange(10000.f), 0).to_host<int32_t>()[0], 9999);  // multi-pass
+  EXPECT_FLOAT_EQ(mv::mean(mv::arange(8.f)).to_host<float>()[0], 3.5f);
+  EXPECT_THROW(mv::max(mv::zeros({0, 3}), {0}), mv::Error);
+  EXPECT_THROW(mv::sum(x, {2}), mv::Error);
+  EXPECT_EQ(mv::sum(mv::zeros({0, 3}), {0}).to_host<float>(), std::vector<float>(3, 0.f));
+}
+
+TEST(Reduce, ContractExampleOfTheTutorial) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const auto xs = mv::device_put(mv::arange(32.f).reshape({4, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const auto r = mv::sum(xs, {0});
+  EXPECT_EQ(r.to_host<float>(), (std::vector<float>{48, 52, 56, 60, 64, 68, 72, 76}));
+  EXPECT_EQ(r.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("y"))));
+  // Reduction over an unsplit dimension stays on each device's piece.
+  EXPECT_EQ(mv::sum(xs, {1}).to_host<float>(), (std::vector<float>{28, 92, 156, 220}));
+}
+
+TEST(Shape, TransposeAnyPermutationKeepsShardingPieces) {
+  const auto v = random_floats(2 * 3 * 4 * 5, 3);
+  const auto x = host_array(v, {2, 3, 4, 5});
+  const std::vector<int> perm{2, 0, 3, 1};
+  const auto t = mv::transpose(x, perm).to_host<float>();
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 3; ++b)
+      for (int c = 0; c < 4; ++c)
+        for (int d = 0; d < 5; ++d) ASSERT_EQ(t[((c * 2 + a) * 5 + d) * 3 + b], v[((a * 3 + b) * 4 + c) * 5 + d]);
+  const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  const auto s = mv::device_put(mv::arange(64).reshape({8, 8}), mv::NamedSharding(mesh, P("a", "b")));
+  const auto st = mv::transpose(s);
+  EXPECT_EQ(st.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("b", "a"))));
+  const auto sv = st.to_host<int32_t>();
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(sv[i * 8 + j], j * 8 + i);
+  EXPECT_THROW(mv::transpose(x, {0, 0, 1, 2}), mv::Error);
+}
+
+TEST(Shape, SliceConcatPadRollBroadcast) {
+  const auto x = mv::arange(24).reshape({4, 6});
+  EXPECT_EQ(mv::slice(x, {1, 0}, {3, 6}, {1, 2}).to_host<int32_t>(), (std::vector<int32_t>{6, 8, 10, 12, 14, 16}));
+  // Starts clamp so the slice fits, as in JAX: (3, 4) becomes (2, 4).
+  EXPECT_EQ(mv::dynamic_slice(x, {3, 4}, {2, 2}).to_host<int32_t>(), (std::vector<int32_t>{16, 17, 22, 23}));
+  const auto upd = mv::dynamic_update_slice(x, mv::full({1, 2}, int32_t{-1}), {0, 5});
+  EXPECT_EQ(upd.to_host<int32_t>()[4], -1);
+  EXPECT_EQ(upd.to_host<int32_t>()[5], -1);
+  const auto c = mv::concatenate({mv::arange(3), mv::arange(2)}, 0);
+  EXPECT_EQ(c.to_host<int32_t>(), (std::vector<int32_t>{0, 1, 2, 0, 1}));
+  const auto c2 = mv::concatenate({x, x}, 1);
+  EXPECT_EQ(c2.shape(), (mv::Shape{4, 12}));
+  EXPECT_EQ(c2.to_host<int32_t>()[6], 0);
+  const auto p = mv::pad(mv::arange(4.f).reshape({2, 2}), {{1, 0}, {0, 2}}, -1.f);
+  EXPECT_EQ(p.to_host<float>(), (std::vector<float>{-1, -1, -1, -1, 0, 1, -1, -1, 2, 3, -1, -1}));
+  EXPECT_EQ(mv::roll(mv::arange(5), 2, 0).to_host<int32_t>(), (std::vector<int32_t>{3, 4, 0, 1, 2}));
+  EXPECT_EQ(mv::roll(mv::arange(5), -1, 0).to_host<int32_t>(), (std::vector<int32_t>{1, 2, 3, 4, 0}));
+  const auto b = mv::broadcast_to(mv::arange(3), {2, 3});
+  EXPECT_EQ(b.to_host<int32_t>(), (std::vector<int32_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_THROW(mv::broadcast_to(mv::arange(3), {2, 4}), mv::Error);
+  EXPECT_THROW(mv::slice(x, {0, 0}, {5, 6}), mv::Error);
+  EXPECT_THROW(mv::concatenate({x, mv::arange(3)}, 0), mv::Error);
+}
+
+TEST(Shape, TakeOneHotArgsort) {
+  const auto x = mv::arange(12.f).reshape({3, 4});
+  const auto idx = mv::array({2, 0, 2, 7}, mv::Shape{2, 2});  // 7 clamps to 3
+  const auto t = mv::take(x, idx, 1);
+  EXPECT_EQ(t.shape(), (mv::Shape{3, 2, 2}));
+  EXPECT_EQ(t.to_host<float>(), (std::vector<float>{2, 0, 2, 3, 6, 4, 6, 7, 10, 8, 10, 11}));
+  const auto oh = mv::one_hot(mv::array({0, 2, 1}), 3);
+  EXPECT_EQ(oh.to_host<float>(), (std::vector<float>{1, 0, 0, 0, 0, 1, 0, 1, 0}));
+  const auto keys = mv::array({3, 1, 2, 1, 3, 0}, mv::Shape{2, 3});
+  EXPECT_EQ(mv::argsort(keys, 1).to_host<int32_t>(), (std::vector<int32_t>{1, 2, 0, 2, 0, 1}));
+  EXPECT_EQ(mv::argsort(keys, 0).to_host<int32_t>(), (std::vector<int32_t>{1, 0, 1, 0, 1, 0}));
+  // Stable, NaN last, for a longer random row.
+  std::vector<float> v = random_floats(1000, 4);
+  for (int i = 0; i < 1000; i += 7) v[i] = std::round(v[i]);
+  v[10] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int32_t> want(1000);
+  std::iota(want.begin(), want.end(), 0);
+  std::stable_sort(want.begin(), want.end(), [&](int a, int b) {
+    if (std::isnan(v[a])) return false;
+    if (std::isnan(v[b])) return true;
+    return v[a] < v[b];
+  });
+  EXPECT_EQ(mv::argsort(host_array(v, {1000})).to_host<int32_t>(), want);
+}
+
+TEST(Shape, OpsOnShardedArraysGiveTheUnshardedValues) {
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto x = mv::device_put(mv::arange(64.f).reshape({16, 4}), mv::NamedSharding(mesh, P("x")));
+  const auto local = mv::arange(64.f).reshape({16, 4});
+  EXPECT_EQ(mv::slice(x, {2, 1}, {10, 3}).to_host<float>(), mv::slice(local, {2, 1}, {10, 3}).to_host<float>());
+  EXPECT_EQ(mv::roll(x, 3, 0).to_host<float>(), mv::roll(local, 3, 0).to_host<float>());
+  EXPECT_EQ(mv::sum(x, {0}).to_host<float>(), mv::sum(local, {0}).to_host<float>());
+  EXPECT_EQ((mv::roll(x, 1, 0) - x).to_host<float>()[4], -4.f);
+}
