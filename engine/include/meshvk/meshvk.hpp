@@ -6,6 +6,7 @@
 #include "meshvk/mesh.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/partition_spec.hpp"
+#include "meshvk/random.hpp"
 #include "meshvk/runtime.hpp"
 #include "meshvk/sharding.hpp"
 #include "meshvk/visualize.hpp"

@@ -264,6 +264,19 @@ class IntFormatter {
   size_t width_ = 0;
 };
 
+// numpy's BoolFormat: " True" and "False", so columns line up when any element is False.
+class BoolFormatter {
+ public:
+  explicit BoolFormatter(const std::vector<int32_t>& sample)
+      : width_(std::any_of(sample.begin(), sample.end(), [](int32_t v) { return v == 0; }) ? 5 : 4) {}
+  std::string operator()(int32_t value) const {
+    return pad_left(value ? "True" : "False", static_cast<int64_t>(width_));
+  }
+
+ private:
+  size_t width_;
+};
+
 // str() of a float32 scalar, which is what numpy prints for a 0-d array: the unique digits, no
 // precision cut, "3.0" rather than "3." and "1e-05" rather than "1.e-05".
 std::string scalar_text(float value) {
@@ -423,13 +436,21 @@ std::string format_array(const HostArray& array) {
   }
 
   if (array.shape.empty()) {
+    if (array.dtype == DType::bool_) return element_at<int32_t>(array, 0) ? "True" : "False";
     return array.dtype == DType::float32 ? scalar_text(element_at<float>(array, 0))
                                          : std::to_string(element_at<int32_t>(array, 0));
   }
   if (*count == 0) return "[]";
   const ArrayLayout layout(array.shape, *count > kThreshold);
-  return array.dtype == DType::float32 ? format_elements<float, FloatFormatter>(array, layout)
-                                       : format_elements<int32_t, IntFormatter>(array, layout);
+  switch (array.dtype) {
+    case DType::float32:
+      return format_elements<float, FloatFormatter>(array, layout);
+    case DType::bool_:
+      return format_elements<int32_t, BoolFormatter>(array, layout);
+    case DType::int32:
+      break;
+  }
+  return format_elements<int32_t, IntFormatter>(array, layout);
 }
 
 }  // namespace meshvk::io

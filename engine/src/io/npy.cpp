@@ -601,6 +601,7 @@ std::string errno_text(int error) {
 // The header numpy.save writes: sorted keys, repr() values, spare room for the first axis to grow.
 std::string header_dict(const HostArray& array) {
   const std::string_view descr = array.dtype == DType::float32 ? "<f4" : "<i4";
+  // bool arrays are saved as int32 words (0/1): the bytes on disk match the bytes in memory.
   std::string dict = "{'descr': '" + std::string(descr) +
                      "', 'fortran_order': False, 'shape': " + shape_to_string(array.shape) + ", }";
   if (!array.shape.empty()) {

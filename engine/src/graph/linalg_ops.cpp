@@ -1,0 +1,302 @@
+// matmul, dot and einsum. Each device multiplies the pieces it holds: the result takes the
+// batch and row sharding of the left operand and the column sharding of the right one, and the
+// contracting dimension is gathered whole where it was split (until collectives replace that
+// with a local product plus an all-reduce).
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "graph/array_impl.hpp"
+#include "kernels/matmul.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+
+namespace meshvk {
+
+using detail::DeviceBuffer;
+using detail::Recording;
+
+namespace {
+
+// a is [batch..., m, k] and b is [batch..., k, n] with equal batch shapes (or no batch on one
+// side); the result is [batch..., m, n].
+Array batched_matmul(const Array& a0, const Array& b0) {
+  const DType dtype = (a0.dtype() == DType::float32 || b0.dtype() == DType::float32) ? DType::float32 : DType::int32;
+  Array a = astype(a0, dtype), b = astype(b0, dtype);
+  const size_t ra = a.ndim(), rb = b.ndim();
+  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  const size_t batch_rank = std::max(ra, rb) - 2;
+  Shape shape(batch_rank == ra - 2 ? a.shape().begin() : b.shape().begin(),
+              batch_rank == ra - 2 ? a.shape().end() - 2 : b.shape().end() - 2);
+  shape.push_back(m);
+  shape.push_back(n);
+
+  // Devices: the first committed operand's; layout as described at the top of the file.
+  const Array& anchor = (!a.committed() && b.committed()) ? b : a;
+  if (a.committed() && b.committed() && a.sharding().device_ids() != b.sharding().device_ids())
+    throw Error("matmul: operands are committed to different devices (" + a.sharding().to_string() + " and " +
+                b.sharding().to_string() + "); device_put one onto the other's devices");
+  Sharding result = anchor.sharding();
+  if (const NamedSharding* ns = anchor.sharding().named()) {
+    const Mesh& mesh = ns->mesh();
+    auto entry = [&](const Array& x, size_t d) {
+      const NamedSharding* s = x.sharding().named();
+      return (s && s->mesh() == mesh) ? s->spec()[d] : SpecEntry();
+    };
+    std::vector<SpecEntry> spec(shape.size());
+    std::set<std::string> used;
+    auto take = [&](size_t out_dim, const SpecEntry& e) {
+      for (const auto& axis : e.axes)
+        if (used.count(axis)) return;
+      spec[out_dim] = e;
+      used.insert(e.axes.begin(), e.axes.end());
+    };
+    for (size_t d = 0; d < batch_rank; ++d) take(d, ra - 2 == batch_rank ? entry(a, d) : entry(b, d));
+    take(batch_rank, entry(a, ra - 2));
+    take(batch_rank + 1, entry(b, rb - 1));
+    result = NamedSharding(mesh, PartitionSpec(spec));
+    std::vector<SpecEntry> sa(ra), sb(rb);
+    for (size_t d = 0; d + 2 < ra; ++d) sa[d] = spec[d + batch_rank - (ra - 2)];
+    for (size_t d = 0; d + 2 < rb; ++d) sb[d] = spec[d + batch_rank - (rb - 2)];
+    sa[ra - 2] = spec[batch_rank];
+    sb[rb - 1] = spec[batch_rank + 1];
+    const Sharding want_a = NamedSharding(mesh, PartitionSpec(sa)), want_b = NamedSharding(mesh, PartitionSpec(sb));
+    if (!a.sharding().is_equivalent_to(want_a, ra)) a = device_put(a, want_a);
+    if (!b.sharding().is_equivalent_to(want_b, rb)) b = device_put(b, want_b);
+  } else {
+    if (!(a.sharding() == result)) a = device_put(a, result);
+    if (!(b.sharding() == result)) b = device_put(b, result);
+  }
+
+  auto rt = a.impl()->runtime;
+  std::lock_guard lock(rt->mutex());
+  const exec::ShardedValue& va = detail::materialized(a);
+  const exec::ShardedValue& vb = detail::materialized(b);
+  const auto map_a = a.sharding().devices_indices_map(a.shape());
+  const auto map_b = b.sharding().devices_indices_map(b.shape());
+  exec::ShardedValue out{shape, dtype, result, {}};
+  const auto map_out = result.devices_indices_map(shape);
+  for (size_t i = 0; i < map_out.size(); ++i) {
+    const Index& piece = map_out[i].index;
+    const Index& pa = map_a[i].index;
+    const Index& pb = map_b[i].index;
+    kernels::MatmulShape ms;
+    ms.m = pa[ra - 2].size();
+    ms.k = pa[ra - 1].size();
+    ms.n = pb[rb - 1].size();
+    ms.dtype = dtype;
+    ms.batch = 1;
+    for (size_t d = 0; d < batch_rank; ++d) ms.batch *= piece[d].size();
+    ms.a_batch_stride = ra > 2 ? ms.m * ms.k : 0;
+    ms.b_batch_stride = rb > 2 ? ms.k * ms.n : 0;
+    auto buffer = rt->allocate(map_out[i].device, static_cast<uint64_t>(ms.batch * ms.m * ms.n) * 4);
+    Recording rec = rt->begin(map_out[i].device);
+    const DeviceBuffer& ba = *va.shards[i];
+    const DeviceBuffer& bb = *vb.shards[i];
+    rec.wait_for(ba.ready());
+    rec.wait_for(bb.ready());
+    kernels::record_matmul(*rt, rec, ms, ba, bb, *buffer);
+    const detail::Fence f = rt->submit(std::move(rec));
+    const_cast<DeviceBuffer&>(ba).used_by(f);
+    const_cast<DeviceBuffer&>(bb).used_by(f);
+    buffer->written_by(f);
+    out.shards.push_back(std::move(buffer));
+  }
+  return detail::make_array(rt, std::move(out), a.committed() || b.committed());
+}
+
+}  // namespace
+
+Array matmul(const Array& a, const Array& b) {
+  if (a.ndim() == 0 || b.ndim() == 0)
+    throw Error("matmul: operands must not be scalars (shapes " + shape_to_string(a.shape()) + " and " +
+                shape_to_string(b.shape()) + "); use multiply for scalars");
+  // numpy: a 1-D operand gains a unit dimension (in front for a, behind for b), dropped after.
+  const Array a2 = a.ndim() == 1 ? reshape(a, {1, a.shape()[0]}) : a;
+  const Array b2 = b.ndim() == 1 ? reshape(b, {b.shape()[0], 1}) : b;
+  const int64_t ka = a2.shape().back(), kb = b2.shape()[b2.ndim() - 2];
+  if (ka != kb)
+    throw Error("matmul: contracting dimensions differ: " + shape_to_string(a.shape()) + " @ " + shape_to_string(b.shape()) +
+                " (" + std::to_string(ka) + " vs " + std::to_string(kb) + "); a's last dimension must equal b's second to last");
+  // Batch dimensions broadcast as numpy does.
+  const Shape ba(a2.shape().begin(), a2.shape().end() - 2), bb(b2.shape().begin(), b2.shape().end() - 2);
+  const Shape batch = broadcast_shapes(ba, bb, "matmul");
+  Array x = a2, y = b2;
+  if (!ba.empty() && ba != batch) {
+    Shape s = batch;
+    s.insert(s.end(), a2.shape().end() - 2, a2.shape().end());
+    x = broadcast_to(a2, s);
+  }
+  if (!bb.empty() && bb != batch) {
+    Shape s = batch;
+    s.insert(s.end(), b2.shape().end() - 2, b2.shape().end());
+    y = broadcast_to(b2, s);
+  }
+  if (!ba.empty() && !bb.empty() && x.ndim() != y.ndim()) {
+    // Equal batch shapes after broadcasting; both carry them.
+  }
+  Array r = batched_matmul(x, y);
+  Shape out = r.shape();
+  if (a.ndim() == 1) out.erase(out.end() - 2);
+  if (b.ndim() == 1) out.erase(out.end() - 1);
+  return out == r.shape() ? r : reshape(r, out);
+}
+
+Array dot(const Array& a, const Array& b) {
+  if (a.ndim() == 0 || b.ndim() == 0) return multiply(a, b);
+  if (a.ndim() <= 2 && b.ndim() <= 2) return matmul(a, b);
+  throw Error("dot: operands of rank above 2 (" + shape_to_string(a.shape()) + ", " + shape_to_string(b.shape()) +
+              ") are not supported; use matmul or einsum");
+}
+
+namespace {
+
+struct EinsumSpec {
+  std::vector<std::string> inputs;
+  std::string output;
+};
+
+EinsumSpec parse_einsum(const std::string& text, size_t operands) {
+  const auto fail = [&](const std::string& why) {
+    throw Error("einsum: cannot use \"" + text + "\": " + why +
+                "; valid forms look like 'bd,df->bf', 'ebd,edf->ebf' or 'ij->ji' (one lowercase letter "
+                "per dimension, operands separated by ',', output after '->')");
+  };
+  EinsumSpec s;
+  const auto arrow = text.find("->");
+  if (arrow == std::string::npos) fail("the output after '->' is missing");
+  std::string lhs = text.substr(0, arrow);
+  s.output = text.substr(arrow + 2);
+  size_t start = 0;
+  while (true) {
+    const auto comma = lhs.find(',', start);
+    s.inputs.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (s.inputs.size() != operands) fail(std::to_string(s.inputs.size()) + " operand subscripts for " + std::to_string(operands) + " operands");
+  auto clean = [&](std::string& t) {
+    t.erase(std::remove(t.begin(), t.end(), ' '), t.end());
+    std::set<char> seen;
+    for (const char c : t) {
+      if (c < 'a' || c > 'z') {
+        if (c >= 'A' && c <= 'Z') continue;
+        fail(std::string("'") + c + "' is not a letter");
+      }
+      if (!seen.insert(c).second) fail(std::string("label '") + c + "' repeats within one operand (diagonals are not supported)");
+    }
+  };
+  for (auto& t : s.inputs) clean(t);
+  clean(s.output);
+  for (const char c : s.output) {
+    bool found = false;
+    for (const auto& t : s.inputs) found = found || t.find(c) != std::string::npos;
+    if (!found) fail(std::string("output label '") + c + "' appears in no operand");
+  }
+  return s;
+}
+
+int position(const std::string& labels, char c) { return static_cast<int>(labels.find(c)); }
+
+}  // namespace
+
+Array einsum(const std::string& subscripts, const Array& x) {
+  const EinsumSpec s = parse_einsum(subscripts, 1);
+  const std::string& in = s.inputs[0];
+  if (in.size() != x.ndim())
+    throw Error("einsum: '" + in + "' names " + std::to_string(in.size()) + " dimensions but the operand has shape " +
+                shape_to_string(x.shape()));
+  std::vector<int> summed;
+  std::string kept;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (s.output.find(in[d]) == std::string::npos) summed.push_back(static_cast<int>(d));
+    else kept += in[d];
+  }
+  Array r = summed.empty() ? x : sum(x, summed);
+  std::vector<int> perm;
+  for (const char c : s.output) perm.push_back(position(kept, c));
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int>(i);
+  return identity ? r : transpose(r, perm);
+}
+
+Array einsum(const std::string& subscripts, const Array& a0, const Array& b0) {
+  const EinsumSpec s = parse_einsum(subscripts, 2);
+  std::string la = s.inputs[0], lb = s.inputs[1];
+  if (la.size() != a0.ndim() || lb.size() != b0.ndim())
+    throw Error("einsum: '" + subscripts + "' does not match operand shapes " + shape_to_string(a0.shape()) + " and " +
+                shape_to_string(b0.shape()));
+  std::map<char, int64_t> size;
+  auto record = [&](const std::string& labels, const Array& x) {
+    for (size_t d = 0; d < labels.size(); ++d) {
+      const auto [it, fresh] = size.emplace(labels[d], x.shape()[d]);
+      if (!fresh && it->second != x.shape()[d])
+        throw Error("einsum: label '" + std::string(1, labels[d]) + "' has size " + std::to_string(it->second) +
+                    " in one operand and " + std::to_string(x.shape()[d]) + " in the other (" + subscripts + ")");
+    }
+  };
+  record(la, a0);
+  record(lb, b0);
+  // Labels only one operand has and the output lacks are summed away first.
+  auto sum_lone = [&](const Array& x, std::string& labels, const std::string& other) {
+    std::vector<int> axes;
+    std::string kept;
+    for (size_t d = 0; d < labels.size(); ++d) {
+      if (other.find(labels[d]) == std::string::npos && s.output.find(labels[d]) == std::string::npos)
+        axes.push_back(static_cast<int>(d));
+      else
+        kept += labels[d];
+    }
+    labels = kept;
+    return axes.empty() ? x : sum(x, axes);
+  };
+  Array a = sum_lone(a0, la, s.inputs[1]);
+  Array b = sum_lone(b0, lb, s.inputs[0]);
+  std::string batch, contracted, free_a, free_b;
+  for (const char c : s.output) {
+    const bool in_a = la.find(c) != std::string::npos, in_b = lb.find(c) != std::string::npos;
+    if (in_a && in_b) batch += c;
+    else if (in_a) free_a += c;
+    else free_b += c;
+  }
+  for (const char c : la)
+    if (lb.find(c) != std::string::npos && s.output.find(c) == std::string::npos) contracted += c;
+  // a as [batch..., free_a..., contracted...] and b as [batch..., contracted..., free_b...].
+  auto arrange = [&](const Array& x, const std::string& labels, const std::string& order) {
+    std::vector<int> perm;
+    for (const char c : order) perm.push_back(position(labels, c));
+    bool identity = true;
+    for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int>(i);
+    return identity ? x : transpose(x, perm);
+  };
+  a = arrange(a, la, batch + free_a + contracted);
+  b = arrange(b, lb, batch + contracted + free_b);
+  auto product = [&](const std::string& labels) {
+    int64_t p = 1;
+    for (const char c : labels) p *= size[c];
+    return p;
+  };
+  Shape batch_shape;
+  for (const char c : batch) batch_shape.push_back(size[c]);
+  Shape sa = batch_shape, sb = batch_shape;
+  sa.push_back(product(free_a));
+  sa.push_back(product(contracted));
+  sb.push_back(product(contracted));
+  sb.push_back(product(free_b));
+  if (a.shape() != sa) a = reshape(a, sa);
+  if (b.shape() != sb) b = reshape(b, sb);
+  Array r = batched_matmul(a, b);
+  Shape full = batch_shape;
+  for (const char c : free_a) full.push_back(size[c]);
+  for (const char c : free_b) full.push_back(size[c]);
+  if (r.shape() != full) r = reshape(r, full);
+  const std::string have = batch + free_a + free_b;
+  std::vector<int> perm;
+  for (const char c : s.output) perm.push_back(position(have, c));
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int>(i);
+  return identity ? r : transpose(r, perm);
+}
+
+}  // namespace meshvk
