@@ -3,6 +3,8 @@
 // validation layer reported a message.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <memory>
 
@@ -39,7 +41,18 @@ class ValidationListener : public testing::EmptyTestEventListener {
 
 meshvk::Runtime& test_runtime() { return *g_runtime; }
 
+// Under LeakSanitizer: the Vulkan loader unloads the driver and layers at vkDestroyInstance,
+// before leaks are reported, so their frames would be nameless and tests/lsan.supp could not
+// match them. Loading them once more with RTLD_NODELETE keeps them mapped.
+static void keep_vulkan_modules_loaded() {
+#if defined(__SANITIZE_ADDRESS__)
+  for (const char* lib : {"libvulkan_lvp.so", "libVkLayer_khronos_validation.so"})
+    dlopen(lib, RTLD_NOW | RTLD_NODELETE);
+#endif
+}
+
 int main(int argc, char** argv) {
+  keep_vulkan_modules_loaded();
   testing::InitGoogleTest(&argc, argv);
   g_runtime = std::make_unique<meshvk::Runtime>();
   const char* want = std::getenv("MESHVK_VALIDATION");
