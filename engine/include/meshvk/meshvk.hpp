@@ -8,5 +8,6 @@
 #include "meshvk/partition_spec.hpp"
 #include "meshvk/random.hpp"
 #include "meshvk/runtime.hpp"
+#include "meshvk/shard_map.hpp"
 #include "meshvk/sharding.hpp"
 #include "meshvk/visualize.hpp"

@@ -1,5 +1,6 @@
 #include "meshvk/array.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -21,8 +22,18 @@ RuntimeState& runtime_of(const Array& x) {
   return *x.impl()->runtime;
 }
 
-Array make_array(std::shared_ptr<RuntimeState> rt, exec::ShardedValue value, bool committed) {
-  return Array(std::make_shared<const ArrayImpl>(ArrayImpl{std::move(rt), std::move(value), committed, nullptr}));
+Array make_array(std::shared_ptr<RuntimeState> rt, exec::ShardedValue value, bool committed,
+                 std::vector<std::string> varying) {
+  return Array(std::make_shared<const ArrayImpl>(
+      ArrayImpl{std::move(rt), std::move(value), committed, nullptr, std::move(varying)}));
+}
+
+std::vector<std::string> varying_of(const std::vector<const Array*>& arrays) {
+  std::vector<std::string> axes;
+  for (const Array* a : arrays)
+    for (const auto& axis : a->impl()->varying)
+      if (std::find(axes.begin(), axes.end(), axis) == axes.end()) axes.push_back(axis);
+  return axes;
 }
 
 }  // namespace detail
@@ -93,6 +104,10 @@ void Array::copy_to_host(void* dst, DType expected) const {
     throw Error("to_host<" + std::string(dtype_name(expected)) + ">: the array is " +
                 std::string(dtype_name(a.value.dtype)) + "; ask for to_host<" +
                 (a.value.dtype == DType::float32 ? "float" : "int32_t") + ">()");
+  if (const NamedSharding* n = a.value.sharding.named())
+    for (const AxisType t : n->mesh().axis_types())
+      if (t == AxisType::Manual)
+        throw Error("to_host: this is a per-device value inside shard_map; return it through the out_specs and read the result");
   std::lock_guard lock(a.runtime->mutex());
   exec::download(*a.runtime, detail::materialized(*this), dst);
 }
@@ -138,7 +153,7 @@ Array Array::reshape(Shape new_shape) const {
     if (same && k == old_dims.size()) {
       v.sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
       v.shape = std::move(new_shape);
-      return detail::make_array(a.runtime, std::move(v), a.committed);
+      return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
     }
   }
   if (!v.sharding.is_fully_replicated()) {
@@ -149,7 +164,7 @@ Array Array::reshape(Shape new_shape) const {
   }
   if (const NamedSharding* n = v.sharding.named()) v.sharding = NamedSharding(n->mesh(), PartitionSpec());
   v.shape = std::move(new_shape);
-  return detail::make_array(a.runtime, std::move(v), a.committed);
+  return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
 }
 
 std::string Array::to_string() const {
@@ -198,7 +213,7 @@ Array device_put(const Array& x, const Sharding& sharding) {
                              ? current
                              : exec::reshard(rt, current, sharding);
   v.sharding = sharding;
-  return detail::make_array(a.runtime, std::move(v), true);
+  return detail::make_array(a.runtime, std::move(v), true, a.varying);
 }
 
 template <class T>

@@ -24,6 +24,9 @@ struct ArrayImpl {
   mutable exec::ShardedValue value;  // shape, dtype and sharding always; shards once materialized
   bool committed = false;
   mutable std::shared_ptr<const PendingElementwise> pending;
+  // Inside shard_map: the mesh axes along which the per-device values may differ. A value that
+  // varies over an axis cannot be returned as replicated over it.
+  std::vector<std::string> varying;
 };
 
 // The value with its device buffers, running pending work first.
@@ -32,8 +35,11 @@ bool is_pending(const Array& x);
 
 RuntimeState& runtime_of(const Array& x);
 RuntimeState& current_runtime();
-Array make_array(std::shared_ptr<RuntimeState> rt, exec::ShardedValue value, bool committed);
+Array make_array(std::shared_ptr<RuntimeState> rt, exec::ShardedValue value, bool committed,
+                 std::vector<std::string> varying = {});
 Array make_pending(std::shared_ptr<RuntimeState> rt, Shape shape, DType dtype, Sharding sharding,
-                   bool committed, PendingElementwise pending);
+                   bool committed, PendingElementwise pending, std::vector<std::string> varying = {});
+// The mesh axes any of `arrays` varies over.
+std::vector<std::string> varying_of(const std::vector<const Array*>& arrays);
 
 }  // namespace meshvk::detail

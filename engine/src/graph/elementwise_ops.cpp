@@ -269,7 +269,8 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
   bool committed = false;
   for (const Array* a : arrays) committed = committed || a->committed();
   return detail::make_pending(rt, out, result, layout.result, committed,
-                              PendingElementwise{std::move(b.program), std::move(b.inputs)});
+                              PendingElementwise{std::move(b.program), std::move(b.inputs)},
+                              detail::varying_of(arrays));
 }
 
 bool is_float_op(EwOp op) {
@@ -309,10 +310,10 @@ namespace detail {
 bool is_pending(const Array& x) { return x.valid() && x.impl()->pending != nullptr; }
 
 Array make_pending(std::shared_ptr<RuntimeState> rt, Shape shape, DType dtype, Sharding sharding,
-                   bool committed, PendingElementwise pending) {
+                   bool committed, PendingElementwise pending, std::vector<std::string> varying) {
   auto impl = std::make_shared<ArrayImpl>(
       ArrayImpl{std::move(rt), exec::ShardedValue{std::move(shape), dtype, std::move(sharding), {}}, committed,
-                std::make_shared<const PendingElementwise>(std::move(pending))});
+                std::make_shared<const PendingElementwise>(std::move(pending)), std::move(varying)});
   return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
 }
 

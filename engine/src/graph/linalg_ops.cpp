@@ -103,7 +103,7 @@ Array batched_matmul(const Array& a0, const Array& b0) {
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
   }
-  return detail::make_array(rt, std::move(out), a.committed() || b.committed());
+  return detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
 }
 
 }  // namespace

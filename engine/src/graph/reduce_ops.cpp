@@ -118,7 +118,7 @@ Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const s
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
   }
-  return detail::make_array(rt, std::move(out), x.committed());
+  return detail::make_array(rt, std::move(out), x.committed(), x.impl()->varying);
 }
 
 }  // namespace

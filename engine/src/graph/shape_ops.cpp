@@ -93,7 +93,9 @@ Array on_each_device(const char* op, const std::vector<Array>& inputs, Shape sha
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
   }
-  return detail::make_array(rt, std::move(out), committed);
+  std::vector<const Array*> sources;
+  for (const Array& a : inputs) sources.push_back(&a);
+  return detail::make_array(rt, std::move(out), committed, detail::varying_of(sources));
 }
 
 // All inputs on the devices of the first committed one (or the first), each held whole.

@@ -282,7 +282,7 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
 
 void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& p,
                         std::span<const EwInput> inputs, const Shape& shape,
-                        const detail::DeviceBuffer& out) {
+                        const detail::DeviceBuffer& out, uint64_t out_start) {
   const uint64_t count = static_cast<uint64_t>(shape_size(shape));
   if (count == 0) return;
   const DType out_dtype = p.nodes.back().dtype;
@@ -308,8 +308,9 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
     for (size_t k = 0; k < inputs.size(); ++k) {
       const EwInput& in = inputs[k];
       if (in.mode == EwInput::Mode::same) {
-        const uint64_t range = std::min<uint64_t>((n + 3) / 4 * 16, in.buffer->capacity() - base * 4);
-        bindings.push_back(Binding::texels(*in.buffer, vector ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, base * 4,
+        const uint64_t at = (in.start + base) * 4;
+        const uint64_t range = std::min<uint64_t>((n + 3) / 4 * 16, in.buffer->capacity() - at);
+        bindings.push_back(Binding::texels(*in.buffer, vector ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, at,
                                            vector ? range / 16 * 16 : range / 4 * 4));
         params.off[k] = 0;
       } else {
@@ -317,8 +318,9 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
         params.off[k] = static_cast<int32_t>(in.offset);
       }
     }
-    const uint64_t out_range = std::min<uint64_t>(vector ? (n + 3) / 4 * 16 : n * 4, out.capacity() - base * 4);
-    bindings.push_back(Binding::storage(out, base * 4, out_range));
+    const uint64_t out_at = (out_start + base) * 4;
+    const uint64_t out_range = std::min<uint64_t>(vector ? (n + 3) / 4 * 16 : n * 4, out.capacity() - out_at);
+    bindings.push_back(Binding::storage(out, out_at, out_range));
     params.base = static_cast<uint32_t>(base);
     const uint64_t items = vector ? (n + 3) / 4 : n;
     params.n = static_cast<uint32_t>(items);

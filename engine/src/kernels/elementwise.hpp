@@ -51,11 +51,13 @@ struct EwInput {
   enum class Mode { same, scalar, strided } mode = Mode::same;
   std::vector<int64_t> strides;  // per output dimension (strided)
   int64_t offset = 0;            // element offset (scalar and strided)
+  uint64_t start = 0;            // element where the input begins in its buffer (same); a multiple of 4
 };
 
 // Records the program over one output piece of `shape` into `out`.
+// The output begins `out_start` elements into `out` (a multiple of 4).
 void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& program,
                         std::span<const EwInput> inputs, const Shape& shape,
-                        const detail::DeviceBuffer& out);
+                        const detail::DeviceBuffer& out, uint64_t out_start = 0);
 
 }  // namespace meshvk::kernels

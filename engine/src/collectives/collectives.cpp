@@ -1,0 +1,344 @@
+#include "collectives/collectives.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "collectives/transport.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/launch.hpp"
+#include "meshvk/error.hpp"
+
+namespace meshvk::collectives {
+
+using detail::DeviceBuffer;
+using detail::Fence;
+using detail::Recording;
+using detail::RuntimeState;
+
+namespace {
+
+constexpr uint64_t kOneShotLimit = 256 << 10;
+
+std::shared_ptr<DeviceBuffer> allocate_like(RuntimeState& rt, const DeviceBuffer& member, uint64_t count) {
+  return rt.allocate(member.device(), count * 4);
+}
+
+// Submits a recording and records who read and who wrote what.
+void finish(RuntimeState& rt, Recording&& rec, const std::vector<const DeviceBuffer*>& read,
+            const std::vector<DeviceBuffer*>& written) {
+  const Fence f = rt.submit(std::move(rec));
+  for (const DeviceBuffer* b : read) const_cast<DeviceBuffer*>(b)->used_by(f);
+  for (DeviceBuffer* b : written) b->written_by(f);
+}
+
+void copy(Recording& rec, const DeviceBuffer& src, uint64_t src_elem, const DeviceBuffer& dst, uint64_t dst_elem,
+          uint64_t count) {
+  transport_between(src.device(), dst.device()).copy(rec, src, src_elem * 4, dst, dst_elem * 4, count * 4);
+}
+
+kernels::EwOp reduction_op(Reduction op) {
+  return op == Reduction::sum ? kernels::EwOp::add : op == Reduction::max ? kernels::EwOp::maximum : kernels::EwOp::minimum;
+}
+
+// A program folding k inputs in order: op(op(in0, in1), in2) ...
+kernels::EwProgram fold_program(int k, DType dtype, Reduction op) {
+  kernels::EwProgram p;
+  for (int i = 0; i < k; ++i) {
+    kernels::EwNode n{kernels::EwOp::input, dtype};
+    n.input = i;
+    p.nodes.push_back(n);
+  }
+  int acc = 0;
+  for (int i = 1; i < k; ++i) {
+    kernels::EwNode n{reduction_op(op), dtype};
+    n.a = acc;
+    n.b = i;
+    p.nodes.push_back(n);
+    acc = static_cast<int>(p.nodes.size() - 1);
+  }
+  if (k == 1) {  // a lone input still needs an operation to store
+    kernels::EwNode n{kernels::EwOp::add, dtype};
+    n.op = kernels::EwOp::maximum;
+    n.a = 0;
+    n.b = 0;
+    p.nodes.push_back(n);
+  }
+  p.num_inputs = k;
+  return p;
+}
+
+// out[out_start..] = fold(inputs[i][starts[i]..]) over `count` elements.
+void record_fold(RuntimeState& rt, Recording& rec, const std::vector<const DeviceBuffer*>& inputs,
+                 const std::vector<uint64_t>& starts, uint64_t count, DType dtype, Reduction op,
+                 const DeviceBuffer& out, uint64_t out_start) {
+  kernels::barrier(rec.cb);
+  std::vector<kernels::EwInput> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    kernels::EwInput e;
+    e.buffer = inputs[i];
+    e.dtype = dtype;
+    e.start = starts[i];
+    in.push_back(e);
+  }
+  kernels::record_elementwise(rt, rec, fold_program(static_cast<int>(inputs.size()), dtype, op), in,
+                              Shape{static_cast<int64_t>(count)}, out, out_start);
+  kernels::barrier(rec.cb);
+}
+
+// Chunk boundaries for splitting `count` elements n ways, aligned to 64 elements so every chunk
+// starts where a vector load may.
+std::vector<uint64_t> chunk_bounds(uint64_t count, int n) {
+  std::vector<uint64_t> b(n + 1);
+  for (int c = 0; c <= n; ++c) b[c] = c == n ? count : (count * c / n) / 64 * 64;
+  return b;
+}
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Ring reduce-scatter over `acc` (each member's running reduction, modified in place): after
+// n-1 steps member r holds the full reduction of chunk r. At step s member r adds chunk
+// r-s-2 received from member r-1, which finished that chunk at its step s-1.
+void ring_reduce_scatter(RuntimeState& rt, const Buffers& acc, const std::vector<uint64_t>& bounds, DType dtype,
+                         Reduction op) {
+  const int n = static_cast<int>(acc.size());
+  for (int s = 0; s < n - 1; ++s) {
+    std::vector<std::pair<Recording, std::shared_ptr<DeviceBuffer>>> steps;
+    for (int r = 0; r < n; ++r) {
+      const int p = mod(r - 1, n), c = mod(r - s - 2, n);
+      const uint64_t lo = bounds[c], len = bounds[c + 1] - bounds[c];
+      Recording rec = rt.begin(acc[r]->device());
+      auto received = allocate_like(rt, *acc[r], std::max<uint64_t>(len, 1));
+      copy(rec, *acc[p], lo, *received, 0, len);
+      rec.wait_for(acc[r]->ready());
+      if (len) record_fold(rt, rec, {acc[r].get(), received.get()}, {lo, 0}, len, dtype, op, *acc[r], lo);
+      rec.keep_alive.push_back(received);
+      steps.emplace_back(std::move(rec), received);
+    }
+    // Submitted after every member recorded its step, so each reads its predecessor's previous
+    // step rather than this one.
+    for (int r = 0; r < n; ++r) finish(rt, std::move(steps[r].first), {acc[mod(r - 1, n)].get()}, {acc[r].get()});
+  }
+}
+
+// Ring all-gather in place: member r starts owning chunk r; at step s it copies chunk r-s-1 from
+// member r-1.
+void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uint64_t>& bounds) {
+  const int n = static_cast<int>(out.size());
+  for (int s = 0; s < n - 1; ++s) {
+    std::vector<Recording> steps;
+    for (int r = 0; r < n; ++r) {
+      const int p = mod(r - 1, n), c = mod(r - s - 1, n);
+      Recording rec = rt.begin(out[r]->device());
+      rec.wait_for(out[r]->ready());
+      copy(rec, *out[p], bounds[c], *out[r], bounds[c], bounds[c + 1] - bounds[c]);
+      steps.push_back(std::move(rec));
+    }
+    for (int r = 0; r < n; ++r) finish(rt, std::move(steps[r]), {out[mod(r - 1, n)].get()}, {out[r].get()});
+  }
+}
+
+Buffers copies_of(RuntimeState& rt, const Buffers& in, uint64_t count) {
+  Buffers out;
+  for (const auto& b : in) {
+    auto c = allocate_like(rt, *b, count);
+    Recording rec = rt.begin(b->device());
+    copy(rec, *b, 0, *c, 0, count);
+    finish(rt, std::move(rec), {b.get()}, {c.get()});
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+Algorithm choose_algorithm(uint64_t bytes) {
+  const char* forced = std::getenv("MESHVK_COLLECTIVE_ALGO");
+  if (forced && *forced) {
+    const std::string f = forced;
+    if (f == "one_shot" || f == "oneshot") return Algorithm::one_shot;
+    if (f == "ring") return Algorithm::ring;
+    throw Error("MESHVK_COLLECTIVE_ALGO=" + f + " is not an algorithm; use one_shot or ring");
+  }
+  return bytes < kOneShotLimit ? Algorithm::one_shot : Algorithm::ring;
+}
+
+const char* algorithm_name(Algorithm a) { return a == Algorithm::one_shot ? "one_shot" : "ring"; }
+
+Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dtype, Reduction op, Algorithm algorithm) {
+  const int n = static_cast<int>(in.size());
+  if (n == 1 || count == 0) return copies_of(rt, in, count);
+  if (algorithm == Algorithm::ring && count >= static_cast<uint64_t>(64 * n)) {
+    Buffers acc = copies_of(rt, in, count);
+    const auto bounds = chunk_bounds(count, n);
+    // Reduce-scatter leaves chunk r complete on member r; the all-gather then spreads it.
+    ring_reduce_scatter(rt, acc, bounds, dtype, op);
+    ring_all_gather(rt, acc, bounds);
+    return acc;
+  }
+  // One-shot: every member copies all peers' inputs and folds them in rank order.
+  Buffers out;
+  for (int r = 0; r < n; ++r) {
+    auto result = allocate_like(rt, *in[r], count);
+    Recording rec = rt.begin(in[r]->device());
+    std::vector<const DeviceBuffer*> inputs, read;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) {
+        rec.wait_for(in[r]->ready());
+        inputs.push_back(in[r].get());
+      } else {
+        auto peer = allocate_like(rt, *in[r], count);
+        copy(rec, *in[q], 0, *peer, 0, count);
+        rec.keep_alive.push_back(peer);
+        inputs.push_back(peer.get());
+      }
+      read.push_back(in[q].get());
+    }
+    // The fold kernel takes at most 16 inputs; larger groups fold in stages.
+    for (size_t first = 0; inputs.size() > 16; first = 0) {
+      auto partial = allocate_like(rt, *in[r], count);
+      std::vector<const DeviceBuffer*> head(inputs.begin(), inputs.begin() + 16);
+      record_fold(rt, rec, head, std::vector<uint64_t>(16, 0), count, dtype, op, *partial, 0);
+      rec.keep_alive.push_back(partial);
+      inputs.erase(inputs.begin(), inputs.begin() + 16);
+      inputs.insert(inputs.begin(), partial.get());
+      (void)first;
+    }
+    record_fold(rt, rec, inputs, std::vector<uint64_t>(inputs.size(), 0), count, dtype, op, *result, 0);
+    finish(rt, std::move(rec), read, {result.get()});
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DType dtype, Reduction op,
+                       Algorithm algorithm) {
+  const int n = static_cast<int>(in.size());
+  const uint64_t count = chunk * n;
+  Buffers out;
+  if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0 && chunk > 0) {
+    Buffers acc = copies_of(rt, in, count);
+    std::vector<uint64_t> bounds(n + 1);
+    for (int c = 0; c <= n; ++c) bounds[c] = c * chunk;
+    ring_reduce_scatter(rt, acc, bounds, dtype, op);
+    for (int r = 0; r < n; ++r) {
+      auto result = allocate_like(rt, *acc[r], chunk);
+      Recording rec = rt.begin(acc[r]->device());
+      copy(rec, *acc[r], r * chunk, *result, 0, chunk);
+      finish(rt, std::move(rec), {acc[r].get()}, {result.get()});
+      out.push_back(std::move(result));
+    }
+    return out;
+  }
+  // One-shot: member r copies chunk r of every peer and folds them in rank order.
+  for (int r = 0; r < n; ++r) {
+    auto result = allocate_like(rt, *in[r], chunk);
+    Recording rec = rt.begin(in[r]->device());
+    std::vector<const DeviceBuffer*> inputs, read;
+    std::vector<uint64_t> starts;
+    for (int q = 0; q < n; ++q) {
+      auto piece = allocate_like(rt, *in[r], std::max<uint64_t>(chunk, 1));
+      copy(rec, *in[q], r * chunk, *piece, 0, chunk);
+      rec.keep_alive.push_back(piece);
+      inputs.push_back(piece.get());
+      starts.push_back(0);
+      read.push_back(in[q].get());
+    }
+    if (chunk) {
+      while (inputs.size() > 16) {
+        auto partial = allocate_like(rt, *in[r], chunk);
+        std::vector<const DeviceBuffer*> head(inputs.begin(), inputs.begin() + 16);
+        record_fold(rt, rec, head, std::vector<uint64_t>(16, 0), chunk, dtype, op, *partial, 0);
+        rec.keep_alive.push_back(partial);
+        inputs.erase(inputs.begin(), inputs.begin() + 16);
+        inputs.insert(inputs.begin(), partial.get());
+      }
+      record_fold(rt, rec, inputs, std::vector<uint64_t>(inputs.size(), 0), chunk, dtype, op, *result, 0);
+    }
+    finish(rt, std::move(rec), read, {result.get()});
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorithm algorithm) {
+  const int n = static_cast<int>(in.size());
+  Buffers out;
+  if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0) {
+    for (int r = 0; r < n; ++r) {
+      auto result = allocate_like(rt, *in[r], chunk * n);
+      Recording rec = rt.begin(in[r]->device());
+      copy(rec, *in[r], 0, *result, r * chunk, chunk);
+      finish(rt, std::move(rec), {in[r].get()}, {result.get()});
+      out.push_back(std::move(result));
+    }
+    std::vector<uint64_t> bounds(n + 1);
+    for (int c = 0; c <= n; ++c) bounds[c] = c * chunk;
+    ring_all_gather(rt, out, bounds);
+    return out;
+  }
+  for (int r = 0; r < n; ++r) {
+    auto result = allocate_like(rt, *in[r], chunk * n);
+    Recording rec = rt.begin(in[r]->device());
+    std::vector<const DeviceBuffer*> read;
+    for (int q = 0; q < n; ++q) {
+      copy(rec, *in[q], 0, *result, q * chunk, chunk);
+      read.push_back(in[q].get());
+    }
+    finish(rt, std::move(rec), read, {result.get()});
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk) {
+  const int n = static_cast<int>(in.size());
+  Buffers out;
+  for (int r = 0; r < n; ++r) {
+    auto result = allocate_like(rt, *in[r], chunk * n);
+    Recording rec = rt.begin(in[r]->device());
+    std::vector<const DeviceBuffer*> read;
+    for (int q = 0; q < n; ++q) {
+      copy(rec, *in[q], r * chunk, *result, q * chunk, chunk);
+      read.push_back(in[q].get());
+    }
+    finish(rt, std::move(rec), read, {result.get()});
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::vector<std::pair<int, int>>& pairs) {
+  const int n = static_cast<int>(in.size());
+  std::vector<int> source(n, -1);
+  for (const auto& [src, dst] : pairs) source[dst] = src;
+  Buffers out;
+  for (int r = 0; r < n; ++r) {
+    auto result = allocate_like(rt, *in[r], count);
+    Recording rec = rt.begin(in[r]->device());
+    std::vector<const DeviceBuffer*> read;
+    if (source[r] < 0) {
+      if (count) vkCmdFillBuffer(rec.cb, result->vk_buffer(), result->offset(), count * 4, 0);
+    } else {
+      copy(rec, *in[source[r]], 0, *result, 0, count);
+      read.push_back(in[source[r]].get());
+    }
+    finish(rt, std::move(rec), read, {result.get()});
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+Buffers broadcast(RuntimeState& rt, const Buffers& in, uint64_t count, int source) {
+  Buffers out;
+  for (size_t r = 0; r < in.size(); ++r) {
+    auto result = allocate_like(rt, *in[r], count);
+    Recording rec = rt.begin(in[r]->device());
+    copy(rec, *in[source], 0, *result, 0, count);
+    finish(rt, std::move(rec), {in[source].get()}, {result.get()});
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+}  // namespace meshvk::collectives

@@ -1,0 +1,288 @@
+// Collectives over named mesh axes inside shard_map: the mesh splits into groups of devices that
+// differ only along the named axes, and each group runs the collective among its members.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "collectives/collectives.hpp"
+#include "graph/array_impl.hpp"
+#include "graph/manual_context.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+#include "meshvk/shard_map.hpp"
+
+namespace meshvk {
+
+namespace {
+
+using collectives::Buffers;
+
+struct Groups {
+  std::vector<std::vector<int>> members;  // mesh positions, in rank order within each group
+  std::vector<int> rank;                  // rank of each mesh position within its group
+  int size = 1;
+};
+
+const Mesh& bound_mesh(const char* op, const AxisNames& axes) {
+  const Mesh* mesh = detail::current_manual_mesh();
+  if (!mesh)
+    throw Error(std::string(op) + ": axis '" + axes.names.front() +
+                "' is not bound; collectives run inside shard_map over a mesh with that axis");
+  if (axes.names.empty()) throw Error(std::string(op) + ": give at least one axis name");
+  for (const auto& a : axes.names) {
+    if (!mesh->has_axis(a)) {
+      std::string names;
+      for (const auto& n : mesh->axis_names()) names += (names.empty() ? "'" : ", '") + n + "'";
+      throw Error(std::string(op) + ": unbound axis name '" + a + "'; the shard_map mesh has axes " + names);
+    }
+    if (std::count(axes.names.begin(), axes.names.end(), a) > 1)
+      throw Error(std::string(op) + ": axis '" + a + "' is named twice");
+  }
+  return *mesh;
+}
+
+Groups groups_of(const Mesh& mesh, const std::vector<std::string>& axes) {
+  Groups g;
+  std::map<std::vector<int>, int> by_rest;
+  g.rank.resize(mesh.size());
+  for (const auto& a : axes) g.size *= mesh.axis_size(a);
+  for (int p = 0; p < mesh.size(); ++p) {
+    const std::vector<int> c = mesh.coords(p);
+    std::vector<int> rest;
+    for (int d = 0; d < mesh.ndim(); ++d)
+      if (std::find(axes.begin(), axes.end(), mesh.axis_names()[d]) == axes.end()) rest.push_back(c[d]);
+    int r = 0;
+    for (const auto& a : axes) {
+      const int d = mesh.axis_position(a);
+      r = r * mesh.axis_sizes()[d] + c[d];
+    }
+    auto [it, fresh] = by_rest.emplace(rest, static_cast<int>(g.members.size()));
+    if (fresh) g.members.emplace_back(g.size, -1);
+    g.members[it->second][r] = p;
+    g.rank[p] = r;
+  }
+  return g;
+}
+
+// `x` as a per-device value over the shard_map mesh: values made inside the body from no input
+// (constants) are the same on every device.
+Array on_mesh(const Array& x, const Mesh& mesh) {
+  const NamedSharding* n = x.sharding().named();
+  if (n && n->mesh().device_ids() == mesh.device_ids() && x.sharding().is_fully_replicated()) return x;
+  return device_put(x, NamedSharding(mesh, PartitionSpec()));
+}
+
+std::vector<std::string> with(std::vector<std::string> v, const std::vector<std::string>& more) {
+  for (const auto& a : more)
+    if (std::find(v.begin(), v.end(), a) == v.end()) v.push_back(a);
+  return v;
+}
+
+std::vector<std::string> without(std::vector<std::string> v, const std::vector<std::string>& less) {
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const std::string& a) { return std::find(less.begin(), less.end(), a) != less.end(); }), v.end());
+  return v;
+}
+
+// Runs `per_group` on each group's buffers (rank order) and returns a per-device value of
+// `shape` from the buffers it returns.
+template <class Fn>
+Array run_groups(const Array& x, const Mesh& mesh, const Groups& g, Shape shape, DType dtype,
+                 std::vector<std::string> varying, Fn per_group) {
+  auto rt = x.impl()->runtime;
+  std::lock_guard lock(rt->mutex());
+  const exec::ShardedValue& v = detail::materialized(x);
+  Buffers out(mesh.size());
+  for (const auto& members : g.members) {
+    Buffers in;
+    for (const int p : members) in.push_back(v.shards[p]);
+    Buffers res = per_group(*rt, in);
+    for (size_t r = 0; r < members.size(); ++r) out[members[r]] = res[r];
+  }
+  return detail::make_array(rt, exec::ShardedValue{std::move(shape), dtype, NamedSharding(mesh, PartitionSpec()), std::move(out)},
+                            true, std::move(varying));
+}
+
+Array reduce_over(const char* op, const Array& input, const AxisNames& axes, collectives::Reduction kind) {
+  const Mesh& mesh = bound_mesh(op, axes);
+  const Array x = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
+  const Groups g = groups_of(mesh, axes.names);
+  const uint64_t count = static_cast<uint64_t>(x.size());
+  return run_groups(x, mesh, g, x.shape(), x.dtype(), without(x.impl()->varying, axes.names),
+                    [&](detail::RuntimeState& rt, const Buffers& in) {
+                      return collectives::all_reduce(rt, in, count, x.dtype(), kind, collectives::choose_algorithm(count * 4));
+                    });
+}
+
+int normalize(int axis, int rank, const char* op, const char* what) {
+  if (axis < -rank || axis >= rank)
+    throw Error(std::string(op) + ": " + what + " " + std::to_string(axis) + " is out of range for a local array of rank " +
+                std::to_string(rank) + "; valid values are " + std::to_string(-rank) + ".." + std::to_string(rank - 1));
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Moves dimension `from` of x to position `to`.
+Array move_axis(const Array& x, int from, int to) {
+  if (from == to) return x;
+  std::vector<int> perm(x.ndim());
+  std::iota(perm.begin(), perm.end(), 0);
+  perm.erase(perm.begin() + from);
+  perm.insert(perm.begin() + to, from);
+  return transpose(x, perm);
+}
+
+}  // namespace
+
+Array psum(const Array& x, const AxisNames& axis_name) { return reduce_over("psum", x, axis_name, collectives::Reduction::sum); }
+Array pmax(const Array& x, const AxisNames& axis_name) { return reduce_over("pmax", x, axis_name, collectives::Reduction::max); }
+Array pmin(const Array& x, const AxisNames& axis_name) { return reduce_over("pmin", x, axis_name, collectives::Reduction::min); }
+
+Array pmean(const Array& x, const AxisNames& axis_name) {
+  const Array total = reduce_over("pmean", astype(x, DType::float32), axis_name, collectives::Reduction::sum);
+  return total / static_cast<float>(axis_size(axis_name));
+}
+
+int axis_size(const AxisNames& axis_name) {
+  const Mesh& mesh = bound_mesh("axis_size", axis_name);
+  int n = 1;
+  for (const auto& a : axis_name.names) n *= mesh.axis_size(a);
+  return n;
+}
+
+Array axis_index(const AxisNames& axis_name) {
+  const Mesh& mesh = bound_mesh("axis_index", axis_name);
+  const Groups g = groups_of(mesh, axis_name.names);
+  auto rt = Runtime::current().state();
+  std::lock_guard lock(rt->mutex());
+  Buffers out;
+  for (int p = 0; p < mesh.size(); ++p) {
+    const int32_t rank = g.rank[p];
+    auto piece = exec::upload(*rt, &rank, Shape{}, DType::int32, SingleDeviceSharding(mesh.device_ids()[p], mesh.platform()));
+    out.push_back(piece.shards.front());
+  }
+  return detail::make_array(rt, exec::ShardedValue{Shape{}, DType::int32, NamedSharding(mesh, PartitionSpec()), std::move(out)},
+                            true, axis_name.names);
+}
+
+Array all_gather(const Array& input, const AxisNames& axis_name, int axis, bool tiled) {
+  const Mesh& mesh = bound_mesh("all_gather", axis_name);
+  const Array x = on_mesh(input, mesh);
+  const int rank = static_cast<int>(x.ndim());
+  axis = normalize(axis, tiled ? rank : rank + 1, "all_gather", "axis");
+  const Groups g = groups_of(mesh, axis_name.names);
+  const uint64_t chunk = static_cast<uint64_t>(x.size());
+  Shape stacked = x.shape();
+  stacked.insert(stacked.begin(), g.size);
+  Array s = run_groups(x, mesh, g, stacked, x.dtype(), without(x.impl()->varying, axis_name.names),
+                       [&](detail::RuntimeState& rt, const Buffers& in) {
+                         return collectives::all_gather(rt, in, chunk, collectives::choose_algorithm(chunk * 4 * g.size));
+                       });
+  // Stacked in rank order along a new leading axis; move it where it was asked for.
+  s = move_axis(s, 0, axis);
+  if (!tiled) return s;
+  Shape merged = x.shape();
+  merged[axis] *= g.size;
+  return reshape(s, merged);
+}
+
+Array psum_scatter(const Array& input, const AxisNames& axis_name, int scatter_dimension, bool tiled) {
+  const Mesh& mesh = bound_mesh("psum_scatter", axis_name);
+  const Array x0 = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
+  const int rank = static_cast<int>(x0.ndim());
+  const int dim = normalize(scatter_dimension, rank, "psum_scatter", "scatter_dimension");
+  const Groups g = groups_of(mesh, axis_name.names);
+  const int64_t extent = x0.shape()[dim];
+  if (tiled ? extent % g.size != 0 : extent != g.size)
+    throw Error("psum_scatter: dimension " + std::to_string(dim) + " of the local shape " + shape_to_string(x0.shape()) +
+                " has size " + std::to_string(extent) + (tiled ? ", which is not divisible by " : ", which must equal ") +
+                std::to_string(g.size) + ", the size of the group over " + axis_name.names.front() +
+                (tiled ? "" : " (or pass tiled = true)"));
+  const Array x = move_axis(x0, dim, 0);  // chunk r is then contiguous
+  const uint64_t chunk = static_cast<uint64_t>(x.size() / g.size);
+  Shape piece = x.shape();
+  piece[0] /= g.size;
+  Array r = run_groups(x, mesh, g, piece, x.dtype(), with(x.impl()->varying, axis_name.names),
+                       [&](detail::RuntimeState& rt, const Buffers& in) {
+                         return collectives::reduce_scatter(rt, in, chunk, x.dtype(), collectives::Reduction::sum,
+                                                            collectives::choose_algorithm(chunk * 4 * g.size));
+                       });
+  r = move_axis(r, 0, dim);
+  if (tiled) return r;
+  Shape squeezed = r.shape();
+  squeezed.erase(squeezed.begin() + dim);
+  return reshape(r, squeezed);
+}
+
+Array ppermute(const Array& input, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm) {
+  const Mesh& mesh = bound_mesh("ppermute", axis_name);
+  const Array x = on_mesh(input, mesh);
+  const Groups g = groups_of(mesh, axis_name.names);
+  std::vector<bool> src_seen(g.size), dst_seen(g.size);
+  for (const auto& [src, dst] : perm) {
+    if (src < 0 || src >= g.size || dst < 0 || dst >= g.size)
+      throw Error("ppermute: pair (" + std::to_string(src) + ", " + std::to_string(dst) + ") is outside 0.." +
+                  std::to_string(g.size - 1) + ", the indices along the permuted axes");
+    if (src_seen[src] || dst_seen[dst])
+      throw Error("ppermute: index " + std::to_string(src_seen[src] ? src : dst) + " appears twice as a " +
+                  (src_seen[src] ? "source" : "destination") + "; a permutation sends from and to each index at most once");
+    src_seen[src] = dst_seen[dst] = true;
+  }
+  const uint64_t count = static_cast<uint64_t>(x.size());
+  return run_groups(x, mesh, g, x.shape(), x.dtype(), with(x.impl()->varying, axis_name.names),
+                    [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::permute(rt, in, count, perm); });
+}
+
+Array pbroadcast(const Array& input, const AxisNames& axis_name, int source) {
+  const Mesh& mesh = bound_mesh("pbroadcast", axis_name);
+  const Array x = on_mesh(input, mesh);
+  const Groups g = groups_of(mesh, axis_name.names);
+  if (source < 0 || source >= g.size)
+    throw Error("pbroadcast: source " + std::to_string(source) + " is outside 0.." + std::to_string(g.size - 1));
+  const uint64_t count = static_cast<uint64_t>(x.size());
+  return run_groups(x, mesh, g, x.shape(), x.dtype(), without(x.impl()->varying, axis_name.names),
+                    [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::broadcast(rt, in, count, source); });
+}
+
+Array all_to_all(const Array& input, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled) {
+  const Mesh& mesh = bound_mesh("all_to_all", axis_name);
+  const Array x0 = on_mesh(input, mesh);
+  const int rank = static_cast<int>(x0.ndim());
+  int split = normalize(split_axis, rank, "all_to_all", "split_axis");
+  int concat = normalize(concat_axis, rank, "all_to_all", "concat_axis");
+  const Groups g = groups_of(mesh, axis_name.names);
+  const int64_t extent = x0.shape()[split];
+  if (tiled ? extent % g.size != 0 : extent != g.size)
+    throw Error("all_to_all: split_axis " + std::to_string(split) + " of the local shape " + shape_to_string(x0.shape()) +
+                " has size " + std::to_string(extent) + (tiled ? ", which is not divisible by " : ", which must equal ") +
+                std::to_string(g.size) + ", the size of the group");
+  if (!tiled) {
+    // As JAX does: a unit axis at concat_axis takes the n received pieces, then the split axis
+    // (now of size 1) goes away.
+    if (split == concat) return all_to_all(x0, axis_name, split, concat, true);
+    if (split < concat) ++concat;
+    Shape expanded = x0.shape();
+    expanded.insert(expanded.begin() + concat, 1);
+    if (concat <= split) ++split;
+    const Array r = all_to_all(reshape(x0, expanded), axis_name, split, concat, true);
+    Shape squeezed = r.shape();
+    squeezed.erase(squeezed.begin() + split);
+    return reshape(r, squeezed);
+  }
+  // Chunk j of the split axis goes to member j; member r receives chunk r of every member and
+  // stacks them in rank order along a new leading axis.
+  const Array x = move_axis(x0, split, 0);
+  const uint64_t chunk = static_cast<uint64_t>(x.size() / g.size);
+  Shape received = x.shape();
+  received[0] /= g.size;
+  received.insert(received.begin(), g.size);  // [n, split/n, other dims...]
+  Array r = run_groups(x, mesh, g, received, x.dtype(), with(x.impl()->varying, axis_name.names),
+                       [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::all_to_all(rt, in, chunk); });
+  r = move_axis(r, 1, split + 1);  // [n, the input's dimensions with the split one shrunk]
+  r = move_axis(r, 0, concat);     // the source index just before the concat dimension, major
+  Shape merged = x0.shape();
+  merged[split] /= g.size;
+  merged[concat] *= g.size;
+  return reshape(r, merged);
+}
+
+}  // namespace meshvk

@@ -1,0 +1,104 @@
+// shard_map: the body runs once, as one program for every device of the mesh. Inside it, a
+// per-device value is an Array over the mesh's devices whose pieces are whole local arrays that
+// differ from device to device; every op already works piece by piece, and collectives move
+// data between the pieces.
+#include "meshvk/shard_map.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "graph/array_impl.hpp"
+#include "graph/manual_context.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/sharding.hpp"
+
+namespace meshvk {
+
+namespace detail {
+
+namespace {
+thread_local std::vector<Mesh> manual_meshes;
+}
+
+const Mesh* current_manual_mesh() { return manual_meshes.empty() ? nullptr : &manual_meshes.back(); }
+ManualScope::ManualScope(const Mesh& mesh) { manual_meshes.push_back(mesh); }
+ManualScope::~ManualScope() { manual_meshes.pop_back(); }
+
+}  // namespace detail
+
+namespace {
+
+Mesh manual_version(const Mesh& mesh) {
+  return Mesh(mesh.axis_sizes(), mesh.axis_names(), std::vector<AxisType>(mesh.ndim(), AxisType::Manual),
+              mesh.device_ids(), mesh.platform());
+}
+
+}  // namespace
+
+std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
+                                  const std::vector<PartitionSpec>& in_specs,
+                                  const std::vector<PartitionSpec>& out_specs, const std::vector<Array>& args) {
+  if (args.size() != in_specs.size())
+    throw Error("shard_map: " + std::to_string(in_specs.size()) + " in_specs for " + std::to_string(args.size()) +
+                " arguments; give one PartitionSpec per argument");
+  const Mesh manual = manual_version(mesh);
+  std::vector<Array> locals;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const NamedSharding sharding(mesh, in_specs[i]);
+    Array placed;
+    try {
+      placed = device_put(args[i], sharding);
+    } catch (const Error& e) {
+      throw Error("shard_map: argument " + std::to_string(i) + " of shape " + shape_to_string(args[i].shape()) +
+                  " cannot be split by in_specs[" + std::to_string(i) + "] = " + in_specs[i].to_string() + ": " + e.what());
+    }
+    const exec::ShardedValue& v = detail::materialized(placed);
+    exec::ShardedValue local{Sharding(sharding).shard_shape(v.shape), v.dtype, NamedSharding(manual, PartitionSpec()),
+                             v.shards};
+    locals.push_back(detail::make_array(placed.impl()->runtime, std::move(local), true, in_specs[i].axes()));
+  }
+
+  std::vector<Array> results;
+  {
+    const detail::ManualScope scope(manual);
+    results = body(locals);
+  }
+  if (results.size() != out_specs.size())
+    throw Error("shard_map: the function returned " + std::to_string(results.size()) + " arrays but " +
+                std::to_string(out_specs.size()) + " out_specs were given");
+
+  std::vector<Array> outputs;
+  for (size_t i = 0; i < results.size(); ++i) {
+    Array r = results[i];
+    if (!r.valid()) throw Error("shard_map: output " + std::to_string(i) + " is an empty Array");
+    const NamedSharding* rn = r.sharding().named();
+    if (!rn || rn->mesh().device_ids() != mesh.device_ids() || !r.sharding().is_fully_replicated()) {
+      if (r.committed() && rn && rn->mesh().device_ids() != mesh.device_ids())
+        throw Error("shard_map: output " + std::to_string(i) + " lives on other devices than the mesh");
+      // A value made inside the body without inputs (a constant) is the same on every device.
+      r = device_put(r, NamedSharding(manual, PartitionSpec()));
+    }
+    const PartitionSpec& spec = out_specs[i];
+    const NamedSharding out_sharding(mesh, spec);
+    if (spec.size() > r.ndim())
+      throw Error("shard_map: out_specs[" + std::to_string(i) + "] = " + spec.to_string() + " has more entries than output " +
+                  std::to_string(i) + " has dimensions (local shape " + shape_to_string(r.shape()) + ")");
+    const std::vector<std::string> named = spec.axes();
+    for (const auto& axis : mesh.axis_names()) {
+      if (std::find(named.begin(), named.end(), axis) != named.end()) continue;
+      const auto& varying = r.impl()->varying;
+      if (std::find(varying.begin(), varying.end(), axis) != varying.end())
+        throw Error("shard_map: out_specs[" + std::to_string(i) + "] = " + spec.to_string() + " claims output " +
+                    std::to_string(i) + " is replicated over mesh axis '" + axis +
+                    "', but its value varies along '" + axis + "'; reduce it over '" + axis +
+                    "' (psum, pmean, all_gather) or name '" + axis + "' in the out_spec");
+    }
+    Shape global = r.shape();
+    for (size_t d = 0; d < spec.size(); ++d) global[d] *= out_sharding.num_shards(d);
+    const exec::ShardedValue& v = detail::materialized(r);
+    outputs.push_back(detail::make_array(r.impl()->runtime, exec::ShardedValue{global, v.dtype, out_sharding, v.shards}, true));
+  }
+  return outputs;
+}
+
+}  // namespace meshvk
