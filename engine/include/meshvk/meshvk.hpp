@@ -3,6 +3,7 @@
 #include "meshvk/array.hpp"
 #include "meshvk/dtype.hpp"
 #include "meshvk/error.hpp"
+#include "meshvk/jit.hpp"
 #include "meshvk/mesh.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/partition_spec.hpp"

@@ -118,6 +118,24 @@ ShardedValue fill(RuntimeState& rt, const Shape& shape, DType dtype, uint32_t wo
   return v;
 }
 
+ShardedValue copy_value(RuntimeState& rt, const ShardedValue& value) {
+  ShardedValue out{value.shape, value.dtype, value.sharding, {}};
+  for (const auto& piece : value.shards) {
+    auto buffer = rt.allocate(piece->device(), piece->bytes());
+    Recording rec = rt.begin(piece->device());
+    rec.wait_for(piece->ready());
+    if (piece->bytes()) {
+      const VkBufferCopy region{piece->offset(), buffer->offset(), piece->bytes()};
+      vkCmdCopyBuffer(rec.cb, piece->vk_buffer(), buffer->vk_buffer(), 1, &region);
+    }
+    const Fence f = rt.submit(std::move(rec));
+    piece->used_by(f);
+    buffer->written_by(f);
+    out.shards.push_back(std::move(buffer));
+  }
+  return out;
+}
+
 ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target) {
   check_devices(rt, target);
   const auto from = value.sharding.devices_indices_map(value.shape);

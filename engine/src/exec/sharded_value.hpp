@@ -33,6 +33,9 @@ ShardedValue fill(detail::RuntimeState& rt, const Shape& shape, DType dtype, uin
 // pieces already in place are shared, not copied.
 ShardedValue reshard(detail::RuntimeState& rt, const ShardedValue& value, const Sharding& target);
 
+// A copy of every piece in fresh buffers.
+ShardedValue copy_value(detail::RuntimeState& rt, const ShardedValue& value);
+
 // Throws Error when `sharding` names devices the runtime does not have.
 void check_devices(const detail::RuntimeState& rt, const Sharding& sharding);
 

@@ -108,6 +108,8 @@ void Array::copy_to_host(void* dst, DType expected) const {
     for (const AxisType t : n->mesh().axis_types())
       if (t == AxisType::Manual)
         throw Error("to_host: this is a per-device value inside shard_map; return it through the out_specs and read the result");
+  if (a.runtime->capture())
+    throw Error("to_host: values cannot be read while jit traces a function; return them from the function instead");
   std::lock_guard lock(a.runtime->mutex());
   exec::download(*a.runtime, detail::materialized(*this), dst);
 }

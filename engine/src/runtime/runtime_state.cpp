@@ -58,6 +58,14 @@ void DeviceBuffer::written_by(const Fence& f) {
 
 void DeviceBuffer::used_by(const Fence& f) {
   if (!f.none()) last_use_[f.device] = std::max(last_use_[f.device], f.value);
+  // A captured program reads and writes this buffer again on every replay.
+  if (Capture* c = runtime_->capture()) c->retain(shared_from_this());
+}
+
+void Capture::retain(std::shared_ptr<DeviceBuffer> buffer) {
+  for (const auto& b : buffers)
+    if (b == buffer) return;
+  buffers.push_back(std::move(buffer));
 }
 
 RuntimeState::RuntimeState(const RuntimeOptions& options) {
@@ -136,7 +144,9 @@ std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes)
     a = pool.try_allocate(bytes);
   }
   if (!a) throw Error(budget_error(device, pool.aligned(bytes)));
-  return std::make_shared<DeviceBuffer>(shared_from_this(), device, *a, bytes);
+  auto buffer = std::make_shared<DeviceBuffer>(shared_from_this(), device, *a, bytes);
+  if (capture_) capture_->retain(buffer);
+  return buffer;
 }
 
 void RuntimeState::retire(int device, const runtime::Allocation& allocation,
@@ -186,19 +196,54 @@ Recording RuntimeState::begin(int device) {
     s.idle.pop_back();
   }
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  r.captured = capture_ != nullptr;
+  // Captured buffers are submitted again on replay, possibly while the previous one is pending.
+  begin.flags = r.captured ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk::check(vkBeginCommandBuffer(r.cb, &begin), "vkBeginCommandBuffer");
   return r;
 }
 
 Fence RuntimeState::submit(Recording&& r) {
   std::lock_guard lock(mutex_);
-  Stream& s = *streams_[r.device];
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
+  const Fence f = submit_command_buffer(r.device, r.cb, r.waits);
+  if (r.captured && capture_) {
+    capture_->submissions.push_back({r.device, r.cb, r.waits, f.value});
+    for (auto& k : r.keep_alive) capture_->keep_alive.push_back(std::move(k));
+  } else {
+    streams_[r.device]->in_flight.push_back({f.value, r.cb, std::move(r.keep_alive)});
+  }
+  return f;
+}
 
+Fence RuntimeState::resubmit(int device, VkCommandBuffer cb, const std::vector<Fence>& waits) {
+  std::lock_guard lock(mutex_);
+  return submit_command_buffer(device, cb, waits);
+}
+
+void RuntimeState::release_command_buffer(int device, VkCommandBuffer cb) {
+  std::lock_guard lock(mutex_);
+  streams_[device]->pool.free(cb);
+}
+
+void RuntimeState::begin_capture(Capture* capture) {
+  std::lock_guard lock(mutex_);
+  capture_ = capture;
+  capture->start_values.clear();
+  for (const auto& s : streams_) capture->start_values.push_back(s->last_submitted);
+}
+
+void RuntimeState::end_capture() {
+  std::lock_guard lock(mutex_);
+  capture_ = nullptr;
+}
+
+Fence RuntimeState::submit_command_buffer(int device, VkCommandBuffer cb, const std::vector<Fence>& waits) {
+  Stream& s = *streams_[device];
   // One wait per device, on the highest value needed from it.
   std::vector<uint64_t> need(streams_.size(), 0);
-  for (const Fence& f : r.waits) need[f.device] = std::max(need[f.device], f.value);
+  for (const Fence& f : waits)
+    if (!f.none()) need[f.device] = std::max(need[f.device], f.value);
   std::vector<VkSemaphore> wait_semaphores;
   std::vector<uint64_t> wait_values;
   std::vector<VkPipelineStageFlags> wait_stages;
@@ -221,8 +266,8 @@ Fence RuntimeState::submit(Recording&& r) {
   submit.waitSemaphoreCount = static_cast<uint32_t>(wait_semaphores.size());
   submit.pWaitSemaphores = wait_semaphores.data();
   submit.pWaitDstStageMask = wait_stages.data();
-  submit.commandBufferCount = 1;
-  submit.pCommandBuffers = &r.cb;
+  submit.commandBufferCount = cb ? 1 : 0;
+  submit.pCommandBuffers = &cb;
   submit.signalSemaphoreCount = 1;
   submit.pSignalSemaphores = &signal_semaphore;
   {
@@ -230,8 +275,7 @@ Fence RuntimeState::submit(Recording&& r) {
     vk::check(vkQueueSubmit(s.queue.handle, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
   }
   s.last_submitted = signal;
-  s.in_flight.push_back({signal, r.cb, std::move(r.keep_alive)});
-  return Fence{r.device, signal};
+  return Fence{device, signal};
 }
 
 bool RuntimeState::reached(const Fence& f) {

@@ -31,6 +31,7 @@ struct Fence {
 // stay alive until they finish.
 struct Recording {
   int device = 0;
+  bool captured = false;  // recorded while a Capture is active: kept for replay
   VkCommandBuffer cb = VK_NULL_HANDLE;
   std::vector<Fence> waits;
   std::vector<std::shared_ptr<const void>> keep_alive;
@@ -56,11 +57,28 @@ struct Stream {
 };
 
 class RuntimeState;
+class DeviceBuffer;
+
+// Everything submitted while a jit trace runs: the command buffers in submission order with the
+// fences they waited for and signalled, and every buffer they touched, kept for replay.
+struct Capture {
+  struct Submission {
+    int device;
+    VkCommandBuffer cb;
+    std::vector<Fence> waits;
+    uint64_t signal;
+  };
+  std::vector<Submission> submissions;
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  std::vector<std::shared_ptr<DeviceBuffer>> buffers;
+  std::vector<uint64_t> start_values;  // each device's last submitted value when the trace began
+  void retain(std::shared_ptr<DeviceBuffer> buffer);
+};
 
 // A range of a virtual device's memory holding one array piece. It tracks the submission that
 // wrote it and the last submission of each device that used it, so that its memory returns to
 // the pool only after all of them finished.
-class DeviceBuffer {
+class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
  public:
   DeviceBuffer(std::shared_ptr<RuntimeState> runtime, int device, runtime::Allocation allocation,
                uint64_t bytes);
@@ -129,6 +147,16 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // Compute dispatches recorded so far, over all devices (tests check fusion with it).
   std::atomic<uint64_t> dispatches{0};
 
+  // While a capture is active, every recording is kept for replay instead of recycled.
+  void begin_capture(Capture* capture);
+  void end_capture();
+  Capture* capture() const { return capture_; }
+  // Submits a captured command buffer again, with new timeline values.
+  Fence resubmit(int device, VkCommandBuffer cb, const std::vector<Fence>& waits);
+  // Returns a captured command buffer to its device's pool.
+  void release_command_buffer(int device, VkCommandBuffer cb);
+  uint64_t last_submitted(int device) const { return streams_[device]->last_submitted; }
+
  private:
   friend class DeviceBuffer;
   void retire(int device, const runtime::Allocation& allocation, std::vector<uint64_t> last_use);
@@ -150,6 +178,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::vector<Retired> retired_;
   std::map<std::string, std::unique_ptr<vk::ComputePipeline>> pipelines_;
   uint64_t wait_timeout_ns_;
+  Capture* capture_ = nullptr;
+  Fence submit_command_buffer(int device, VkCommandBuffer cb, const std::vector<Fence>& waits);
 };
 
 }  // namespace meshvk::detail

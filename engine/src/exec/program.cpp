@@ -1,0 +1,103 @@
+#include "exec/program.hpp"
+
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "meshvk/error.hpp"
+
+namespace meshvk::exec {
+
+using detail::Fence;
+using detail::Recording;
+
+Program::Program(std::shared_ptr<detail::RuntimeState> rt, std::unique_ptr<detail::Capture> capture,
+                 std::vector<ShardedValue> inputs, std::vector<ShardedValue> outputs)
+    : rt_(std::move(rt)), capture_(std::move(capture)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+  for (int d = 0; d < rt_->num_devices(); ++d) last_replay_.push_back(Fence{d, rt_->last_submitted(d)});
+}
+
+Program::~Program() {
+  try {
+    for (const Fence& f : last_replay_) rt_->wait(f, "releasing a jit program");
+  } catch (const Error&) {
+    return;  // a device that never finishes: leak rather than free memory it may still use
+  }
+  for (const auto& s : capture_->submissions) rt_->release_command_buffer(s.device, s.cb);
+}
+
+std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& inputs) {
+  std::lock_guard lock(rt_->mutex());
+  const int n = rt_->num_devices();
+  // 1. Each device waits until every device finished the previous replay (its buffers are
+  //    reused), then copies the new inputs into the traced input buffers it holds.
+  std::vector<Fence> refreshed(n);
+  std::set<int> used;
+  for (const auto& s : capture_->submissions) used.insert(s.device);
+  for (const auto& v : inputs_)
+    for (const auto& b : v.shards) used.insert(b->device());
+  for (const auto& v : outputs_)
+    for (const auto& b : v.shards) used.insert(b->device());
+  for (const int d : used) {
+    Recording rec = rt_->begin(d);
+    for (const Fence& f : last_replay_) rec.wait_for(f);
+    std::vector<detail::DeviceBuffer*> read;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      for (size_t k = 0; k < inputs[i].shards.size(); ++k) {
+        detail::DeviceBuffer& dst = *inputs_[i].shards[k];
+        if (dst.device() != d) continue;
+        const detail::DeviceBuffer& src = *inputs[i].shards[k];
+        rec.wait_for(src.ready());
+        if (&src == &dst || src.bytes() == 0) continue;
+        const VkBufferCopy region{src.offset(), dst.offset(), src.bytes()};
+        vkCmdCopyBuffer(rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
+        read.push_back(const_cast<detail::DeviceBuffer*>(&src));
+      }
+    refreshed[d] = rt_->submit(std::move(rec));
+    for (auto* b : read) b->used_by(refreshed[d]);
+  }
+  // 2. The traced submissions again, their waits moved to this replay's timeline values: waits
+  //    on work from before the trace become waits on the refresh of that device.
+  std::map<std::pair<int, uint64_t>, uint64_t> moved;
+  auto remap = [&](const Fence& f) -> Fence {
+    if (f.none()) return f;
+    if (f.value <= capture_->start_values[f.device]) return refreshed[f.device].none() ? Fence{} : refreshed[f.device];
+    const auto it = moved.find({f.device, f.value});
+    if (it == moved.end()) throw Error("internal: a traced submission waits on work outside its program");
+    return Fence{f.device, it->second};
+  };
+  std::vector<Fence> last(n);
+  for (const auto& s : capture_->submissions) {
+    std::vector<Fence> waits{refreshed[s.device]};
+    for (const Fence& w : s.waits) waits.push_back(remap(w));
+    const Fence f = rt_->resubmit(s.device, s.cb, waits);
+    moved[{s.device, s.signal}] = f.value;
+    last[s.device] = f;
+  }
+  // 3. Outputs are copied out, so results of earlier calls stay valid.
+  std::vector<ShardedValue> out;
+  for (const ShardedValue& v : outputs_) {
+    ShardedValue copy{v.shape, v.dtype, v.sharding, {}};
+    for (const auto& b : v.shards) {
+      auto fresh = rt_->allocate(b->device(), b->bytes());
+      Recording rec = rt_->begin(b->device());
+      rec.wait_for(remap(b->ready()));
+      rec.wait_for(last[b->device()]);
+      if (b->bytes()) {
+        const VkBufferCopy region{b->offset(), fresh->offset(), b->bytes()};
+        vkCmdCopyBuffer(rec.cb, b->vk_buffer(), fresh->vk_buffer(), 1, &region);
+      }
+      const Fence f = rt_->submit(std::move(rec));
+      fresh->written_by(f);
+      last[b->device()] = f;
+      copy.shards.push_back(std::move(fresh));
+    }
+    out.push_back(std::move(copy));
+  }
+  for (int d = 0; d < n; ++d)
+    if (!last[d].none()) last_replay_[d] = last[d];
+    else if (!refreshed[d].none()) last_replay_[d] = refreshed[d];
+  return out;
+}
+
+}  // namespace meshvk::exec

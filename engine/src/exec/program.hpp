@@ -1,0 +1,32 @@
+#pragma once
+// A compiled per-device program: the command buffers a jit trace recorded on every virtual
+// device, with the semaphore dependencies between them, replayed on later calls with new inputs.
+#include <memory>
+#include <vector>
+
+#include "exec/sharded_value.hpp"
+#include "runtime/runtime_state.hpp"
+
+namespace meshvk::exec {
+
+class Program {
+ public:
+  Program(std::shared_ptr<detail::RuntimeState> rt, std::unique_ptr<detail::Capture> capture,
+          std::vector<ShardedValue> inputs, std::vector<ShardedValue> outputs);
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  // Runs the program on `inputs` (laid out exactly as the traced ones) and returns fresh outputs.
+  std::vector<ShardedValue> replay(const std::vector<ShardedValue>& inputs);
+
+  size_t submissions() const { return capture_->submissions.size(); }
+
+ private:
+  std::shared_ptr<detail::RuntimeState> rt_;
+  std::unique_ptr<detail::Capture> capture_;
+  std::vector<ShardedValue> inputs_, outputs_;
+  std::vector<detail::Fence> last_replay_;  // per device: where the previous replay ended
+};
+
+}  // namespace meshvk::exec

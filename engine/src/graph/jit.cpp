@@ -1,0 +1,183 @@
+// jit: the first call with new shapes, dtypes or shardings traces the function by running it
+// under a capture (every op runs for real and its command buffers are kept, with the buffers they
+// touch); later calls replay the captured program with the new inputs copied in.
+#include "meshvk/jit.hpp"
+
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "exec/program.hpp"
+#include "exec/program_log.hpp"
+#include "graph/array_impl.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/runtime.hpp"
+
+namespace meshvk {
+
+namespace {
+
+std::string layout_text(const Array& x) {
+  std::string s = typeof(x);
+  if (const NamedSharding* n = x.sharding().named()) s += " " + n->spec().to_string();
+  else s += " on device " + std::to_string(x.sharding().device_ids().front());
+  return s;
+}
+
+struct Compiled {
+  std::unique_ptr<exec::Program> program;
+  std::string text;
+};
+
+}  // namespace
+
+struct JitFunction::State {
+  JitBody body;
+  JitOptions options;
+  std::mutex mutex;
+  std::map<std::string, Compiled> cache;
+  size_t traces = 0;
+
+  std::vector<Array> place_inputs(const std::vector<Array>& args) const {
+    if (!options.in_shardings.empty() && options.in_shardings.size() != args.size())
+      throw Error("jit(" + options.name + "): " + std::to_string(options.in_shardings.size()) + " in_shardings for " +
+                  std::to_string(args.size()) + " arguments; give one per argument (nullopt to follow the data)");
+    std::vector<Array> placed;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].valid()) throw Error("jit(" + options.name + "): argument " + std::to_string(i) + " is an empty Array");
+      const auto& want = options.in_shardings.empty() ? std::optional<Sharding>() : options.in_shardings[i];
+      placed.push_back(want ? device_put(args[i], *want) : args[i]);
+    }
+    return placed;
+  }
+
+  static std::string key_of(const std::vector<Array>& args) {
+    std::string key;
+    for (const Array& a : args)
+      key += typeof(a) + "|" + a.sharding().to_string() + (a.committed() ? "|c;" : "|u;");
+    return key;
+  }
+
+  std::vector<Array> place_outputs(std::vector<Array> results) const {
+    if (!options.out_shardings.empty() && options.out_shardings.size() != results.size())
+      throw Error("jit(" + options.name + "): " + std::to_string(options.out_shardings.size()) + " out_shardings for " +
+                  std::to_string(results.size()) + " results");
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (!options.out_shardings.empty() && options.out_shardings[i]) {
+        const Sharding& want = *options.out_shardings[i];
+        if (!results[i].sharding().is_equivalent_to(want, results[i].ndim())) {
+          exec::log_op("out_shardings[" + std::to_string(i) + "]: " + results[i].sharding().to_string() + " -> " + want.to_string());
+          results[i] = device_put(results[i], want);
+        } else {
+          results[i] = device_put(results[i], want);  // same buffers, the requested sharding object
+        }
+      }
+      detail::materialized(results[i]);
+    }
+    return results;
+  }
+
+  // Traces `args` into a program; returns the trace's own results (copied out of the program).
+  std::vector<Array> trace(const std::string& key, const std::vector<Array>& args) {
+    auto rt = Runtime::current().state();
+    std::vector<exec::ShardedValue> inputs;
+    for (const Array& a : args) inputs.push_back(detail::materialized(a));
+    auto capture = std::make_unique<detail::Capture>();
+    exec::ProgramLog log;
+    std::vector<Array> results;
+    rt->begin_capture(capture.get());
+    try {
+      results = place_outputs(body(args));
+    } catch (...) {
+      rt->end_capture();
+      exec::Program failed(rt, std::move(capture), {}, {});  // waits for and frees what ran
+      throw;
+    }
+    rt->end_capture();
+    ++traces;
+    std::vector<exec::ShardedValue> outputs;
+    for (const Array& r : results) outputs.push_back(detail::materialized(r));
+
+    std::ostringstream text;
+    text << "jit(" << options.name << ") on " << rt->num_devices() << " devices\n";
+    for (size_t i = 0; i < args.size(); ++i) text << "  in" << i << ": " << layout_text(args[i]) << "\n";
+    for (const auto& line : log.lines()) text << "  " << line << "\n";
+    for (size_t i = 0; i < results.size(); ++i) text << "  out" << i << ": " << layout_text(results[i]) << "\n";
+
+    Compiled c{std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs), text.str()};
+    cache[key] = std::move(c);
+    std::vector<Array> copies;
+    std::lock_guard lock(rt->mutex());
+    for (const auto& v : outputs) copies.push_back(detail::make_array(rt, exec::copy_value(*rt, v), true));
+    return copies;
+  }
+};
+
+JitFunction::JitFunction(JitBody body, JitOptions options) : state_(std::make_shared<State>()) {
+  state_->body = std::move(body);
+  state_->options = std::move(options);
+}
+
+std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
+  std::lock_guard lock(state_->mutex);
+  const std::vector<Array> placed = state_->place_inputs(args);
+  const std::string key = State::key_of(placed);
+  auto it = state_->cache.find(key);
+  if (it == state_->cache.end()) return state_->trace(key, placed);
+  auto rt = Runtime::current().state();
+  std::vector<exec::ShardedValue> inputs;
+  for (const Array& a : placed) inputs.push_back(detail::materialized(a));
+  std::vector<Array> out;
+  for (auto& v : it->second.program->replay(inputs)) out.push_back(detail::make_array(rt, std::move(v), true));
+  return out;
+}
+
+std::string JitFunction::program_text(const std::vector<Array>& args) const {
+  {
+    std::lock_guard lock(state_->mutex);
+    const std::vector<Array> placed = state_->place_inputs(args);
+    const std::string key = State::key_of(placed);
+    auto it = state_->cache.find(key);
+    if (it != state_->cache.end()) return it->second.text;
+  }
+  call(args);
+  std::lock_guard lock(state_->mutex);
+  return state_->cache.at(State::key_of(state_->place_inputs(args))).text;
+}
+
+size_t JitFunction::cache_size() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->cache.size();
+}
+
+size_t JitFunction::traces() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->traces;
+}
+
+void jit_arity_error(size_t n) {
+  throw Error("jit: the function cannot be called with " + std::to_string(n) +
+              " Array arguments; check the number of arguments");
+}
+
+Array with_sharding_constraint(const Array& x, const Sharding& sharding) {
+  if (!x.sharding().is_equivalent_to(sharding, x.ndim()))
+    exec::log_op("with_sharding_constraint: " + x.sharding().to_string() + " -> " + sharding.to_string());
+  return device_put(x, sharding);
+}
+
+Array reshard(const Array& x, const PartitionSpec& spec) {
+  const NamedSharding* n = x.sharding().named();
+  if (!n)
+    throw Error("reshard: the array is on a single device (" + x.sharding().to_string() +
+                "); give a NamedSharding, or device_put it onto a mesh first");
+  return reshard(x, NamedSharding(n->mesh(), spec));
+}
+
+Array reshard(const Array& x, const Sharding& sharding) {
+  if (!x.sharding().is_equivalent_to(sharding, x.ndim()))
+    exec::log_op("reshard: " + x.sharding().to_string() + " -> " + sharding.to_string());
+  return device_put(x, sharding);
+}
+
+}  // namespace meshvk

@@ -1,0 +1,94 @@
+// jit: trace once, replay with new inputs, propagation of shardings, constraints, program text.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "meshvk/meshvk.hpp"
+#include "runtime/runtime_state.hpp"
+#include "test_support.hpp"
+
+namespace mv = meshvk;
+using mv::Array;
+using mv::P;
+
+TEST(Jit, TracesOnceAndReplaysWithNewValues) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const auto sharding = mv::NamedSharding(mesh, P("x", "y"));
+  const auto f = mv::jit([](const Array& x) { return 2 * mv::sin(x) + 1; });
+  const auto a = mv::device_put(mv::arange(32.f).reshape({4, 8}), sharding);
+  const auto r1 = f(a);
+  EXPECT_EQ(r1.sharding(), a.sharding());  // computation follows data
+  const auto b = mv::device_put(mv::arange(32.f, 64.f).reshape({4, 8}), sharding);
+  const auto r2 = f(b);
+  const auto v1 = r1.to_host<float>(), v2 = r2.to_host<float>();
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_NEAR(v1[i], 2 * std::sin(float(i)) + 1, 1e-6f);
+    ASSERT_NEAR(v2[i], 2 * std::sin(float(i + 32)) + 1, 1e-5f);
+  }
+  EXPECT_EQ(f.function().traces(), 1u);
+  EXPECT_EQ(f.function().cache_size(), 1u);
+  // A new sharding is a new program.
+  f(mv::device_put(mv::arange(32.f).reshape({4, 8}), mv::NamedSharding(mesh, P("y"))));
+  EXPECT_EQ(f.function().cache_size(), 2u);
+  // Earlier results stay valid after later calls.
+  EXPECT_EQ(r1.to_host<float>(), v1);
+}
+
+TEST(Jit, ContractAndMultipleOutputs) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const auto xs = mv::device_put(mv::arange(32.f).reshape({4, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const auto f_contract = mv::jit([](const Array& x) { return mv::sum(x, {0}); });
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto r = f_contract(xs);
+    EXPECT_EQ(r.to_host<float>(), (std::vector<float>{48, 52, 56, 60, 64, 68, 72, 76}));
+    EXPECT_EQ(r.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("y"))));
+  }
+  const auto two = mv::jit([](const Array& x, const Array& y) { return std::vector<Array>{x + y, x * y}; });
+  const auto out = two(mv::arange(4.f), mv::full({4}, 2.f));
+  EXPECT_EQ(out[0].to_host<float>(), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(out[1].to_host<float>(), (std::vector<float>{0, 2, 4, 6}));
+  const auto again = two(mv::arange(4.f), mv::full({4}, 3.f));
+  EXPECT_EQ(again[1].to_host<float>(), (std::vector<float>{0, 3, 6, 9}));
+}
+
+TEST(Jit, ShardMapNestedInsideJit) {
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto total = mv::jit([&](const Array& x) {
+    return mv::shard_map([](const Array& v) { return mv::psum(mv::sum(v), "x"); }, mesh, {P("x")}, P())(x);
+  });
+  EXPECT_EQ(total(mv::arange(32)).to_host<int32_t>()[0], 496);
+  EXPECT_EQ(total(mv::ones({32}, mv::DType::int32)).to_host<int32_t>()[0], 32);
+}
+
+TEST(Jit, ShardingsAndConstraintsAreHonoured) {
+  const auto mesh = mv::make_mesh({4, 2}, {"x", "y"});
+  const auto f = mv::jit([&](const Array& x) { return mv::with_sharding_constraint(x + 1, mv::NamedSharding(mesh, P("y", "x"))); });
+  const auto x = mv::device_put(mv::zeros({64, 64}), mv::NamedSharding(mesh, P("x", "y")));
+  const auto r = f(x);
+  EXPECT_EQ(r.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("y", "x"))));
+  EXPECT_EQ(r.to_host<float>(), std::vector<float>(64 * 64, 1.f));
+  const auto g = mv::jit([](const Array& x) { return x * 2; },
+                         {.in_shardings = {mv::NamedSharding(mesh, P("x"))}, .out_shardings = {mv::NamedSharding(mesh, P())}});
+  const auto y = g(mv::arange(8.f));
+  EXPECT_TRUE(y.sharding().is_fully_replicated());
+  EXPECT_EQ(y.to_host<float>(), (std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14}));
+}
+
+TEST(Jit, ErrorsLeaveTheRuntimeUsable) {
+  const auto reads = mv::jit([](const Array& x) {
+    x.to_host<float>();
+    return x;
+  });
+  EXPECT_THROW(reads(mv::arange(4.f)), mv::Error);
+  const auto bad = mv::jit([](const Array& x) { return x + mv::zeros({5}); });
+  EXPECT_THROW(bad(mv::arange(4.f)), mv::Error);
+  const auto m1 = mv::make_mesh({4}, {"x"}, {}, {0, 1, 2, 3});
+  const auto m2 = mv::make_mesh({4}, {"x"}, {}, {4, 5, 6, 7});
+  const auto add = mv::jit([](const Array& x, const Array& y) { return x + y; });
+  EXPECT_THROW(add(mv::device_put(mv::zeros({8}), mv::NamedSharding(m1, P("x"))),
+                   mv::device_put(mv::zeros({8}), mv::NamedSharding(m2, P("x")))),
+               mv::Error);
+  const auto fine = mv::jit([](const Array& x) { return x + 1; });
+  EXPECT_EQ(fine(mv::arange(3.f)).to_host<float>(), (std::vector<float>{1, 2, 3}));
+}
