@@ -92,3 +92,26 @@ TEST(Jit, ErrorsLeaveTheRuntimeUsable) {
   const auto fine = mv::jit([](const Array& x) { return x + 1; });
   EXPECT_EQ(fine(mv::arange(3.f)).to_host<float>(), (std::vector<float>{1, 2, 3}));
 }
+
+TEST(Jit, ProgramTextShowsLocalMatmulAndAllReduce) {
+  // How To Scale Your Model: In (8, 2048) P('X','Y') times W (2048, 8192) P('Y', None) with
+  // out_shardings P('X', None) is a local [4,1024] x [1024,8192] matmul and an all-reduce over 'Y'.
+  const auto mesh = mv::make_mesh({2, 2}, {"X", "Y"}, {}, {0, 1, 2, 3});
+  const auto in = mv::device_put(mv::ones({8, 2048}), mv::NamedSharding(mesh, P("X", "Y")));
+  const auto w = mv::device_put(mv::full({2048, 8192}, 0.5f), mv::NamedSharding(mesh, P("Y", mv::None)));
+  const auto f = mv::jit([](const Array& in, const Array& w) { return mv::einsum("bd,df->bf", mv::square(in), w); },
+                         {.out_shardings = {mv::NamedSharding(mesh, P("X", mv::None))}});
+  const std::string text = f.program_text(in, w);
+  EXPECT_NE(text.find("dot_general: local float32(4, 1024) x (1024, 8192) -> (4, 8192)"), std::string::npos) << text;
+  EXPECT_NE(text.find("all-reduce(sum) over ('Y',)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("reshard"), std::string::npos) << text;  // no data moved before the matmul
+  const auto r = f(in, w);
+  EXPECT_EQ(r.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("X", mv::None))));
+  EXPECT_EQ(r.to_host<float>()[0], 1024.f);
+  // The contraction of the tutorial's f_contract: partial sums and an all-reduce over 'x'.
+  const auto m24 = mv::make_mesh({2, 4}, {"x", "y"});
+  const auto xs = mv::device_put(mv::arange(32.f).reshape({4, 8}), mv::NamedSharding(m24, P("x", "y")));
+  const auto contract = mv::jit([](const Array& x) { return mv::sum(x, {0}); });
+  const std::string ct = contract.program_text(xs);
+  EXPECT_NE(ct.find("all-reduce(sum) over ('x',)"), std::string::npos) << ct;
+}

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "exec/box.hpp"
+#include "exec/program_log.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
 
@@ -138,6 +139,7 @@ ShardedValue copy_value(RuntimeState& rt, const ShardedValue& value) {
 
 ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target) {
   check_devices(rt, target);
+  uint64_t moved = 0, local = 0;
   const auto from = value.sharding.devices_indices_map(value.shape);
   const auto to = target.devices_indices_map(value.shape);
   ShardedValue out{value.shape, value.dtype, target, {}};
@@ -182,12 +184,18 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
       rec.wait_for(src.ready());
       vkCmdCopyBuffer(rec.cb, src.vk_buffer(), buffer->vk_buffer(),
                       static_cast<uint32_t>(regions.size()), regions.data());
+      for (const auto& r : regions) (src.device() == dst.device ? local : moved) += r.size;
       sources.push_back(&src);
     }
     const Fence f = rt.submit(std::move(rec));
     for (DeviceBuffer* s : sources) s->used_by(f);
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
+  }
+  if (logging()) {
+    auto spec = [](const Sharding& s) { return s.named() ? s.named()->spec().to_string() : s.to_string(); };
+    log_op("reshard " + spec(value.sharding) + " -> " + spec(target) + ": " + std::to_string(moved) +
+           " bytes between devices, " + std::to_string(local) + " bytes within devices");
   }
   return out;
 }

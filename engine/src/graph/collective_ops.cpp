@@ -8,6 +8,8 @@
 #include "collectives/collectives.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
+#include "graph/mesh_groups.hpp"
+#include "exec/program_log.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/shard_map.hpp"
@@ -18,11 +20,7 @@ namespace {
 
 using collectives::Buffers;
 
-struct Groups {
-  std::vector<std::vector<int>> members;  // mesh positions, in rank order within each group
-  std::vector<int> rank;                  // rank of each mesh position within its group
-  int size = 1;
-};
+using Groups = detail::MeshGroups;
 
 const Mesh& bound_mesh(const char* op, const AxisNames& axes) {
   const Mesh* mesh = detail::current_manual_mesh();
@@ -42,28 +40,7 @@ const Mesh& bound_mesh(const char* op, const AxisNames& axes) {
   return *mesh;
 }
 
-Groups groups_of(const Mesh& mesh, const std::vector<std::string>& axes) {
-  Groups g;
-  std::map<std::vector<int>, int> by_rest;
-  g.rank.resize(mesh.size());
-  for (const auto& a : axes) g.size *= mesh.axis_size(a);
-  for (int p = 0; p < mesh.size(); ++p) {
-    const std::vector<int> c = mesh.coords(p);
-    std::vector<int> rest;
-    for (int d = 0; d < mesh.ndim(); ++d)
-      if (std::find(axes.begin(), axes.end(), mesh.axis_names()[d]) == axes.end()) rest.push_back(c[d]);
-    int r = 0;
-    for (const auto& a : axes) {
-      const int d = mesh.axis_position(a);
-      r = r * mesh.axis_sizes()[d] + c[d];
-    }
-    auto [it, fresh] = by_rest.emplace(rest, static_cast<int>(g.members.size()));
-    if (fresh) g.members.emplace_back(g.size, -1);
-    g.members[it->second][r] = p;
-    g.rank[p] = r;
-  }
-  return g;
-}
+Groups groups_of(const Mesh& mesh, const std::vector<std::string>& axes) { return detail::mesh_groups(mesh, axes); }
 
 // `x` as a per-device value over the shard_map mesh: values made inside the body from no input
 // (constants) are the same on every device.
@@ -87,8 +64,10 @@ std::vector<std::string> without(std::vector<std::string> v, const std::vector<s
 // Runs `per_group` on each group's buffers (rank order) and returns a per-device value of
 // `shape` from the buffers it returns.
 template <class Fn>
-Array run_groups(const Array& x, const Mesh& mesh, const Groups& g, Shape shape, DType dtype,
-                 std::vector<std::string> varying, Fn per_group) {
+Array run_groups(const char* op, const std::vector<std::string>& axes, const Array& x, const Mesh& mesh, const Groups& g,
+                 Shape shape, DType dtype, std::vector<std::string> varying, Fn per_group) {
+  exec::log_op(std::string(op) + " over " + detail::axes_text(axes) + ": local " + typeof(x) + ", " +
+               std::to_string(g.members.size()) + " groups of " + std::to_string(g.size));
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
   const exec::ShardedValue& v = detail::materialized(x);
@@ -108,7 +87,7 @@ Array reduce_over(const char* op, const Array& input, const AxisNames& axes, col
   const Array x = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
   const Groups g = groups_of(mesh, axes.names);
   const uint64_t count = static_cast<uint64_t>(x.size());
-  return run_groups(x, mesh, g, x.shape(), x.dtype(), without(x.impl()->varying, axes.names),
+  return run_groups(op, axes.names, x, mesh, g, x.shape(), x.dtype(), without(x.impl()->varying, axes.names),
                     [&](detail::RuntimeState& rt, const Buffers& in) {
                       return collectives::all_reduce(rt, in, count, x.dtype(), kind, collectives::choose_algorithm(count * 4));
                     });
@@ -173,7 +152,7 @@ Array all_gather(const Array& input, const AxisNames& axis_name, int axis, bool 
   const uint64_t chunk = static_cast<uint64_t>(x.size());
   Shape stacked = x.shape();
   stacked.insert(stacked.begin(), g.size);
-  Array s = run_groups(x, mesh, g, stacked, x.dtype(), without(x.impl()->varying, axis_name.names),
+  Array s = run_groups("all_gather", axis_name.names, x, mesh, g, stacked, x.dtype(), without(x.impl()->varying, axis_name.names),
                        [&](detail::RuntimeState& rt, const Buffers& in) {
                          return collectives::all_gather(rt, in, chunk, collectives::choose_algorithm(chunk * 4 * g.size));
                        });
@@ -201,7 +180,7 @@ Array psum_scatter(const Array& input, const AxisNames& axis_name, int scatter_d
   const uint64_t chunk = static_cast<uint64_t>(x.size() / g.size);
   Shape piece = x.shape();
   piece[0] /= g.size;
-  Array r = run_groups(x, mesh, g, piece, x.dtype(), with(x.impl()->varying, axis_name.names),
+  Array r = run_groups("psum_scatter", axis_name.names, x, mesh, g, piece, x.dtype(), with(x.impl()->varying, axis_name.names),
                        [&](detail::RuntimeState& rt, const Buffers& in) {
                          return collectives::reduce_scatter(rt, in, chunk, x.dtype(), collectives::Reduction::sum,
                                                             collectives::choose_algorithm(chunk * 4 * g.size));
@@ -228,7 +207,7 @@ Array ppermute(const Array& input, const AxisNames& axis_name, const std::vector
     src_seen[src] = dst_seen[dst] = true;
   }
   const uint64_t count = static_cast<uint64_t>(x.size());
-  return run_groups(x, mesh, g, x.shape(), x.dtype(), with(x.impl()->varying, axis_name.names),
+  return run_groups("ppermute", axis_name.names, x, mesh, g, x.shape(), x.dtype(), with(x.impl()->varying, axis_name.names),
                     [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::permute(rt, in, count, perm); });
 }
 
@@ -239,7 +218,7 @@ Array pbroadcast(const Array& input, const AxisNames& axis_name, int source) {
   if (source < 0 || source >= g.size)
     throw Error("pbroadcast: source " + std::to_string(source) + " is outside 0.." + std::to_string(g.size - 1));
   const uint64_t count = static_cast<uint64_t>(x.size());
-  return run_groups(x, mesh, g, x.shape(), x.dtype(), without(x.impl()->varying, axis_name.names),
+  return run_groups("pbroadcast", axis_name.names, x, mesh, g, x.shape(), x.dtype(), without(x.impl()->varying, axis_name.names),
                     [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::broadcast(rt, in, count, source); });
 }
 
@@ -275,7 +254,7 @@ Array all_to_all(const Array& input, const AxisNames& axis_name, int split_axis,
   Shape received = x.shape();
   received[0] /= g.size;
   received.insert(received.begin(), g.size);  // [n, split/n, other dims...]
-  Array r = run_groups(x, mesh, g, received, x.dtype(), with(x.impl()->varying, axis_name.names),
+  Array r = run_groups("all_to_all", axis_name.names, x, mesh, g, received, x.dtype(), with(x.impl()->varying, axis_name.names),
                        [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::all_to_all(rt, in, chunk); });
   r = move_axis(r, 1, split + 1);  // [n, the input's dimensions with the split one shrunk]
   r = move_axis(r, 0, concat);     // the source index just before the concat dimension, major

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -376,6 +377,9 @@ const exec::ShardedValue& materialized(const Array& x) {
     shards.push_back(std::move(buffer));
   }
   out.shards = std::move(shards);
+  exec::log_op("fusion " + p.program.to_string() + ": local " + std::string(dtype_name(out.dtype)) +
+               shape_to_string(out.sharding.shard_shape(out.shape)) + " on each of " + std::to_string(pieces.size()) +
+               " devices");
   impl.pending.reset();  // lets go of the inputs
   return impl.value;
 }

@@ -7,7 +7,9 @@
 #include <mutex>
 #include <set>
 
+#include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/mesh_groups.hpp"
 #include "kernels/matmul.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -38,6 +40,7 @@ Array batched_matmul(const Array& a0, const Array& b0) {
     throw Error("matmul: operands are committed to different devices (" + a.sharding().to_string() + " and " +
                 b.sharding().to_string() + "); device_put one onto the other's devices");
   Sharding result = anchor.sharding();
+  std::vector<std::string> contract_axes;
   if (const NamedSharding* ns = anchor.sharding().named()) {
     const Mesh& mesh = ns->mesh();
     auto entry = [&](const Array& x, size_t d) {
@@ -56,7 +59,19 @@ Array batched_matmul(const Array& a0, const Array& b0) {
     take(batch_rank, entry(a, ra - 2));
     take(batch_rank + 1, entry(b, rb - 1));
     result = NamedSharding(mesh, PartitionSpec(spec));
+    // A contracting dimension split over mesh axes stays split: each device multiplies its slice
+    // of k and the partial products are all-reduced (the other operand is sliced to match).
+    for (const SpecEntry& k_entry : {entry(a, ra - 1), entry(b, rb - 2)}) {
+      if (k_entry.is_none() || !contract_axes.empty()) continue;
+      bool clash = false;
+      for (const auto& axis : k_entry.axes) clash = clash || used.count(axis);
+      if (!clash) contract_axes = k_entry.axes;
+    }
     std::vector<SpecEntry> sa(ra), sb(rb);
+    if (!contract_axes.empty()) {
+      sa[ra - 1] = SpecEntry(contract_axes);
+      sb[rb - 2] = SpecEntry(contract_axes);
+    }
     for (size_t d = 0; d + 2 < ra; ++d) sa[d] = spec[d + batch_rank - (ra - 2)];
     for (size_t d = 0; d + 2 < rb; ++d) sb[d] = spec[d + batch_rank - (rb - 2)];
     sa[ra - 2] = spec[batch_rank];
@@ -103,6 +118,14 @@ Array batched_matmul(const Array& a0, const Array& b0) {
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
   }
+  const Shape la = a.sharding().shard_shape(a.shape()), lb = b.sharding().shard_shape(b.shape());
+  exec::log_op("dot_general: local " + std::string(dtype_name(dtype)) + shape_to_string(la) + " x " + shape_to_string(lb) +
+               " -> " + shape_to_string(result.shard_shape(shape)) + " on each of " + std::to_string(map_out.size()) +
+               " devices");
+  if (!contract_axes.empty())
+    out.shards = detail::all_reduce_over(*rt, result.named()->mesh(), contract_axes, out.shards,
+                                         static_cast<uint64_t>(shape_size(result.shard_shape(shape))), dtype,
+                                         collectives::Reduction::sum);
   return detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
 }
 

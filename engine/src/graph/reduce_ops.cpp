@@ -5,7 +5,9 @@
 #include <mutex>
 #include <numeric>
 
+#include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/mesh_groups.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/strided_copy.hpp"
 #include "meshvk/error.hpp"
@@ -42,15 +44,20 @@ Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const s
   if (count == 0 && kind != kernels::ReduceOp::sum)
     throw Error(std::string("zero-size array to reduction operation ") + op +
                 " which has no identity: reduce over non-empty dimensions");
-  // Gather whole when a reduced dimension is split; the kept dimensions keep their sharding.
+  // A reduced dimension split over mesh axes: each device reduces its own piece and the partial
+  // results are all-reduced over those axes (argmax/argmin gather the array instead).
+  std::vector<std::string> split_axes;
   if (const NamedSharding* n = x.sharding().named()) {
-    bool split = false;
-    for (size_t d = 0; d < rank; ++d) split = split || (reduced[d] && !n->spec()[d].is_none() && n->num_shards(d) > 1);
-    if (split) {
+    for (size_t d = 0; d < rank; ++d)
+      if (reduced[d] && n->num_shards(d) > 1)
+        split_axes.insert(split_axes.end(), n->spec()[d].axes.begin(), n->spec()[d].axes.end());
+    const bool partial_ok = kind == kernels::ReduceOp::sum || kind == kernels::ReduceOp::max || kind == kernels::ReduceOp::min;
+    if (!split_axes.empty() && !partial_ok) {
       std::vector<SpecEntry> spec(rank);
       for (size_t d = 0; d < rank; ++d)
         if (!reduced[d]) spec[d] = n->spec()[d];
       x = device_put(x, NamedSharding(n->mesh(), PartitionSpec(spec)));
+      split_axes.clear();
     }
   }
   Shape shape, kept_shape;
@@ -117,6 +124,15 @@ Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const s
     const_cast<DeviceBuffer&>(in).used_by(f);
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
+  }
+  exec::log_op(std::string(op) + ": local " + std::string(dtype_name(x.dtype())) + shape_to_string(x.sharding().shard_shape(x.shape())) +
+               " -> " + shape_to_string(sharding.shard_shape(shape)) + " on each device");
+  if (!split_axes.empty()) {
+    static const collectives::Reduction kinds[] = {collectives::Reduction::sum, collectives::Reduction::max,
+                                                   collectives::Reduction::min};
+    out.shards = detail::all_reduce_over(*rt, x.sharding().named()->mesh(), split_axes, out.shards,
+                                         static_cast<uint64_t>(shape_size(sharding.shard_shape(shape))), out_dtype,
+                                         kinds[static_cast<int>(kind)]);
   }
   return detail::make_array(rt, std::move(out), x.committed(), x.impl()->varying);
 }

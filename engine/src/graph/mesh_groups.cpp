@@ -1,0 +1,65 @@
+#include "graph/mesh_groups.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "exec/program_log.hpp"
+
+namespace meshvk::detail {
+
+MeshGroups mesh_groups(const Mesh& mesh, const std::vector<std::string>& axes) {
+  MeshGroups g;
+  std::map<std::vector<int>, int> by_rest;
+  g.rank.resize(mesh.size());
+  for (const auto& a : axes) g.size *= mesh.axis_size(a);
+  for (int p = 0; p < mesh.size(); ++p) {
+    const std::vector<int> c = mesh.coords(p);
+    std::vector<int> rest;
+    for (int d = 0; d < mesh.ndim(); ++d)
+      if (std::find(axes.begin(), axes.end(), mesh.axis_names()[d]) == axes.end()) rest.push_back(c[d]);
+    int r = 0;
+    for (const auto& a : axes) {
+      const int d = mesh.axis_position(a);
+      r = r * mesh.axis_sizes()[d] + c[d];
+    }
+    auto [it, fresh] = by_rest.emplace(rest, static_cast<int>(g.members.size()));
+    if (fresh) g.members.emplace_back(g.size, -1);
+    g.members[it->second][r] = p;
+    g.rank[p] = r;
+  }
+  return g;
+}
+
+std::string axes_text(const std::vector<std::string>& axes) {
+  std::string s = "(";
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + axes[i] + "'";
+  if (axes.size() == 1) s += ",";
+  return s + ")";
+}
+
+std::string bytes_text(uint64_t bytes) {
+  if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const std::vector<std::string>& axes,
+                                     const collectives::Buffers& buffers, uint64_t count, DType dtype,
+                                     collectives::Reduction op) {
+  const MeshGroups g = mesh_groups(mesh, axes);
+  const auto algorithm = collectives::choose_algorithm(count * 4);
+  static const char* names[] = {"sum", "max", "min"};
+  exec::log_op("all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " + axes_text(axes) + ": " +
+               std::to_string(g.members.size()) + " groups of " + std::to_string(g.size) + ", " +
+               bytes_text(count * 4) + " per device, " + collectives::algorithm_name(algorithm));
+  collectives::Buffers out(buffers.size());
+  for (const auto& members : g.members) {
+    collectives::Buffers in;
+    for (const int p : members) in.push_back(buffers[p]);
+    const collectives::Buffers res = collectives::all_reduce(rt, in, count, dtype, op, algorithm);
+    for (size_t r = 0; r < members.size(); ++r) out[members[r]] = res[r];
+  }
+  return out;
+}
+
+}  // namespace meshvk::detail

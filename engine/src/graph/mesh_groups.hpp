@@ -1,0 +1,29 @@
+#pragma once
+// Groups of a mesh's devices that differ only along some axes: the devices a collective over
+// those axes runs among.
+#include <string>
+#include <vector>
+
+#include "collectives/collectives.hpp"
+#include "meshvk/mesh.hpp"
+
+namespace meshvk::detail {
+
+struct MeshGroups {
+  std::vector<std::vector<int>> members;  // mesh positions, in rank order within each group
+  std::vector<int> rank;                  // rank of each mesh position within its group
+  int size = 1;
+};
+
+MeshGroups mesh_groups(const Mesh& mesh, const std::vector<std::string>& axes);
+
+// All-reduce of per-device values (buffers in mesh position order) among the devices of each
+// group over `axes`; returns the results in mesh position order.
+collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const std::vector<std::string>& axes,
+                                     const collectives::Buffers& buffers, uint64_t count, DType dtype,
+                                     collectives::Reduction op);
+
+std::string axes_text(const std::vector<std::string>& axes);  // "('x', 'y')"
+std::string bytes_text(uint64_t bytes);                       // "128 KiB"
+
+}  // namespace meshvk::detail
