@@ -115,3 +115,80 @@ TEST(Jit, ProgramTextShowsLocalMatmulAndAllReduce) {
   const std::string ct = contract.program_text(xs);
   EXPECT_NE(ct.find("all-reduce(sum) over ('x',)"), std::string::npos) << ct;
 }
+
+TEST(Explicit, TypesPropagateAndAmbiguityIsAnError) {
+  const auto mesh = mv::make_mesh({2, 4}, {"X", "Y"}, {mv::AxisType::Explicit, mv::AxisType::Explicit});
+  const auto arg0 = mv::device_put(mv::arange(4).reshape({4, 1}), mv::NamedSharding(mesh, P("X", mv::None)));
+  const auto arg1 = mv::device_put(mv::arange(8).reshape({1, 8}), mv::NamedSharding(mesh, P(mv::None, "Y")));
+  std::vector<std::string> seen;
+  const auto add_arrays = mv::jit([&](const Array& x, const Array& y) {
+    const auto ans = x + y;
+    seen = {mv::typeof(x), mv::typeof(y), mv::typeof(ans)};
+    return ans;
+  });
+  const auto r = add_arrays(arg0, arg1);
+  EXPECT_EQ(seen, (std::vector<std::string>{"int32[4@X,1]", "int32[1,8@Y]", "int32[4@X,8@Y]"}));
+  EXPECT_EQ(r.to_host<int32_t>()[9], 2);
+  // Mismatched shardings of elementwise operands: an error naming the op and the types.
+  const auto a = mv::device_put(mv::arange(8.f), mv::NamedSharding(mesh, P("X")));
+  const auto b = mv::device_put(mv::arange(8.f), mv::NamedSharding(mesh, P("Y")));
+  try {
+    (void)(a + b);
+    FAIL();
+  } catch (const mv::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("add"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32[8@X]"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32[8@Y]"), std::string::npos) << m;
+    EXPECT_NE(m.find("reshard"), std::string::npos) << m;
+  }
+  EXPECT_EQ((a + mv::reshard(b, P("X"))).to_host<float>()[7], 14.f);
+  // A contracting dimension sharded the same way on both sides needs an out_sharding.
+  const auto x = mv::device_put(mv::ones({4, 16}), mv::NamedSharding(mesh, P(mv::None, "X")));
+  const auto w = mv::device_put(mv::ones({16, 8}), mv::NamedSharding(mesh, P("X", mv::None)));
+  try {
+    mv::matmul(x, w);
+    FAIL();
+  } catch (const mv::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("dot_general"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32[4,16@X]"), std::string::npos) << m;
+    EXPECT_NE(m.find("out_sharding"), std::string::npos) << m;
+  }
+  const auto y = mv::matmul(x, w, mv::NamedSharding(mesh, P()));
+  EXPECT_EQ(mv::typeof(y), "float32[4,8]");
+  EXPECT_EQ(y.to_host<float>()[0], 16.f);
+}
+
+TEST(Explicit, LayerInThreeModes) {
+  if (golden_dir().empty()) GTEST_SKIP() << "MESHVK_GOLDEN_DIR not set";
+  const auto x = mv::load_npy(golden_dir() + "/layer/x.npy");
+  const auto weights = mv::load_npy(golden_dir() + "/layer/weights.npy");
+  const auto bias = mv::load_npy(golden_dir() + "/layer/bias.npy");
+  const auto expected = mv::load_npy(golden_dir() + "/layer/expected.npy").to_host<float>();
+  auto layer = [](const Array& x, const Array& w, const Array& b) { return mv::sigmoid(mv::matmul(x, w) + b); };
+  auto check = [&](const Array& out) {
+    const auto v = out.to_host<float>();
+    ASSERT_EQ(v.size(), 4u);
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(v[i], expected[i], 1e-6f);
+  };
+  // jit with x P('x') and weights P().
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  check(mv::jit(layer)(mv::device_put(x, mv::NamedSharding(mesh, P("x"))), mv::device_put(weights, mv::NamedSharding(mesh, P())), bias));
+  // Explicit mode, with the types the tutorial prints.
+  const auto explicit_mesh = mv::make_mesh({8}, {"X"}, {mv::AxisType::Explicit});
+  std::vector<std::string> types;
+  const auto layer_auto = mv::jit([&](const Array& x, const Array& w, const Array& b) {
+    const auto out = layer(x, w, b);
+    types = {mv::typeof(x), mv::typeof(w), mv::typeof(b), mv::typeof(out)};
+    return out;
+  });
+  check(layer_auto(mv::device_put(x, mv::NamedSharding(explicit_mesh, P("X"))),
+                   mv::device_put(weights, mv::NamedSharding(explicit_mesh, P())), bias));
+  EXPECT_EQ(types, (std::vector<std::string>{"float32[32@X]", "float32[32,4]", "float32[4]", "float32[4]"}));
+  // shard_map with psum(x @ w, 'x').
+  const auto sm = mv::shard_map(
+      [](const Array& x, const Array& w, const Array& b) { return mv::sigmoid(mv::psum(mv::matmul(x, w), "x") + b); }, mesh,
+      {P("x"), P("x"), P()}, P());
+  check(sm(x, weights, bias));
+}

@@ -176,3 +176,21 @@ TEST(Shape, OpsOnShardedArraysGiveTheUnshardedValues) {
   EXPECT_EQ(mv::sum(x, {0}).to_host<float>(), mv::sum(local, {0}).to_host<float>());
   EXPECT_EQ((mv::roll(x, 1, 0) - x).to_host<float>()[4], -4.f);
 }
+
+TEST(Shape, StackVarStdAndDeviceDynamicSlice) {
+  const auto s = mv::stack({mv::arange(3), mv::arange(3) * 10}, 1);
+  EXPECT_EQ(s.shape(), (mv::Shape{3, 2}));
+  EXPECT_EQ(s.to_host<int32_t>(), (std::vector<int32_t>{0, 0, 1, 10, 2, 20}));
+  const auto v = mv::array({1.f, 2.f, 3.f, 4.f});
+  EXPECT_FLOAT_EQ(mv::var(v).to_host<float>()[0], 1.25f);
+  EXPECT_FLOAT_EQ(mv::std(v).to_host<float>()[0], std::sqrt(1.25f));
+  EXPECT_EQ(mv::power(mv::array({2.f, 0.1f}), 0.5).to_host<float>(), (std::vector<float>{std::sqrt(2.f), std::sqrt(0.1f)}));
+  // Starts computed on the device, clamped so the slice fits.
+  const auto x = mv::arange(24).reshape({4, 6});
+  const auto d = mv::dynamic_slice(x, {mv::scalar(int32_t{3}), mv::scalar(int32_t{-2})}, {2, 3});
+  EXPECT_EQ(d.to_host<int32_t>(), (std::vector<int32_t>{12, 13, 14, 18, 19, 20}));
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto per_device = mv::shard_map(
+      [](const mv::Array& a) { return mv::dynamic_slice(a, {mv::axis_index("x") % 2}, {1}); }, mesh, {P("x")}, P("x"));
+  EXPECT_EQ(per_device(mv::arange(16)).to_host<int32_t>(), (std::vector<int32_t>{0, 3, 4, 7, 8, 11, 12, 15}));
+}

@@ -258,3 +258,12 @@ TEST(ShardMapErrors, ClearMessages) {
                 .to_host<int32_t>(),
             std::vector<int32_t>{8});
 }
+
+TEST(ShardMap, OutSpecsMayEndInNones) {
+  // The 003 tutorial writes P('i', None) for a rank-1 result.
+  const auto mesh = mv::make_mesh({4, 2}, {"i", "j"});
+  const auto x = mv::array({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2}, mv::Shape{4, 4});
+  const auto f = mv::shard_map([](const Array& v) { return mv::psum_scatter(v, "i", 1); }, mesh, {P("i", mv::None)},
+                               P("i", mv::None));
+  EXPECT_EQ(f(x).to_host<int32_t>(), (std::vector<int32_t>{22, 20, 12, 17}));
+}

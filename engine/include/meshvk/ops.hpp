@@ -4,6 +4,7 @@
 // 2.5 * int32 array is float32). Chains of elementwise operations fuse into one kernel.
 #include <concepts>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 #include <variant>
@@ -99,6 +100,8 @@ namespace meshvk {
 // are pairwise (tree) sums.
 Array sum(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
 Array mean(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array var(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array std(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
 Array max(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
 Array min(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
 // Index of the first maximum / minimum along `axis` (int32).
@@ -110,6 +113,10 @@ Array argmin(const Array& x, int axis, bool keepdims = false);
 Array matmul(const Array& a, const Array& b);
 Array dot(const Array& a, const Array& b);
 Array einsum(const std::string& subscripts, const Array& a, const Array& b);
+// With the result's layout given (JAX's out_sharding), as explicit mode needs when a contracting
+// dimension is sharded the same way on both sides.
+Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding);
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, const std::optional<Sharding>& out_sharding);
 Array einsum(const std::string& subscripts, const Array& a);
 
 }  // namespace meshvk
@@ -126,6 +133,11 @@ Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> sto
 // lax.dynamic_slice / dynamic_update_slice: starts are clamped so the slice fits, as in JAX.
 Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes);
 Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start);
+// lax.dynamic_slice with starts computed on the device (int32 scalars, e.g. from axis_index
+// inside shard_map), clamped the same way.
+Array dynamic_slice(const Array& x, const std::vector<Array>& start, Shape sizes);
+// numpy.stack: the arrays (all of one shape) along a new axis.
+Array stack(const std::vector<Array>& arrays, int axis = 0);
 Array concatenate(const std::vector<Array>& arrays, int axis = 0);
 // numpy.pad with a constant: (before, after) per dimension.
 Array pad(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float value = 0.0f);

@@ -155,6 +155,44 @@ struct Layout {
   std::vector<Sharding> operands;
 };
 
+bool is_explicit(const Mesh& mesh, const std::string& axis) {
+  return mesh.has_axis(axis) && mesh.axis_type(axis) == AxisType::Explicit;
+}
+
+// Explicit mode: the shardings are part of the types, so operands that split the same result
+// dimension differently (or one mesh axis over different dimensions) have no defined result.
+void check_explicit_agreement(const char* op, const std::vector<const Array*>& arrays, const Shape& out, const Mesh& mesh) {
+  std::vector<const Array*> by_dim(out.size(), nullptr);
+  std::map<std::string, std::pair<const Array*, size_t>> axis_dim;
+  for (const Array* a : arrays) {
+    const NamedSharding* n = a->sharding().named();
+    if (!n || !(n->mesh() == mesh)) continue;
+    const size_t lead = out.size() - a->ndim();
+    for (size_t d = 0; d < a->ndim(); ++d) {
+      const SpecEntry& e = n->spec()[d];
+      bool explicit_entry = false;
+      for (const auto& axis : e.axes) explicit_entry = explicit_entry || is_explicit(mesh, axis);
+      if (!explicit_entry || a->shape()[d] != out[lead + d]) continue;
+      const Array* other = by_dim[lead + d];
+      if (other) {
+        const SpecEntry& oe = other->sharding().named()->spec()[lead + d - (out.size() - other->ndim())];
+        if (!(oe == e))
+          throw Error(std::string(op) + ": operands " + typeof(*other) + " and " + typeof(*a) +
+                      " are sharded differently along result dimension " + std::to_string(lead + d) +
+                      "; in explicit mode the result's sharding must follow from its operands: reshard one of them so they agree");
+      }
+      by_dim[lead + d] = a;
+      for (const auto& axis : e.axes) {
+        auto [it, fresh] = axis_dim.emplace(axis, std::make_pair(a, lead + d));
+        if (!fresh && it->second.second != lead + d)
+          throw Error(std::string(op) + ": mesh axis '" + axis + "' shards dimension " + std::to_string(it->second.second) +
+                      " of " + typeof(*it->second.first) + " but dimension " + std::to_string(lead + d) + " of " + typeof(*a) +
+                      "; reshard one of them so each mesh axis shards one result dimension");
+      }
+    }
+  }
+}
+
 Layout choose_layout(const char* op, const std::vector<const Array*>& arrays, const Shape& out) {
   static const char* names[] = {"x", "y", "z"};
   const Array* anchor = nullptr;  // the first committed operand decides the devices
@@ -184,6 +222,7 @@ Layout choose_layout(const char* op, const std::vector<const Array*>& arrays, co
     return l;
   }
   const Mesh& mesh = mesh_sharding->mesh();
+  check_explicit_agreement(op, arrays, out, mesh);
   std::vector<SpecEntry> spec(out.size());
   std::vector<std::string> used;
   for (const Array* a : arrays) {
@@ -430,7 +469,19 @@ Array divide(const Operand& a, const Operand& b) {
 }
 Array floor_divide(const Operand& a, const Operand& b) { return arithmetic("floor_divide", EwOp::floordiv, a, b); }
 Array remainder(const Operand& a, const Operand& b) { return arithmetic("remainder", EwOp::mod, a, b); }
-Array power(const Operand& a, const Operand& b) { return arithmetic("power", EwOp::pow, a, b); }
+Array power(const Operand& a, const Operand& b) {
+  // As XLA does: a constant exponent of 2, 0.5, -0.5 or -1 becomes the exact operation.
+  if (const auto* x = std::get_if<Array>(&a.get())) {
+    if (const auto* e = std::get_if<float>(&b.get())) {
+      const Array f = astype(*x, DType::float32);
+      if (*e == 2.0f) return square(f);
+      if (*e == 0.5f) return sqrt(f);
+      if (*e == -0.5f) return rsqrt(f);
+      if (*e == -1.0f) return reciprocal(f);
+    }
+  }
+  return arithmetic("power", EwOp::pow, a, b);
+}
 Array maximum(const Operand& a, const Operand& b) { return arithmetic("maximum", EwOp::maximum, a, b); }
 Array minimum(const Operand& a, const Operand& b) { return arithmetic("minimum", EwOp::minimum, a, b); }
 Array equal(const Operand& a, const Operand& b) { return comparison("equal", EwOp::eq, a, b); }

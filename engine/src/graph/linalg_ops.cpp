@@ -4,6 +4,7 @@
 // with a local product plus an all-reduce).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <set>
 
@@ -23,7 +24,10 @@ namespace {
 
 // a is [batch..., m, k] and b is [batch..., k, n] with equal batch shapes (or no batch on one
 // side); the result is [batch..., m, n].
-Array batched_matmul(const Array& a0, const Array& b0) {
+// out_sharding, when given, settles explicit mode's ambiguity; with apply_out the result is also
+// laid out that way (einsum applies it after its own transposes instead).
+Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding = std::nullopt,
+                     bool apply_out = true) {
   const DType dtype = (a0.dtype() == DType::float32 || b0.dtype() == DType::float32) ? DType::float32 : DType::int32;
   Array a = astype(a0, dtype), b = astype(b0, dtype);
   const size_t ra = a.ndim(), rb = b.ndim();
@@ -59,6 +63,16 @@ Array batched_matmul(const Array& a0, const Array& b0) {
     take(batch_rank, entry(a, ra - 2));
     take(batch_rank + 1, entry(b, rb - 1));
     result = NamedSharding(mesh, PartitionSpec(spec));
+    // Explicit mode: k split the same way on both sides could give a replicated result (all-reduce)
+    // or a sharded one (reduce-scatter); the caller has to say which.
+    const SpecEntry ka = entry(a, ra - 1), kb = entry(b, rb - 2);
+    bool explicit_k = false;
+    for (const auto& axis : ka.axes) explicit_k = explicit_k || mesh.axis_type(axis) == AxisType::Explicit;
+    if (explicit_k && ka == kb && !out_sharding)
+      throw Error("dot_general: the contracting dimension is sharded over " + ka.to_string() + " on both operands (" +
+                  typeof(a) + " and " + typeof(b) +
+                  "), so the result could be replicated (all-reduce) or sharded (reduce-scatter); pass out_sharding "
+                  "to matmul/einsum, or reshard an operand");
     // A contracting dimension split over mesh axes stays split: each device multiplies its slice
     // of k and the partial products are all-reduced (the other operand is sliced to match).
     for (const SpecEntry& k_entry : {entry(a, ra - 1), entry(b, rb - 2)}) {
@@ -126,12 +140,15 @@ Array batched_matmul(const Array& a0, const Array& b0) {
     out.shards = detail::all_reduce_over(*rt, result.named()->mesh(), contract_axes, out.shards,
                                          static_cast<uint64_t>(shape_size(result.shard_shape(shape))), dtype,
                                          collectives::Reduction::sum);
-  return detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
+  Array r = detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
+  return out_sharding && apply_out ? device_put(r, *out_sharding) : r;
 }
 
 }  // namespace
 
-Array matmul(const Array& a, const Array& b) {
+Array matmul(const Array& a, const Array& b) { return matmul(a, b, std::nullopt); }
+
+Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding) {
   if (a.ndim() == 0 || b.ndim() == 0)
     throw Error("matmul: operands must not be scalars (shapes " + shape_to_string(a.shape()) + " and " +
                 shape_to_string(b.shape()) + "); use multiply for scalars");
@@ -159,11 +176,13 @@ Array matmul(const Array& a, const Array& b) {
   if (!ba.empty() && !bb.empty() && x.ndim() != y.ndim()) {
     // Equal batch shapes after broadcasting; both carry them.
   }
-  Array r = batched_matmul(x, y);
+  const bool squeeze = a.ndim() == 1 || b.ndim() == 1;
+  Array r = batched_matmul(x, y, squeeze ? std::nullopt : out_sharding);
   Shape out = r.shape();
   if (a.ndim() == 1) out.erase(out.end() - 2);
   if (b.ndim() == 1) out.erase(out.end() - 1);
-  return out == r.shape() ? r : reshape(r, out);
+  r = out == r.shape() ? r : reshape(r, out);
+  return squeeze && out_sharding ? device_put(r, *out_sharding) : r;
 }
 
 Array dot(const Array& a, const Array& b) {
@@ -245,6 +264,10 @@ Array einsum(const std::string& subscripts, const Array& x) {
 }
 
 Array einsum(const std::string& subscripts, const Array& a0, const Array& b0) {
+  return einsum(subscripts, a0, b0, std::nullopt);
+}
+
+Array einsum(const std::string& subscripts, const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding) {
   const EinsumSpec s = parse_einsum(subscripts, 2);
   std::string la = s.inputs[0], lb = s.inputs[1];
   if (la.size() != a0.ndim() || lb.size() != b0.ndim())
@@ -309,7 +332,7 @@ Array einsum(const std::string& subscripts, const Array& a0, const Array& b0) {
   sb.push_back(product(free_b));
   if (a.shape() != sa) a = reshape(a, sa);
   if (b.shape() != sb) b = reshape(b, sb);
-  Array r = batched_matmul(a, b);
+  Array r = batched_matmul(a, b, out_sharding, false);
   Shape full = batch_shape;
   for (const char c : free_a) full.push_back(size[c]);
   for (const char c : free_b) full.push_back(size[c]);
@@ -319,7 +342,8 @@ Array einsum(const std::string& subscripts, const Array& a0, const Array& b0) {
   for (const char c : s.output) perm.push_back(position(have, c));
   bool identity = true;
   for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int>(i);
-  return identity ? r : transpose(r, perm);
+  r = identity ? r : transpose(r, perm);
+  return out_sharding && !(r.sharding() == *out_sharding) ? device_put(r, *out_sharding) : r;
 }
 
 }  // namespace meshvk

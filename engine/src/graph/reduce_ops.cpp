@@ -152,6 +152,13 @@ Array mean(const Array& x, std::vector<int> axes, bool keepdims) {
   return total / static_cast<float>(count);  // numpy: mean of nothing is NaN
 }
 
+Array var(const Array& x, std::vector<int> axes, bool keepdims) {
+  const Array m = mean(x, axes, true);
+  return mean(square(astype(x, DType::float32) - m), axes, keepdims);
+}
+
+Array std(const Array& x, std::vector<int> axes, bool keepdims) { return sqrt(var(x, std::move(axes), keepdims)); }
+
 Array max(const Array& x, std::vector<int> axes, bool keepdims) {
   return reduce("max", kernels::ReduceOp::max, x, reduced_axes("max", std::move(axes), x.ndim()), keepdims);
 }

@@ -225,6 +225,39 @@ Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes) {
   return slice(x, start, stop);
 }
 
+Array dynamic_slice(const Array& x, const std::vector<Array>& start, Shape sizes) {
+  if (start.size() != x.ndim() || sizes.size() != x.ndim())
+    throw Error("dynamic_slice: start and sizes need one entry per dimension of " + shape_to_string(x.shape()));
+  // Each dimension is a take of [s, s + size) with s clamped so the slice fits, as in JAX.
+  Array r = x;
+  for (size_t d = 0; d < x.ndim(); ++d) {
+    if (start[d].ndim() != 0 || start[d].dtype() != DType::int32)
+      throw Error("dynamic_slice: start index " + std::to_string(d) + " must be an int32 scalar, got " + typeof(start[d]));
+    if (sizes[d] < 0 || sizes[d] > x.shape()[d])
+      throw Error("dynamic_slice: size " + std::to_string(sizes[d]) + " of dimension " + std::to_string(d) +
+                  " must be within [0, " + std::to_string(x.shape()[d]) + "]");
+    if (sizes[d] == x.shape()[d]) continue;
+    const Array s = minimum(maximum(start[d], 0), static_cast<int32_t>(x.shape()[d] - sizes[d]));
+    r = take(r, s + arange(static_cast<int32_t>(sizes[d])), static_cast<int>(d));
+  }
+  return r;
+}
+
+Array stack(const std::vector<Array>& arrays, int axis) {
+  if (arrays.empty()) throw Error("stack: needs at least one array");
+  const int rank = static_cast<int>(arrays[0].ndim()) + 1;
+  axis = normalize_axis(axis, static_cast<size_t>(rank), "stack");
+  std::vector<Array> expanded;
+  for (const Array& a : arrays) {
+    if (a.shape() != arrays[0].shape())
+      throw Error("stack: all arrays need the shape " + shape_to_string(arrays[0].shape()) + ", got " + shape_to_string(a.shape()));
+    Shape s = a.shape();
+    s.insert(s.begin() + axis, 1);
+    expanded.push_back(reshape(a, s));
+  }
+  return concatenate(expanded, axis);
+}
+
 Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start) {
   if (update.ndim() != x.ndim() || start.size() != x.ndim())
     throw Error("dynamic_update_slice: update " + shape_to_string(update.shape()) + " and start need the rank of " +

@@ -78,10 +78,13 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
       // A value made inside the body without inputs (a constant) is the same on every device.
       r = device_put(r, NamedSharding(manual, PartitionSpec()));
     }
-    const PartitionSpec& spec = out_specs[i];
+    // As in JAX, out_specs may run past the rank with None entries; only named ones must exist.
+    std::vector<SpecEntry> entries = out_specs[i].entries();
+    while (entries.size() > r.ndim() && entries.back().is_none()) entries.pop_back();
+    const PartitionSpec spec(entries);
     const NamedSharding out_sharding(mesh, spec);
     if (spec.size() > r.ndim())
-      throw Error("shard_map: out_specs[" + std::to_string(i) + "] = " + spec.to_string() + " has more entries than output " +
+      throw Error("shard_map: out_specs[" + std::to_string(i) + "] = " + out_specs[i].to_string() + " names mesh axes for more dimensions than output " +
                   std::to_string(i) + " has dimensions (local shape " + shape_to_string(r.shape()) + ")");
     const std::vector<std::string> named = spec.axes();
     for (const auto& axis : mesh.axis_names()) {
