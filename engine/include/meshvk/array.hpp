@@ -74,6 +74,9 @@ Array zeros(Shape shape, DType dtype = DType::float32);
 Array ones(Shape shape, DType dtype = DType::float32);
 Array full(Shape shape, float value);
 Array full(Shape shape, int32_t value);
+// Made directly in pieces on the devices of `sharding` (committed).
+Array zeros(Shape shape, DType dtype, const Sharding& sharding);
+Array full(Shape shape, float value, const Sharding& sharding);
 Array zeros_like(const Array& x);
 Array ones_like(const Array& x);
 

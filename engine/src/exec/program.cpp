@@ -15,6 +15,10 @@ Program::Program(std::shared_ptr<detail::RuntimeState> rt, std::unique_ptr<detai
                  std::vector<ShardedValue> inputs, std::vector<ShardedValue> outputs)
     : rt_(std::move(rt)), capture_(std::move(capture)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
   for (int d = 0; d < rt_->num_devices(); ++d) last_replay_.push_back(Fence{d, rt_->last_submitted(d)});
+  for (const ShardedValue& v : outputs_) {
+    output_written_.emplace_back();
+    for (const auto& b : v.shards) output_written_.back().push_back(b->ready());
+  }
 }
 
 Program::~Program() {
@@ -74,26 +78,13 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     moved[{s.device, s.signal}] = f.value;
     last[s.device] = f;
   }
-  // 3. Outputs are copied out, so results of earlier calls stay valid.
-  std::vector<ShardedValue> out;
-  for (const ShardedValue& v : outputs_) {
-    ShardedValue copy{v.shape, v.dtype, v.sharding, {}};
-    for (const auto& b : v.shards) {
-      auto fresh = rt_->allocate(b->device(), b->bytes());
-      Recording rec = rt_->begin(b->device());
-      rec.wait_for(remap(b->ready()));
-      rec.wait_for(last[b->device()]);
-      if (b->bytes()) {
-        const VkBufferCopy region{b->offset(), fresh->offset(), b->bytes()};
-        vkCmdCopyBuffer(rec.cb, b->vk_buffer(), fresh->vk_buffer(), 1, &region);
-      }
-      const Fence f = rt_->submit(std::move(rec));
-      fresh->written_by(f);
-      last[b->device()] = f;
-      copy.shards.push_back(std::move(fresh));
+  // 3. Outputs are ready when the submissions that wrote them (in this replay) are.
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    for (size_t k = 0; k < outputs_[i].shards.size(); ++k) {
+      const Fence written = remap(output_written_[i][k]);
+      outputs_[i].shards[k]->written_by(written);
     }
-    out.push_back(std::move(copy));
-  }
+  std::vector<ShardedValue> out = outputs_;
   for (int d = 0; d < n; ++d)
     if (!last[d].none()) last_replay_[d] = last[d];
     else if (!refreshed[d].none()) last_replay_[d] = refreshed[d];

@@ -17,8 +17,11 @@ class Program {
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
-  // Runs the program on `inputs` (laid out exactly as the traced ones) and returns fresh outputs.
+  // Runs the program on `inputs` (laid out exactly as the traced ones). The outputs are the
+  // program's own buffers, overwritten by the next replay: callers that keep a result past that
+  // must copy it first (graph/jit.cpp does, only for results still referenced).
   std::vector<ShardedValue> replay(const std::vector<ShardedValue>& inputs);
+  const std::vector<ShardedValue>& outputs() const { return outputs_; }
 
   size_t submissions() const { return capture_->submissions.size(); }
 
@@ -27,6 +30,7 @@ class Program {
   std::unique_ptr<detail::Capture> capture_;
   std::vector<ShardedValue> inputs_, outputs_;
   std::vector<detail::Fence> last_replay_;  // per device: where the previous replay ended
+  std::vector<std::vector<detail::Fence>> output_written_;  // traced fence that wrote each output piece
 };
 
 }  // namespace meshvk::exec

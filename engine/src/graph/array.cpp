@@ -198,6 +198,20 @@ Array ones(Shape shape, DType dtype) {
 }
 Array full(Shape shape, float value) { return filled(std::move(shape), DType::float32, bits(value)); }
 Array full(Shape shape, int32_t value) { return filled(std::move(shape), DType::int32, bits(value)); }
+Array zeros(Shape shape, DType dtype, const Sharding& sharding) {
+  sharding.check_shape(shape);
+  auto rt = current_state();
+  std::lock_guard lock(rt->mutex());
+  return detail::make_array(rt, exec::fill(*rt, shape, dtype, 0, sharding), true);
+}
+
+Array full(Shape shape, float value, const Sharding& sharding) {
+  sharding.check_shape(shape);
+  auto rt = current_state();
+  std::lock_guard lock(rt->mutex());
+  return detail::make_array(rt, exec::fill(*rt, shape, DType::float32, bits(value), sharding), true);
+}
+
 Array zeros_like(const Array& x) { return zeros(x.shape(), x.dtype()); }
 Array ones_like(const Array& x) { return ones(x.shape(), x.dtype()); }
 

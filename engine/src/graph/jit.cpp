@@ -27,6 +27,23 @@ std::string layout_text(const Array& x) {
 struct Compiled {
   std::unique_ptr<exec::Program> program;
   std::string text;
+  // The results handed out last time: they share the program's output buffers, which the next
+  // replay overwrites, so any still referenced then are moved to copies first.
+  std::vector<std::weak_ptr<const detail::ArrayImpl>> lent;
+
+  void detach_lent(detail::RuntimeState& rt) {
+    for (auto& w : lent)
+      if (const auto a = w.lock()) a->value = exec::copy_value(rt, a->value);
+    lent.clear();
+  }
+  std::vector<Array> lend(const std::shared_ptr<detail::RuntimeState>& rt, std::vector<exec::ShardedValue> values) {
+    std::vector<Array> out;
+    for (auto& v : values) {
+      out.push_back(detail::make_array(rt, std::move(v), true));
+      lent.push_back(out.back().impl());
+    }
+    return out;
+  }
 };
 
 }  // namespace
@@ -104,12 +121,10 @@ struct JitFunction::State {
     for (const auto& line : log.lines()) text << "  " << line << "\n";
     for (size_t i = 0; i < results.size(); ++i) text << "  out" << i << ": " << layout_text(results[i]) << "\n";
 
-    Compiled c{std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs), text.str()};
-    cache[key] = std::move(c);
-    std::vector<Array> copies;
-    std::lock_guard lock(rt->mutex());
-    for (const auto& v : outputs) copies.push_back(detail::make_array(rt, exec::copy_value(*rt, v), true));
-    return copies;
+    Compiled& c = cache[key];
+    c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs);
+    c.text = text.str();
+    return c.lend(rt, outputs);
   }
 };
 
@@ -125,11 +140,11 @@ std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   auto it = state_->cache.find(key);
   if (it == state_->cache.end()) return state_->trace(key, placed);
   auto rt = Runtime::current().state();
+  std::lock_guard rt_lock(rt->mutex());
+  it->second.detach_lent(*rt);
   std::vector<exec::ShardedValue> inputs;
   for (const Array& a : placed) inputs.push_back(detail::materialized(a));
-  std::vector<Array> out;
-  for (auto& v : it->second.program->replay(inputs)) out.push_back(detail::make_array(rt, std::move(v), true));
-  return out;
+  return it->second.lend(rt, it->second.program->replay(inputs));
 }
 
 std::string JitFunction::program_text(const std::vector<Array>& args) const {

@@ -48,7 +48,22 @@ std::optional<Allocation> MemoryPool::carve(int block_index, uint64_t bytes) {
 std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
   bytes = aligned(bytes);
   if (bytes > budget_ - used_) return std::nullopt;
-  if (bytes * 2 >= block_size_) return carve(add_block(bytes, true), bytes);
+  if (bytes * 2 >= block_size_) {
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if ((*it)->buffer->size() != bytes) continue;
+      std::unique_ptr<Block> block = std::move(*it);
+      spare_.erase(it);
+      spare_bytes_ -= bytes;
+      block->free_ranges.clear();
+      block->free_ranges[0] = bytes;
+      size_t slot = 0;
+      while (slot < blocks_.size() && blocks_[slot]) ++slot;
+      if (slot == blocks_.size()) blocks_.emplace_back();
+      blocks_[slot] = std::move(block);
+      return carve(static_cast<int>(slot), bytes);
+    }
+    return carve(add_block(bytes, true), bytes);
+  }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (!blocks_[i] || blocks_[i]->dedicated) continue;
     if (auto a = carve(static_cast<int>(i), bytes)) return a;
@@ -60,7 +75,13 @@ void MemoryPool::free(const Allocation& a) {
   Block& b = *blocks_[a.block];
   used_ -= a.size;
   if (b.dedicated) {
-    blocks_[a.block].reset();
+    // Kept while the spares stay within a quarter of the budget (the oldest go first).
+    spare_bytes_ += b.buffer->size();
+    spare_.push_back(std::move(blocks_[a.block]));
+    while (spare_bytes_ > budget_ / 4 && !spare_.empty()) {
+      spare_bytes_ -= spare_.front()->buffer->size();
+      spare_.erase(spare_.begin());
+    }
     return;
   }
   auto [it, inserted] = b.free_ranges.emplace(a.offset, a.size);

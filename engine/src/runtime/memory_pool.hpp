@@ -49,6 +49,10 @@ class MemoryPool {
   uint64_t alignment_;
   uint64_t block_size_;
   std::vector<std::unique_ptr<Block>> blocks_;  // null where a dedicated block was released
+  // Released dedicated blocks kept for the next request of their size: a 64 MiB array freed and
+  // made again (every jit replay's outputs) must not pay for fresh pages each time.
+  std::vector<std::unique_ptr<Block>> spare_;
+  uint64_t spare_bytes_ = 0;
 };
 
 }  // namespace meshvk::runtime

@@ -1,0 +1,10 @@
+#pragma once
+// The benchmarks meshvk-bench runs, one function per subcommand (see main.cpp's table).
+#include "bench.hpp"
+
+namespace meshvk::bench {
+
+int run_kernels(const Options& options);
+int run_collectives(const Options& options);
+
+}  // namespace meshvk::bench

@@ -1,0 +1,68 @@
+// meshvk-bench: named benchmarks, one per subcommand, each printing one table of meshvk's figures
+// beside baselines measured in the same run.
+//   meshvk-bench <benchmark> [--reps N] [--only SUBSTRING]
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string_view>
+
+#include "benchmarks.hpp"
+#include "meshvk/error.hpp"
+
+namespace {
+
+struct Benchmark {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(const meshvk::bench::Options&);
+};
+
+// Add new benchmarks here.
+constexpr Benchmark kBenchmarks[] = {
+    {"kernels",
+     "matmul vs OpenBLAS, 2*sin(x)+1 and sum vs C++ loops, device copy vs memcpy, dispatch cost",
+     meshvk::bench::run_kernels},
+    {"collectives",
+     "all-reduce, all-gather, reduce-scatter, all-to-all, ppermute over 8 devices, 4 KiB to 256 MiB, vs the adapter's copy",
+     meshvk::bench::run_collectives},
+};
+
+int usage(std::ostream& out, int rc) {
+  out << "usage: meshvk-bench <benchmark> [--reps N] [--only SUBSTRING]\n\nbenchmarks:\n";
+  for (const Benchmark& b : kBenchmarks) out << "  " << b.name << "  " << b.summary << "\n";
+  out << "\n--reps N         timed repetitions after one warm-up (default 5)\n"
+         "--only SUBSTRING run only the rows whose name contains SUBSTRING\n";
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(std::cerr, 2);
+  const std::string_view name = argv[1];
+  if (name == "-h" || name == "--help") return usage(std::cout, 0);
+  meshvk::bench::Options options;
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--reps" && i + 1 < argc) {
+      options.reps = std::atoi(argv[++i]);
+    } else if (arg == "--only" && i + 1 < argc) {
+      options.only = argv[++i];
+    } else {
+      std::cerr << "meshvk-bench: unknown option " << arg << "\n";
+      return usage(std::cerr, 2);
+    }
+  }
+  for (const Benchmark& b : kBenchmarks) {
+    if (b.name != name) continue;
+    try {
+      return b.run(options);
+    } catch (const std::exception& e) {
+      std::cerr << "meshvk-bench " << name << ": " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "meshvk-bench: no benchmark named " << name << "\n";
+  return usage(std::cerr, 2);
+}
