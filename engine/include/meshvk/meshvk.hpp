@@ -1,6 +1,7 @@
 #pragma once
 // Everything a meshvk user needs: #include <meshvk/meshvk.hpp>
 #include "meshvk/array.hpp"
+#include "meshvk/autodiff.hpp"
 #include "meshvk/dtype.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/jit.hpp"

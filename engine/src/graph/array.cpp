@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "graph/array_impl.hpp"
+#include "graph/tape.hpp"
 #include "io/host_array.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/runtime.hpp"
@@ -114,8 +115,16 @@ void Array::copy_to_host(void* dst, DType expected) const {
   exec::download(*a.runtime, detail::materialized(*this), dst);
 }
 
+static Array reshape_untaped(const Array& self, Shape new_shape);
+
 Array Array::reshape(Shape new_shape) const {
-  const ArrayImpl& a = impl_of(*this);
+  const Array r = reshape_untaped(*this, std::move(new_shape));
+  const Shape old = shape();
+  return detail::on_tape(r, {*this}, [old](const Array& ct) { return std::vector<Array>{ct.reshape(old)}; });
+}
+
+static Array reshape_untaped(const Array& self, Shape new_shape) {
+  const ArrayImpl& a = impl_of(self);
   int64_t known = 1;
   int infer = -1;
   for (size_t i = 0; i < new_shape.size(); ++i) {
@@ -127,12 +136,12 @@ Array Array::reshape(Shape new_shape) const {
       known *= new_shape[i];
     }
   }
-  if (infer >= 0 && known > 0 && size() % known == 0) new_shape[infer] = size() / known;
-  if (shape_size(new_shape) != size() || (infer >= 0 && new_shape[infer] < 0))
-    throw Error("reshape: cannot reshape an array of shape " + shape_to_string(shape()) + " (" +
-                std::to_string(size()) + " elements) into shape " + shape_to_string(new_shape));
+  if (infer >= 0 && known > 0 && self.size() % known == 0) new_shape[infer] = self.size() / known;
+  if (shape_size(new_shape) != self.size() || (infer >= 0 && new_shape[infer] < 0))
+    throw Error("reshape: cannot reshape an array of shape " + shape_to_string(self.shape()) + " (" +
+                std::to_string(self.size()) + " elements) into shape " + shape_to_string(new_shape));
   std::lock_guard lock(a.runtime->mutex());
-  exec::ShardedValue v = detail::materialized(*this);
+  exec::ShardedValue v = detail::materialized(self);
   if (const NamedSharding* n = v.sharding.named()) {
     // Inserting or dropping size-1 dimensions keeps every piece's layout: the sharding follows.
     std::vector<std::pair<int64_t, SpecEntry>> old_dims, new_dims;
@@ -215,6 +224,8 @@ Array full(Shape shape, float value, const Sharding& sharding) {
 Array zeros_like(const Array& x) { return zeros(x.shape(), x.dtype()); }
 Array ones_like(const Array& x) { return ones(x.shape(), x.dtype()); }
 
+Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt);
+
 Array device_put(const Array& x, const Sharding& sharding) {
   const ArrayImpl& a = impl_of(x);
   auto& rt = *a.runtime;
@@ -223,6 +234,13 @@ Array device_put(const Array& x, const Sharding& sharding) {
   sharding.check_shape(a.value.shape);
   std::lock_guard lock(rt.mutex());
   exec::check_devices(rt, sharding);
+  const Array placed = device_put_untaped(x, sharding, a, rt);
+  return detail::on_tape(placed, {x}, [x](const Array& ct) {
+    return std::vector<Array>{ct.sharding().is_equivalent_to(x.sharding(), x.ndim()) ? ct : device_put(ct, x.sharding())};
+  });
+}
+
+Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt) {
   const exec::ShardedValue& current = detail::materialized(x);
   // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
   exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())

@@ -9,6 +9,7 @@
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
+#include "graph/tape.hpp"
 #include "exec/program_log.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -112,13 +113,12 @@ Array move_axis(const Array& x, int from, int to) {
 
 }  // namespace
 
-Array psum(const Array& x, const AxisNames& axis_name) { return reduce_over("psum", x, axis_name, collectives::Reduction::sum); }
+static Array psum_untaped(const Array& x, const AxisNames& axis_name) { return reduce_over("psum", x, axis_name, collectives::Reduction::sum); }
 Array pmax(const Array& x, const AxisNames& axis_name) { return reduce_over("pmax", x, axis_name, collectives::Reduction::max); }
 Array pmin(const Array& x, const AxisNames& axis_name) { return reduce_over("pmin", x, axis_name, collectives::Reduction::min); }
 
 Array pmean(const Array& x, const AxisNames& axis_name) {
-  const Array total = reduce_over("pmean", astype(x, DType::float32), axis_name, collectives::Reduction::sum);
-  return total / static_cast<float>(axis_size(axis_name));
+  return psum(astype(x, DType::float32), axis_name) / static_cast<float>(axis_size(axis_name));
 }
 
 int axis_size(const AxisNames& axis_name) {
@@ -143,7 +143,7 @@ Array axis_index(const AxisNames& axis_name) {
                             true, axis_name.names);
 }
 
-Array all_gather(const Array& input, const AxisNames& axis_name, int axis, bool tiled) {
+static Array all_gather_untaped(const Array& input, const AxisNames& axis_name, int axis, bool tiled) {
   const Mesh& mesh = bound_mesh("all_gather", axis_name);
   const Array x = on_mesh(input, mesh);
   const int rank = static_cast<int>(x.ndim());
@@ -164,7 +164,7 @@ Array all_gather(const Array& input, const AxisNames& axis_name, int axis, bool 
   return reshape(s, merged);
 }
 
-Array psum_scatter(const Array& input, const AxisNames& axis_name, int scatter_dimension, bool tiled) {
+static Array psum_scatter_untaped(const Array& input, const AxisNames& axis_name, int scatter_dimension, bool tiled) {
   const Mesh& mesh = bound_mesh("psum_scatter", axis_name);
   const Array x0 = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
   const int rank = static_cast<int>(x0.ndim());
@@ -192,7 +192,7 @@ Array psum_scatter(const Array& input, const AxisNames& axis_name, int scatter_d
   return reshape(r, squeezed);
 }
 
-Array ppermute(const Array& input, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm) {
+static Array ppermute_untaped(const Array& input, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm) {
   const Mesh& mesh = bound_mesh("ppermute", axis_name);
   const Array x = on_mesh(input, mesh);
   const Groups g = groups_of(mesh, axis_name.names);
@@ -222,7 +222,7 @@ Array pbroadcast(const Array& input, const AxisNames& axis_name, int source) {
                     [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::broadcast(rt, in, count, source); });
 }
 
-Array all_to_all(const Array& input, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled) {
+static Array all_to_all_untaped(const Array& input, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled) {
   const Mesh& mesh = bound_mesh("all_to_all", axis_name);
   const Array x0 = on_mesh(input, mesh);
   const int rank = static_cast<int>(x0.ndim());
@@ -237,12 +237,12 @@ Array all_to_all(const Array& input, const AxisNames& axis_name, int split_axis,
   if (!tiled) {
     // As JAX does: a unit axis at concat_axis takes the n received pieces, then the split axis
     // (now of size 1) goes away.
-    if (split == concat) return all_to_all(x0, axis_name, split, concat, true);
+    if (split == concat) return all_to_all_untaped(x0, axis_name, split, concat, true);
     if (split < concat) ++concat;
     Shape expanded = x0.shape();
     expanded.insert(expanded.begin() + concat, 1);
     if (concat <= split) ++split;
-    const Array r = all_to_all(reshape(x0, expanded), axis_name, split, concat, true);
+    const Array r = all_to_all_untaped(reshape(x0, expanded), axis_name, split, concat, true);
     Shape squeezed = r.shape();
     squeezed.erase(squeezed.begin() + split);
     return reshape(r, squeezed);
@@ -262,6 +262,68 @@ Array all_to_all(const Array& input, const AxisNames& axis_name, int split_axis,
   merged[split] /= g.size;
   merged[concat] *= g.size;
   return reshape(r, merged);
+}
+
+// ---- Taped entry points: a collective's cotangent rule is its transpose.
+
+namespace {
+bool varies_over(const Array& x, const AxisNames& axes) {
+  for (const auto& a : axes.names)
+    if (std::find(x.impl()->varying.begin(), x.impl()->varying.end(), a) != x.impl()->varying.end()) return true;
+  return false;
+}
+bool differentiable(const Array& x) { return detail::taping() && x.dtype() == DType::float32; }
+}  // namespace
+
+Array psum(const Array& x, const AxisNames& axis_name) {
+  const Array y = psum_untaped(x, axis_name);
+  if (!differentiable(x)) return y;
+  // A cotangent that is the same on every device of a group passes through; one that differs
+  // (used per device afterwards) is summed, as every device's input fed every device's output.
+  return detail::on_tape(y, {x}, [axis_name](const Array& ct) {
+    return std::vector<Array>{varies_over(ct, axis_name) ? psum(ct, axis_name) : ct};
+  });
+}
+
+Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tiled) {
+  const Array y = all_gather_untaped(x, axis_name, axis, tiled);
+  if (!differentiable(x)) return y;
+  const int ax = axis < 0 ? axis + static_cast<int>(tiled ? x.ndim() : x.ndim() + 1) : axis;
+  return detail::on_tape(y, {x}, [x, axis_name, ax, tiled](const Array& ct) {
+    if (varies_over(ct, axis_name)) return std::vector<Array>{psum_scatter(ct, axis_name, ax, tiled)};
+    // The same cotangent everywhere: each device keeps the piece it contributed.
+    std::vector<Array> start(ct.ndim(), scalar(int32_t{0}));
+    Shape sizes = ct.shape();
+    const int64_t piece = tiled ? x.shape()[ax] : 1;
+    start[ax] = axis_index(axis_name) * static_cast<int32_t>(piece);
+    sizes[ax] = piece;
+    return std::vector<Array>{reshape(dynamic_slice(ct, start, sizes), x.shape())};
+  });
+}
+
+Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimension, bool tiled) {
+  const Array y = psum_scatter_untaped(x, axis_name, scatter_dimension, tiled);
+  if (!differentiable(x)) return y;
+  const int dim = scatter_dimension < 0 ? scatter_dimension + static_cast<int>(x.ndim()) : scatter_dimension;
+  return detail::on_tape(y, {x}, [axis_name, dim, tiled](const Array& ct) {
+    return std::vector<Array>{all_gather(ct, axis_name, dim, tiled)};
+  });
+}
+
+Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm) {
+  const Array y = ppermute_untaped(x, axis_name, perm);
+  if (!differentiable(x)) return y;
+  std::vector<std::pair<int, int>> back;
+  for (const auto& [src, dst] : perm) back.push_back({dst, src});
+  return detail::on_tape(y, {x}, [axis_name, back](const Array& ct) { return std::vector<Array>{ppermute(ct, axis_name, back)}; });
+}
+
+Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled) {
+  const Array y = all_to_all_untaped(x, axis_name, split_axis, concat_axis, tiled);
+  if (!differentiable(x)) return y;
+  return detail::on_tape(y, {x}, [axis_name, split_axis, concat_axis, tiled](const Array& ct) {
+    return std::vector<Array>{all_to_all(ct, axis_name, concat_axis, split_axis, tiled)};
+  });
 }
 
 }  // namespace meshvk

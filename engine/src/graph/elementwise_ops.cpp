@@ -2,11 +2,13 @@
 // pending program, and running that program when its data is needed.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/tape.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/runtime.hpp"
@@ -441,34 +443,113 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
-Array negative(const Array& x) { return unary("negative", EwOp::neg, x); }
-Array abs(const Array& x) { return unary("abs", EwOp::abs, x); }
+namespace {
+
+using detail::on_tape;
+
+// Records a unary op whose cotangent rule is ct -> rule(ct).
+Array taped(const Array& y, const Array& x, std::function<Array(const Array&)> rule) {
+  return on_tape(y, {x}, [rule](const Array& ct) { return std::vector<Array>{rule(ct)}; });
+}
+
+const Array* array_of(const Operand& o) { return std::get_if<Array>(&o.get()); }
+
+// Records a binary op: each array operand gets its rule's cotangent, summed over the dimensions
+// broadcasting added.
+Array taped(const Array& y, const Operand& a, const Operand& b, std::function<Array(const Array&)> rule_a,
+            std::function<Array(const Array&)> rule_b) {
+  if (!detail::taping()) return y;
+  const Array* pa = array_of(a);
+  const Array* pb = array_of(b);
+  std::vector<Array> inputs{pa ? *pa : Array(), pb ? *pb : Array()};
+  return on_tape(y, inputs, [inputs, rule_a, rule_b](const Array& ct) {
+    std::vector<Array> out(2);
+    const std::function<Array(const Array&)>* rules[] = {&rule_a, &rule_b};
+    for (int k = 0; k < 2; ++k)
+      if (inputs[k].valid() && inputs[k].dtype() == DType::float32 && *rules[k])
+        out[k] = detail::unbroadcast((*rules[k])(ct), inputs[k].shape());
+    return out;
+  });
+}
+
+}  // namespace
+
+Array negative(const Array& x) {
+  return taped(unary("negative", EwOp::neg, x), x, [](const Array& ct) { return -ct; });
+}
+Array abs(const Array& x) {
+  return taped(unary("abs", EwOp::abs, x), x, [x](const Array& ct) { return ct * sign(x); });
+}
 Array sign(const Array& x) { return unary("sign", EwOp::sign, x); }
-Array exp(const Array& x) { return unary("exp", EwOp::exp, x); }
-Array log(const Array& x) { return unary("log", EwOp::log, x); }
-Array sqrt(const Array& x) { return unary("sqrt", EwOp::sqrt, x); }
-Array rsqrt(const Array& x) { return unary("rsqrt", EwOp::rsqrt, x); }
-Array sin(const Array& x) { return unary("sin", EwOp::sin, x); }
-Array cos(const Array& x) { return unary("cos", EwOp::cos, x); }
-Array tanh(const Array& x) { return unary("tanh", EwOp::tanh, x); }
-Array sigmoid(const Array& x) { return unary("sigmoid", EwOp::sigmoid, x); }
-Array relu(const Array& x) { return unary("relu", EwOp::relu, x); }
-Array square(const Array& x) { return unary("square", EwOp::square, x); }
-Array reciprocal(const Array& x) { return unary("reciprocal", EwOp::reciprocal, x); }
+Array exp(const Array& x) {
+  const Array y = unary("exp", EwOp::exp, x);
+  return taped(y, x, [y](const Array& ct) { return ct * y; });
+}
+Array log(const Array& x) {
+  return taped(unary("log", EwOp::log, x), x, [x](const Array& ct) { return ct / x; });
+}
+Array sqrt(const Array& x) {
+  const Array y = unary("sqrt", EwOp::sqrt, x);
+  return taped(y, x, [y](const Array& ct) { return ct * 0.5f / y; });
+}
+Array rsqrt(const Array& x) {
+  const Array y = unary("rsqrt", EwOp::rsqrt, x);
+  return taped(y, x, [x, y](const Array& ct) { return ct * -0.5f * y / x; });
+}
+Array sin(const Array& x) {
+  return taped(unary("sin", EwOp::sin, x), x, [x](const Array& ct) { return ct * cos(x); });
+}
+Array cos(const Array& x) {
+  return taped(unary("cos", EwOp::cos, x), x, [x](const Array& ct) { return -ct * sin(x); });
+}
+Array tanh(const Array& x) {
+  const Array y = unary("tanh", EwOp::tanh, x);
+  return taped(y, x, [y](const Array& ct) { return ct * (1.0f - y * y); });
+}
+Array sigmoid(const Array& x) {
+  const Array y = unary("sigmoid", EwOp::sigmoid, x);
+  return taped(y, x, [y](const Array& ct) { return ct * y * (1.0f - y); });
+}
+Array relu(const Array& x) {
+  return taped(unary("relu", EwOp::relu, x), x, [x](const Array& ct) { return where(x > 0.0f, ct, 0.0f); });
+}
+Array square(const Array& x) {
+  return taped(unary("square", EwOp::square, x), x, [x](const Array& ct) { return ct * 2.0f * x; });
+}
+Array reciprocal(const Array& x) {
+  const Array y = unary("reciprocal", EwOp::reciprocal, x);
+  return taped(y, x, [y](const Array& ct) { return -ct * y * y; });
+}
 Array logical_not(const Array& x) { return elementwise("logical_not", EwOp::logical_not, {x}, DType::bool_, DType::bool_); }
 Array astype(const Array& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  return elementwise("astype", EwOp::cast, {x}, x.dtype(), dtype);
+  const Array y = elementwise("astype", EwOp::cast, {x}, x.dtype(), dtype);
+  if (x.dtype() != DType::float32 || dtype != DType::float32) return y;
+  return taped(y, x, [](const Array& ct) { return ct; });
 }
 
-Array add(const Operand& a, const Operand& b) { return arithmetic("add", EwOp::add, a, b); }
-Array subtract(const Operand& a, const Operand& b) { return arithmetic("subtract", EwOp::sub, a, b); }
-Array multiply(const Operand& a, const Operand& b) { return arithmetic("multiply", EwOp::mul, a, b); }
+Array add(const Operand& a, const Operand& b) {
+  const auto id = [](const Array& ct) { return ct; };
+  return taped(arithmetic("add", EwOp::add, a, b), a, b, id, id);
+}
+Array subtract(const Operand& a, const Operand& b) {
+  return taped(arithmetic("subtract", EwOp::sub, a, b), a, b, [](const Array& ct) { return ct; },
+               [](const Array& ct) { return -ct; });
+}
+Array multiply(const Operand& a, const Operand& b) {
+  return taped(arithmetic("multiply", EwOp::mul, a, b), a, b, [b](const Array& ct) { return multiply(ct, b); },
+               [a](const Array& ct) { return multiply(ct, a); });
+}
 Array divide(const Operand& a, const Operand& b) {
-  return elementwise("divide", EwOp::div, {a, b}, DType::float32, DType::float32);
+  return taped(elementwise("divide", EwOp::div, {a, b}, DType::float32, DType::float32), a, b,
+               [b](const Array& ct) { return divide(ct, b); },
+               [a, b](const Array& ct) { return negative(multiply(ct, a)) / multiply(b, b); });
 }
 Array floor_divide(const Operand& a, const Operand& b) { return arithmetic("floor_divide", EwOp::floordiv, a, b); }
-Array remainder(const Operand& a, const Operand& b) { return arithmetic("remainder", EwOp::mod, a, b); }
+Array remainder(const Operand& a, const Operand& b) {
+  return taped(arithmetic("remainder", EwOp::mod, a, b), a, b, [](const Array& ct) { return ct; },
+               [a, b](const Array& ct) { return negative(ct) * floor_divide(a, b); });
+}
 Array power(const Operand& a, const Operand& b) {
   // As XLA does: a constant exponent of 2, 0.5, -0.5 or -1 becomes the exact operation.
   if (const auto* x = std::get_if<Array>(&a.get())) {
@@ -480,10 +561,21 @@ Array power(const Operand& a, const Operand& b) {
       if (*e == -1.0f) return reciprocal(f);
     }
   }
-  return arithmetic("power", EwOp::pow, a, b);
+  const Array y = arithmetic("power", EwOp::pow, a, b);
+  return taped(y, a, b, [a, b](const Array& ct) { return ct * multiply(b, power(a, subtract(b, 1.0f))); },
+               [a, y](const Array& ct) { return ct * y * log(add(a, 0.0f)); });
 }
-Array maximum(const Operand& a, const Operand& b) { return arithmetic("maximum", EwOp::maximum, a, b); }
-Array minimum(const Operand& a, const Operand& b) { return arithmetic("minimum", EwOp::minimum, a, b); }
+// Ties share the cotangent equally, as in JAX.
+Array maximum(const Operand& a, const Operand& b) {
+  return taped(arithmetic("maximum", EwOp::maximum, a, b), a, b,
+               [a, b](const Array& ct) { return where(greater(a, b), ct, where(equal(a, b), ct * 0.5f, 0.0f)); },
+               [a, b](const Array& ct) { return where(less(a, b), ct, where(equal(a, b), ct * 0.5f, 0.0f)); });
+}
+Array minimum(const Operand& a, const Operand& b) {
+  return taped(arithmetic("minimum", EwOp::minimum, a, b), a, b,
+               [a, b](const Array& ct) { return where(less(a, b), ct, where(equal(a, b), ct * 0.5f, 0.0f)); },
+               [a, b](const Array& ct) { return where(greater(a, b), ct, where(equal(a, b), ct * 0.5f, 0.0f)); });
+}
 Array equal(const Operand& a, const Operand& b) { return comparison("equal", EwOp::eq, a, b); }
 Array not_equal(const Operand& a, const Operand& b) { return comparison("not_equal", EwOp::ne, a, b); }
 Array less(const Operand& a, const Operand& b) { return comparison("less", EwOp::lt, a, b); }
@@ -498,7 +590,9 @@ Array logical_or(const Operand& a, const Operand& b) {
 }
 Array where(const Operand& condition, const Operand& x, const Operand& y) {
   const DType t = promote({type_of_operand(x), type_of_operand(y)});
-  return elementwise("where", EwOp::where, {condition, x, y}, t, t);
+  const Array r = elementwise("where", EwOp::where, {condition, x, y}, t, t);
+  return taped(r, x, y, [condition](const Array& ct) { return where(condition, ct, 0.0f); },
+               [condition](const Array& ct) { return where(condition, 0.0f, ct); });
 }
 
 }  // namespace meshvk

@@ -11,6 +11,7 @@
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/mesh_groups.hpp"
+#include "graph/tape.hpp"
 #include "kernels/matmul.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -22,12 +23,14 @@ using detail::Recording;
 
 namespace {
 
+Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding, bool apply_out);
+
 // a is [batch..., m, k] and b is [batch..., k, n] with equal batch shapes (or no batch on one
 // side); the result is [batch..., m, n].
 // out_sharding, when given, settles explicit mode's ambiguity; with apply_out the result is also
 // laid out that way (einsum applies it after its own transposes instead).
-Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding = std::nullopt,
-                     bool apply_out = true) {
+Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding,
+                     bool apply_out) {
   const DType dtype = (a0.dtype() == DType::float32 || b0.dtype() == DType::float32) ? DType::float32 : DType::int32;
   Array a = astype(a0, dtype), b = astype(b0, dtype);
   const size_t ra = a.ndim(), rb = b.ndim();
@@ -141,6 +144,19 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
                                          static_cast<uint64_t>(shape_size(result.shard_shape(shape))), dtype,
                                          collectives::Reduction::sum);
   Array r = detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
+  if (detail::taping() && dtype == DType::float32) {
+    // d(a @ b) = ct @ b^T for a and a^T @ ct for b, summed over batch dimensions broadcasting added.
+    r = detail::on_tape(r, {a, b}, [a, b](const Array& ct) {
+      auto swap_last = [](const Array& x) {
+        std::vector<int> perm(x.ndim());
+        for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
+        std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+        return transpose(x, perm);
+      };
+      return std::vector<Array>{detail::unbroadcast(batched_matmul(ct, swap_last(b), std::nullopt, true), a.shape()),
+                                detail::unbroadcast(batched_matmul(swap_last(a), ct, std::nullopt, true), b.shape())};
+    });
+  }
   return out_sharding && apply_out ? device_put(r, *out_sharding) : r;
 }
 
@@ -177,7 +193,7 @@ Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_
     // Equal batch shapes after broadcasting; both carry them.
   }
   const bool squeeze = a.ndim() == 1 || b.ndim() == 1;
-  Array r = batched_matmul(x, y, squeeze ? std::nullopt : out_sharding);
+  Array r = batched_matmul(x, y, squeeze ? std::nullopt : out_sharding, true);
   Shape out = r.shape();
   if (a.ndim() == 1) out.erase(out.end() - 2);
   if (b.ndim() == 1) out.erase(out.end() - 1);

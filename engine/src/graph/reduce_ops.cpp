@@ -8,6 +8,7 @@
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/mesh_groups.hpp"
+#include "graph/tape.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/strided_copy.hpp"
 #include "meshvk/error.hpp"
@@ -35,7 +36,35 @@ std::vector<bool> reduced_axes(const char* op, std::vector<int> axes, size_t ran
   return reduced;
 }
 
+Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims);
+
+// The cotangent of a reduced array spread back over the input's shape.
+Array spread(const Array& ct, const Array& x, const std::vector<bool>& reduced) {
+  Shape kept = x.shape();
+  for (size_t d = 0; d < kept.size(); ++d)
+    if (reduced[d]) kept[d] = 1;
+  return broadcast_to(reshape(ct, kept), x.shape());
+}
+
 Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims) {
+  const Array y = reduce_untaped(op, kind, input, reduced, keepdims);
+  if (!detail::taping() || input.dtype() != DType::float32) return y;
+  if (kind == kernels::ReduceOp::sum)
+    return detail::on_tape(y, {input}, [input, reduced](const Array& ct) { return std::vector<Array>{spread(ct, input, reduced)}; });
+  if (kind == kernels::ReduceOp::max || kind == kernels::ReduceOp::min) {
+    // Ties share the cotangent equally, as in JAX.
+    return detail::on_tape(y, {input}, [input, reduced, y](const Array& ct) {
+      const Array hit = astype(equal(input, spread(y, input, reduced)), DType::float32);
+      std::vector<int> axes;
+      for (size_t d = 0; d < reduced.size(); ++d)
+        if (reduced[d]) axes.push_back(static_cast<int>(d));
+      return std::vector<Array>{spread(ct, input, reduced) * hit / spread(sum(hit, axes, true), input, reduced)};
+    });
+  }
+  return y;
+}
+
+Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims) {
   const size_t rank = input.ndim();
   Array x = input.dtype() == DType::bool_ ? astype(input, DType::int32) : input;
   int64_t count = 1;

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "graph/array_impl.hpp"
+#include "graph/tape.hpp"
 #include "kernels/strided_copy.hpp"
 #include "kernels/take.hpp"
 #include "meshvk/error.hpp"
@@ -125,7 +126,7 @@ kernels::StridedCopy copy_into(const Shape& box, const std::vector<int64_t>& in_
 
 Array reshape(const Array& x, Shape shape) { return x.reshape(std::move(shape)); }
 
-Array transpose(const Array& x, std::vector<int> axes) {
+static Array transpose_untaped(const Array& x, std::vector<int> axes) {
   const size_t rank = x.ndim();
   if (axes.empty())
     for (size_t d = rank; d-- > 0;) axes.push_back(static_cast<int>(d));
@@ -157,7 +158,7 @@ Array transpose(const Array& x, std::vector<int> axes) {
                         });
 }
 
-Array broadcast_to(const Array& x, Shape shape) {
+static Array broadcast_to_untaped(const Array& x, Shape shape) {
   const Shape joined = broadcast_shapes(x.shape(), shape, "broadcast_to");
   if (joined != shape)
     throw Error("broadcast_to: cannot broadcast shape " + shape_to_string(x.shape()) + " to " + shape_to_string(shape));
@@ -182,7 +183,7 @@ Array broadcast_to(const Array& x, Shape shape) {
                         });
 }
 
-Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
+static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
   const size_t rank = x.ndim();
   if (step.empty()) step.assign(rank, 1);
   if (start.size() != rank || stop.size() != rank || step.size() != rank)
@@ -258,7 +259,7 @@ Array stack(const std::vector<Array>& arrays, int axis) {
   return concatenate(expanded, axis);
 }
 
-Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start) {
+static Array dynamic_update_slice_untaped(const Array& x, const Array& update, std::vector<int64_t> start) {
   if (update.ndim() != x.ndim() || start.size() != x.ndim())
     throw Error("dynamic_update_slice: update " + shape_to_string(update.shape()) + " and start need the rank of " +
                 shape_to_string(x.shape()));
@@ -280,7 +281,7 @@ Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int6
                         });
 }
 
-Array concatenate(const std::vector<Array>& arrays, int axis) {
+static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
   if (arrays.empty()) throw Error("concatenate: needs at least one array");
   const size_t rank = arrays[0].ndim();
   if (rank == 0) throw Error("concatenate: zero-dimensional arrays cannot be concatenated");
@@ -313,7 +314,7 @@ Array concatenate(const std::vector<Array>& arrays, int axis) {
                         });
 }
 
-Array pad(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float value) {
+static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float value) {
   if (widths.size() != x.ndim())
     throw Error("pad: needs one (before, after) pair per dimension of " + shape_to_string(x.shape()));
   Shape shape = x.shape();
@@ -340,7 +341,7 @@ Array pad(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float
                         });
 }
 
-Array roll(const Array& x, int64_t shift, int axis) {
+static Array roll_untaped(const Array& x, int64_t shift, int axis) {
   axis = normalize_axis(axis, x.ndim(), "roll");
   const int64_t n = x.shape()[axis];
   if (n == 0) return x;
@@ -358,7 +359,7 @@ Array roll(const Array& x, int64_t shift, int axis) {
                         });
 }
 
-Array take(const Array& x, const Array& indices, int axis) {
+static Array take_untaped(const Array& x, const Array& indices, int axis) {
   axis = normalize_axis(axis, x.ndim(), "take");
   if (indices.dtype() != DType::int32)
     throw Error("take: indices must be int32, got " + std::string(dtype_name(indices.dtype())));
@@ -402,6 +403,111 @@ Array argsort(const Array& x, int axis) {
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
                           kernels::record_argsort(rt, rec, *in[0], out, rows, n, whole.dtype() == DType::float32);
                         });
+}
+
+// ---- Taped entry points: each op's rule for carrying cotangents back to its inputs.
+
+namespace {
+std::vector<int> inverse(const std::vector<int>& perm) {
+  std::vector<int> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int>(i);
+  return inv;
+}
+bool differentiable(const Array& x) { return detail::taping() && x.dtype() == DType::float32; }
+}  // namespace
+
+Array transpose(const Array& x, std::vector<int> axes) {
+  const Array y = transpose_untaped(x, axes);
+  if (!differentiable(x)) return y;
+  if (axes.empty())
+    for (size_t d = x.ndim(); d-- > 0;) axes.push_back(static_cast<int>(d));
+  for (int& a : axes) a = a < 0 ? a + static_cast<int>(x.ndim()) : a;
+  return detail::on_tape(y, {x}, [axes](const Array& ct) { return std::vector<Array>{transpose(ct, inverse(axes))}; });
+}
+
+Array broadcast_to(const Array& x, Shape shape) {
+  const Array y = broadcast_to_untaped(x, shape);
+  if (!differentiable(x)) return y;
+  const Shape s = x.shape();
+  return detail::on_tape(y, {x}, [s](const Array& ct) { return std::vector<Array>{detail::unbroadcast(ct, s)}; });
+}
+
+Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
+  const Array y = slice_untaped(x, start, stop, step);
+  if (!differentiable(x)) return y;
+  return detail::on_tape(y, {x}, [x, start, stop, step, ys = y.shape()](const Array& ct) {
+    std::vector<std::pair<int64_t, int64_t>> widths;
+    for (size_t d = 0; d < x.ndim(); ++d) {
+      if (!step.empty() && step[d] != 1)
+        throw Error("grad: the gradient of a slice with step " + std::to_string(step[d]) + " is not supported; use step 1");
+      widths.push_back({start[d], x.shape()[d] - start[d] - ys[d]});
+    }
+    return std::vector<Array>{pad(ct, widths)};
+  });
+}
+
+Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start) {
+  const Array y = dynamic_update_slice_untaped(x, update, start);
+  if (!detail::taping() || x.dtype() != DType::float32) return y;
+  return detail::on_tape(y, {x, update}, [x, update, start](const Array& ct) {
+    return std::vector<Array>{dynamic_update_slice(ct, zeros(update.shape()), start),
+                              dynamic_slice(ct, start, update.shape())};
+  });
+}
+
+Array concatenate(const std::vector<Array>& arrays, int axis) {
+  const Array y = concatenate_untaped(arrays, axis);
+  if (!detail::taping() || y.dtype() != DType::float32) return y;
+  const int ax = axis < 0 ? axis + static_cast<int>(y.ndim()) : axis;
+  return detail::on_tape(y, arrays, [arrays, ax](const Array& ct) {
+    std::vector<Array> out;
+    int64_t at = 0;
+    for (const Array& a : arrays) {
+      std::vector<int64_t> lo(ct.ndim(), 0), hi(ct.shape().begin(), ct.shape().end());
+      lo[ax] = at;
+      hi[ax] = at + a.shape()[ax];
+      at += a.shape()[ax];
+      out.push_back(slice(ct, lo, hi));
+    }
+    return out;
+  });
+}
+
+Array pad(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float value) {
+  const Array y = pad_untaped(x, widths, value);
+  if (!differentiable(x)) return y;
+  return detail::on_tape(y, {x}, [x, widths](const Array& ct) {
+    std::vector<int64_t> lo, hi;
+    for (size_t d = 0; d < x.ndim(); ++d) {
+      lo.push_back(widths[d].first);
+      hi.push_back(widths[d].first + x.shape()[d]);
+    }
+    return std::vector<Array>{slice(ct, lo, hi)};
+  });
+}
+
+Array roll(const Array& x, int64_t shift, int axis) {
+  const Array y = roll_untaped(x, shift, axis);
+  if (!differentiable(x)) return y;
+  return detail::on_tape(y, {x}, [shift, axis](const Array& ct) { return std::vector<Array>{roll(ct, -shift, axis)}; });
+}
+
+Array take(const Array& x, const Array& indices, int axis) {
+  const Array y = take_untaped(x, indices, axis);
+  if (!differentiable(x)) return y;
+  const int ax = axis < 0 ? axis + static_cast<int>(x.ndim()) : axis;
+  return detail::on_tape(y, {x, indices}, [x, indices, ax](const Array& ct) {
+    // Scatter-add: each gathered row's cotangent goes back to the row it came from (clamped, as
+    // the gather was), through a one-hot product.
+    const int64_t n = x.shape()[ax];
+    const Array idx = minimum(maximum(reshape(indices, {indices.size()}), 0), static_cast<int32_t>(n - 1));
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; ++d) outer *= x.shape()[d];
+    for (size_t d = ax + 1; d < x.ndim(); ++d) inner *= x.shape()[d];
+    const Array c = reshape(ct, {outer, indices.size(), inner});
+    const Array scattered = einsum("ojp,jk->okp", c, one_hot(idx, static_cast<int>(n)));
+    return std::vector<Array>{reshape(scattered, x.shape()), Array()};
+  });
 }
 
 }  // namespace meshvk

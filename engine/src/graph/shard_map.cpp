@@ -9,6 +9,7 @@
 
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
+#include "graph/tape.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/sharding.hpp"
 
@@ -27,6 +28,13 @@ ManualScope::~ManualScope() { manual_meshes.pop_back(); }
 }  // namespace detail
 
 namespace {
+
+// A value as a per-device value over the manual mesh (constants are put on every device).
+Array on_manual_mesh(const Array& x, const Mesh& manual) {
+  const NamedSharding* n = x.sharding().named();
+  if (n && n->mesh().device_ids() == manual.device_ids() && x.sharding().is_fully_replicated()) return x;
+  return device_put(x, NamedSharding(manual, PartitionSpec()));
+}
 
 Mesh manual_version(const Mesh& mesh) {
   return Mesh(mesh.axis_sizes(), mesh.axis_names(), std::vector<AxisType>(mesh.ndim(), AxisType::Manual),
@@ -55,7 +63,24 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
     const exec::ShardedValue& v = detail::materialized(placed);
     exec::ShardedValue local{Sharding(sharding).shard_shape(v.shape), v.dtype, NamedSharding(manual, PartitionSpec()),
                              v.shards};
-    locals.push_back(detail::make_array(placed.impl()->runtime, std::move(local), true, in_specs[i].axes()));
+    Array view = detail::make_array(placed.impl()->runtime, std::move(local), true, in_specs[i].axes());
+    // Cotangent: per-device pieces summed over the axes the input was replicated on, then
+    // assembled by the in_spec.
+    locals.push_back(detail::on_tape(view, {placed}, [mesh, manual, spec = in_specs[i], global = placed.shape()](const Array& ct) {
+      const detail::ManualScope scope(manual);
+      Array c = on_manual_mesh(ct, manual);
+      std::vector<std::string> replicated;
+      const auto named = spec.axes();
+      for (const auto& axis : mesh.axis_names())
+        if (std::find(named.begin(), named.end(), axis) == named.end()) replicated.push_back(axis);
+      const auto& varying = c.impl()->varying;
+      bool varies = false;
+      for (const auto& axis : replicated) varies = varies || std::find(varying.begin(), varying.end(), axis) != varying.end();
+      if (varies) c = psum(c, replicated);
+      const exec::ShardedValue& cv = detail::materialized(c);
+      return std::vector<Array>{detail::make_array(c.impl()->runtime,
+                                                   exec::ShardedValue{global, cv.dtype, NamedSharding(mesh, spec), cv.shards}, true)};
+    }));
   }
 
   std::vector<Array> results;
@@ -99,7 +124,16 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
     Shape global = r.shape();
     for (size_t d = 0; d < spec.size(); ++d) global[d] *= out_sharding.num_shards(d);
     const exec::ShardedValue& v = detail::materialized(r);
-    outputs.push_back(detail::make_array(r.impl()->runtime, exec::ShardedValue{global, v.dtype, out_sharding, v.shards}, true));
+    Array global_out = detail::make_array(r.impl()->runtime, exec::ShardedValue{global, v.dtype, out_sharding, v.shards}, true);
+    // Cotangent: the global cotangent laid out by the out_spec, seen per device.
+    outputs.push_back(detail::on_tape(global_out, {r}, [out_sharding, manual, spec](const Array& ct) {
+      const Array placed = device_put(ct, out_sharding);
+      const exec::ShardedValue& pv = detail::materialized(placed);
+      return std::vector<Array>{detail::make_array(
+          placed.impl()->runtime,
+          exec::ShardedValue{Sharding(out_sharding).shard_shape(placed.shape()), pv.dtype, NamedSharding(manual, PartitionSpec()), pv.shards},
+          true, spec.axes())};
+    }));
   }
   return outputs;
 }

@@ -1,0 +1,150 @@
+// Tape, backward pass and the public grad functions.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "graph/array_impl.hpp"
+#include "graph/manual_context.hpp"
+#include "graph/tape.hpp"
+#include "meshvk/autodiff.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+
+namespace meshvk {
+
+namespace detail {
+
+namespace {
+
+struct Node {
+  Array output;
+  std::vector<Array> inputs;
+  Vjp vjp;
+  std::optional<Mesh> manual;  // the shard_map mesh the op ran under, for collectives in its rule
+};
+
+struct Tape {
+  std::vector<Node> nodes;
+  std::set<const ArrayImpl*> tracked;
+  bool is_tracked(const Array& a) const { return a.valid() && tracked.count(a.impl().get()); }
+};
+
+thread_local Tape* active = nullptr;
+
+}  // namespace
+
+bool taping() { return active != nullptr; }
+
+Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp) {
+  if (!active || !output.valid()) return output;
+  bool any = false;
+  for (const Array& in : inputs) any = any || active->is_tracked(in);
+  if (!any) return output;
+  for (const Array& in : inputs)
+    if (in.valid() && in.impl() == output.impl()) return output;  // the op returned its input
+  active->tracked.insert(output.impl().get());
+  const Mesh* m = current_manual_mesh();
+  active->nodes.push_back({output, inputs, std::move(vjp), m ? std::optional<Mesh>(*m) : std::nullopt});
+  return output;
+}
+
+Array unbroadcast(const Array& ct, const Shape& shape) {
+  if (ct.shape() == shape) return ct;
+  const size_t lead = ct.ndim() - shape.size();
+  std::vector<int> axes;
+  for (size_t d = 0; d < ct.ndim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && ct.shape()[d] != 1)) axes.push_back(static_cast<int>(d));
+  Array r = axes.empty() ? ct : sum(ct, axes, true);
+  if (lead) {
+    Shape s(r.shape().begin() + lead, r.shape().end());
+    r = reshape(r, s);
+  }
+  return r.shape() == shape ? r : reshape(r, shape);
+}
+
+}  // namespace detail
+
+std::pair<Array, std::vector<Array>> value_and_grad_call(const std::function<Array(const std::vector<Array>&)>& f,
+                                                          const std::vector<Array>& args, std::vector<int> argnums) {
+  if (argnums.empty())
+    for (size_t i = 0; i < args.size(); ++i) argnums.push_back(static_cast<int>(i));
+  for (const int i : argnums) {
+    if (i < 0 || i >= static_cast<int>(args.size()))
+      throw Error("grad: argnums has " + std::to_string(i) + " but the function was called with " +
+                  std::to_string(args.size()) + " arguments; valid argnums are 0.." + std::to_string(args.size() - 1));
+    if (args[i].dtype() != DType::float32)
+      throw Error("grad: argument " + std::to_string(i) + " is " + typeof(args[i]) +
+                  "; gradients are defined for float32 inputs (astype it, or leave it out of argnums)");
+  }
+  detail::Tape tape;
+  detail::Tape* outer = detail::active;
+  // Fresh identities for the differentiated arguments, so the tape tells them apart.
+  std::vector<Array> inputs = args;
+  for (const int i : argnums) {
+    const auto& impl = *args[i].impl();
+    inputs[i] = detail::make_array(impl.runtime, detail::materialized(args[i]), impl.committed, impl.varying);
+    tape.tracked.insert(inputs[i].impl().get());
+  }
+  detail::active = &tape;
+  Array value;
+  try {
+    value = f(inputs);
+  } catch (...) {
+    detail::active = outer;
+    throw;
+  }
+  detail::active = outer;
+  if (!value.valid() || value.ndim() != 0 || value.dtype() != DType::float32)
+    throw Error("grad: the function must return a float32 scalar to differentiate, got " +
+                (value.valid() ? typeof(value) : std::string("an empty Array")) +
+                "; reduce it (sum, mean) or differentiate each output separately");
+
+  // Backward: cotangents flow from the result through the recorded nodes in reverse order.
+  std::map<const detail::ArrayImpl*, Array> cotangent;
+  cotangent[value.impl().get()] = ones_like(value);
+  for (auto it = tape.nodes.rbegin(); it != tape.nodes.rend(); ++it) {
+    const auto found = cotangent.find(it->output.impl().get());
+    if (found == cotangent.end()) continue;
+    const Array ct = found->second;
+    std::optional<detail::ManualScope> scope;
+    if (it->manual) scope.emplace(*it->manual);
+    const std::vector<Array> in_ct = it->vjp(ct);
+    for (size_t k = 0; k < it->inputs.size() && k < in_ct.size(); ++k) {
+      if (!in_ct[k].valid() || !tape.is_tracked(it->inputs[k])) continue;
+      const auto* key = it->inputs[k].impl().get();
+      auto [slot, fresh] = cotangent.emplace(key, in_ct[k]);
+      if (!fresh) slot->second = slot->second + in_ct[k];
+    }
+  }
+  std::vector<Array> grads;
+  for (const int i : argnums) {
+    const auto found = cotangent.find(inputs[i].impl().get());
+    Array g = found != cotangent.end() ? found->second : zeros_like(inputs[i]);
+    // Gradients take their parameter's layout.
+    if (!g.sharding().is_equivalent_to(args[i].sharding(), args[i].ndim()) && args[i].committed()) g = device_put(g, args[i].sharding());
+    grads.push_back(g);
+  }
+  return {value, grads};
+}
+
+std::pair<Array, Params> value_and_grad_params(const std::function<Array(const Params&)>& f, const Params& params) {
+  std::vector<std::string> names;
+  std::vector<Array> values;
+  for (const auto& [name, value] : params) {
+    names.push_back(name);
+    values.push_back(value);
+  }
+  auto [value, grads] = value_and_grad_call(
+      [&](const std::vector<Array>& a) {
+        Params p;
+        for (size_t i = 0; i < names.size(); ++i) p.emplace(names[i], a[i]);
+        return f(p);
+      },
+      values, {});
+  Params out;
+  for (size_t i = 0; i < names.size(); ++i) out.emplace(names[i], grads[i]);
+  return {value, out};
+}
+
+}  // namespace meshvk

@@ -1,0 +1,26 @@
+#pragma once
+// The tape reverse-mode autodiff records while value_and_grad runs a function: for every op on
+// a tracked value, its output, inputs and the rule that turns the output's cotangent into the
+// inputs' cotangents (built from the same ops, so backward programs are partitioned like any
+// other program).
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "meshvk/array.hpp"
+#include "meshvk/mesh.hpp"
+
+namespace meshvk::detail {
+
+using Vjp = std::function<std::vector<Array>(const Array& cotangent)>;
+
+// Records `output = op(inputs)` when a tape is active and an input is tracked; returns output.
+// The rule returns one cotangent per input (an invalid Array where there is none).
+Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp);
+bool taping();
+
+// Sums a cotangent of `shape_after_broadcast` down to `shape` (numpy broadcasting's transpose).
+Array unbroadcast(const Array& cotangent, const Shape& shape);
+
+}  // namespace meshvk::detail
