@@ -184,3 +184,32 @@ TEST(Autodiff, ClearErrors) {
   EXPECT_EQ(g.at("a").to_host<float>(), (std::vector<float>{2, 2, 2}));
   EXPECT_EQ(g.at("b").to_host<float>(), (std::vector<float>{0, 1, 2}));
 }
+
+TEST(Training, LayersLossesAndOptimizersKeepShardings) {
+  const auto mesh = mv::make_mesh({4, 2}, {"batch", "model"});
+  mv::Params p = mv::nn::init_mlp({16, 32, 32, 4}, 0);
+  // torch's default init: uniform in +-1/sqrt(fan_in).
+  const auto w0 = p.at("layers.0.weight").to_host<float>();
+  EXPECT_EQ(p.at("layers.0.weight").shape(), (mv::Shape{32, 16}));
+  for (const float v : w0) ASSERT_LE(std::fabs(v), 0.25f);
+  p.at("layers.1.weight") = mv::device_put(p.at("layers.1.weight"), mv::NamedSharding(mesh, P("model")));
+  p.at("layers.1.bias") = mv::device_put(p.at("layers.1.bias"), mv::NamedSharding(mesh, P("model")));
+  p.at("layers.2.weight") = mv::device_put(p.at("layers.2.weight"), mv::NamedSharding(mesh, P(mv::None, "model")));
+  const auto x = mv::device_put(mv::normal(mv::random_key(1), {64, 16}), mv::NamedSharding(mesh, P("batch")));
+  const auto labels = mv::device_put(mv::array(std::vector<int32_t>(64, 1)), mv::NamedSharding(mesh, P("batch")));
+  auto loss = [&](const mv::Params& q) { return mv::nn::softmax_cross_entropy(mv::nn::mlp(q, x), labels); };
+  auto state = mv::nn::adam_init(p);
+  float first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto [l, g] = mv::value_and_grad_params(loss, p);
+    for (const auto& [name, grad] : g) EXPECT_TRUE(grad.sharding().is_equivalent_to(p.at(name).sharding(), grad.ndim())) << name;
+    const auto next = mv::nn::adam(p, g, state, 1e-2f);
+    for (const auto& [name, value] : next)
+      EXPECT_TRUE(value.sharding().is_equivalent_to(p.at(name).sharding(), value.ndim())) << name;
+    p = next;
+    (i == 0 ? first : last) = l.to_host<float>()[0];
+  }
+  EXPECT_LT(last, first);
+  const auto sgd = mv::nn::sgd(p, mv::value_and_grad_params(loss, p).second, 0.1f);
+  EXPECT_TRUE(sgd.at("layers.2.weight").sharding().is_equivalent_to(mv::NamedSharding(mesh, P(mv::None, "model")), 2));
+}

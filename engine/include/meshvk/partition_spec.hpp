@@ -47,6 +47,9 @@ class PartitionSpec {
   // Every axis named anywhere in the spec, in order of appearance.
   std::vector<std::string> axes() const;
 
+  // The same spec without trailing Nones: what ops give their results.
+  PartitionSpec trimmed() const;
+
   // "PartitionSpec('a', None)"
   std::string to_string() const;
   bool operator==(const PartitionSpec& other) const;

@@ -162,7 +162,7 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
       spec.push_back(old_dims[k++].second);
     }
     if (same && k == old_dims.size()) {
-      v.sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+      v.sharding = NamedSharding(n->mesh(), PartitionSpec(spec).trimmed());
       v.shape = std::move(new_shape);
       return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
     }

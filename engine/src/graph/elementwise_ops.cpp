@@ -240,13 +240,13 @@ Layout choose_layout(const char* op, const std::vector<const Array*>& arrays, co
       used.insert(used.end(), e.axes.begin(), e.axes.end());
     }
   }
-  Layout l{NamedSharding(mesh, PartitionSpec(spec)), {}};
+  Layout l{NamedSharding(mesh, PartitionSpec(spec).trimmed()), {}};
   for (const Array* a : arrays) {
     const size_t lead = out.size() - a->ndim();
     std::vector<SpecEntry> own(a->ndim());
     for (size_t d = 0; d < a->ndim(); ++d)
       if (a->shape()[d] == out[lead + d]) own[d] = spec[lead + d];
-    l.operands.push_back(NamedSharding(mesh, PartitionSpec(own)));
+    l.operands.push_back(NamedSharding(mesh, PartitionSpec(own).trimmed()));
   }
   return l;
 }

@@ -65,7 +65,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     for (size_t d = 0; d < batch_rank; ++d) take(d, ra - 2 == batch_rank ? entry(a, d) : entry(b, d));
     take(batch_rank, entry(a, ra - 2));
     take(batch_rank + 1, entry(b, rb - 1));
-    result = NamedSharding(mesh, PartitionSpec(spec));
+    result = NamedSharding(mesh, PartitionSpec(spec).trimmed());
     // Explicit mode: k split the same way on both sides could give a replicated result (all-reduce)
     // or a sharded one (reduce-scatter); the caller has to say which.
     const SpecEntry ka = entry(a, ra - 1), kb = entry(b, rb - 2);
@@ -93,7 +93,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     for (size_t d = 0; d + 2 < rb; ++d) sb[d] = spec[d + batch_rank - (rb - 2)];
     sa[ra - 2] = spec[batch_rank];
     sb[rb - 1] = spec[batch_rank + 1];
-    const Sharding want_a = NamedSharding(mesh, PartitionSpec(sa)), want_b = NamedSharding(mesh, PartitionSpec(sb));
+    const Sharding want_a = NamedSharding(mesh, PartitionSpec(sa).trimmed()), want_b = NamedSharding(mesh, PartitionSpec(sb).trimmed());
     if (!a.sharding().is_equivalent_to(want_a, ra)) a = device_put(a, want_a);
     if (!b.sharding().is_equivalent_to(want_b, rb)) b = device_put(b, want_b);
   } else {

@@ -85,7 +85,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
       std::vector<SpecEntry> spec(rank);
       for (size_t d = 0; d < rank; ++d)
         if (!reduced[d]) spec[d] = n->spec()[d];
-      x = device_put(x, NamedSharding(n->mesh(), PartitionSpec(spec)));
+      x = device_put(x, NamedSharding(n->mesh(), PartitionSpec(spec).trimmed()));
       split_axes.clear();
     }
   }
@@ -102,7 +102,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
     }
   }
   Sharding sharding = x.sharding();
-  if (const NamedSharding* n = x.sharding().named()) sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+  if (const NamedSharding* n = x.sharding().named()) sharding = NamedSharding(n->mesh(), PartitionSpec(spec).trimmed());
   const DType out_dtype = (kind == kernels::ReduceOp::argmax || kind == kernels::ReduceOp::argmin) ? DType::int32 : x.dtype();
 
   auto rt = x.impl()->runtime;

@@ -145,7 +145,7 @@ static Array transpose_untaped(const Array& x, std::vector<int> axes) {
   if (const NamedSharding* n = x.sharding().named()) {
     std::vector<SpecEntry> spec;
     for (const int a : axes) spec.push_back(n->spec()[a]);
-    sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+    sharding = NamedSharding(n->mesh(), PartitionSpec(spec).trimmed());
   }
   auto& rt = *x.impl()->runtime;
   return on_each_device("transpose", {x}, shape, x.dtype(), sharding,
@@ -168,7 +168,7 @@ static Array broadcast_to_untaped(const Array& x, Shape shape) {
     std::vector<SpecEntry> spec(shape.size());
     for (size_t d = 0; d < x.ndim(); ++d)
       if (x.shape()[d] == shape[lead + d]) spec[lead + d] = n->spec()[d];
-    sharding = NamedSharding(n->mesh(), PartitionSpec(spec));
+    sharding = NamedSharding(n->mesh(), PartitionSpec(spec).trimmed());
   }
   // A size-1 dimension split over mesh axes cannot be, so each piece holds what it needs.
   auto& rt = *x.impl()->runtime;

@@ -26,6 +26,12 @@ std::vector<std::string> PartitionSpec::axes() const {
   return all;
 }
 
+PartitionSpec PartitionSpec::trimmed() const {
+  std::vector<SpecEntry> e = entries_;
+  while (!e.empty() && e.back().is_none()) e.pop_back();
+  return PartitionSpec(std::move(e));
+}
+
 std::string PartitionSpec::to_string() const {
   std::string s = "PartitionSpec(";
   for (size_t i = 0; i < entries_.size(); ++i) s += (i ? ", " : "") + entries_[i].to_string();

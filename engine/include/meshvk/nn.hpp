@@ -1,0 +1,38 @@
+#pragma once
+// Layers, losses and optimizers enough for the tutorials' training examples, in torch's layout
+// (a linear layer's weight is [out, in]) and with torch's default initialisation.
+#include <string>
+#include <vector>
+
+#include "meshvk/array.hpp"
+#include "meshvk/autodiff.hpp"
+
+namespace meshvk::nn {
+
+// x @ weight^T + bias, as torch.nn.Linear.
+Array linear(const Array& x, const Array& weight, const Array& bias);
+
+// The 001 tutorial's Model: "layers.{i}.weight" / "layers.{i}.bias" for consecutive sizes, each
+// Linear initialised as torch does (uniform in +-1/sqrt(in) for weight and bias).
+Params init_mlp(const std::vector<int>& sizes, uint32_t seed);
+// Every layer followed by max(x, 0), as the tutorial's forward.
+Array mlp(const Params& params, const Array& x);
+
+Array mse_loss(const Array& prediction, const Array& target);
+// Mean softmax cross-entropy of logits [batch, classes] against int32 labels [batch].
+Array softmax_cross_entropy(const Array& logits, const Array& labels);
+Array log_softmax(const Array& logits, int axis = -1);
+
+// optax.sgd: p - lr * g for every parameter (each keeps its sharding).
+Params sgd(const Params& params, const Params& grads, float lr);
+
+// optax.adam with its defaults.
+struct AdamState {
+  Params m, v;
+  int step = 0;
+};
+AdamState adam_init(const Params& params);
+Params adam(const Params& params, const Params& grads, AdamState& state, float lr, float b1 = 0.9f,
+            float b2 = 0.999f, float eps = 1e-8f);
+
+}  // namespace meshvk::nn
