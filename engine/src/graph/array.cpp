@@ -236,7 +236,12 @@ Array device_put(const Array& x, const Sharding& sharding) {
   exec::check_devices(rt, sharding);
   const Array placed = device_put_untaped(x, sharding, a, rt);
   return detail::on_tape(placed, {x}, [x](const Array& ct) {
-    return std::vector<Array>{ct.sharding().is_equivalent_to(x.sharding(), x.ndim()) ? ct : device_put(ct, x.sharding())};
+    if (ct.sharding().is_equivalent_to(x.sharding(), x.ndim())) return std::vector<Array>{ct};
+    // Back where the input was, and as free to move as it was.
+    const Array back = device_put(ct, x.sharding());
+    if (x.committed()) return std::vector<Array>{back};
+    const auto& impl = *back.impl();
+    return std::vector<Array>{detail::make_array(impl.runtime, detail::materialized(back), false, impl.varying)};
   });
 }
 

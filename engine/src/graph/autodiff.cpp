@@ -121,8 +121,11 @@ std::pair<Array, std::vector<Array>> value_and_grad_call(const std::function<Arr
   for (const int i : argnums) {
     const auto found = cotangent.find(inputs[i].impl().get());
     Array g = found != cotangent.end() ? found->second : zeros_like(inputs[i]);
-    // Gradients take their parameter's layout.
-    if (!g.sharding().is_equivalent_to(args[i].sharding(), args[i].ndim()) && args[i].committed()) g = device_put(g, args[i].sharding());
+    // Gradients take their parameter's layout (and stay as free to move as it is).
+    if (!g.sharding().is_equivalent_to(args[i].sharding(), args[i].ndim())) {
+      g = device_put(g, args[i].sharding());
+      if (!args[i].committed()) g = detail::make_array(g.impl()->runtime, detail::materialized(g), false, g.impl()->varying);
+    }
     grads.push_back(g);
   }
   return {value, grads};
