@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential cmake ninja-build pkg-config libvulkan-dev mesa-vulkan-drivers
-          glslang-tools glslang-dev spirv-tools vulkan-validationlayers libgtest-dev)
+          glslang-tools glslang-dev spirv-tools vulkan-validationlayers libgtest-dev libopenblas-dev
+          libglfw3-dev libimgui-dev libstb-dev xvfb)
 
 install_missing() {
   local missing=()

@@ -6,5 +6,6 @@ namespace meshvk::bench {
 
 int run_kernels(const Options& options);
 int run_collectives(const Options& options);
+int run_train(const Options& options);
 
 }  // namespace meshvk::bench

@@ -26,6 +26,8 @@ constexpr Benchmark kBenchmarks[] = {
     {"collectives",
      "all-reduce, all-gather, reduce-scatter, all-to-all, ppermute over 8 devices, 4 KiB to 256 MiB, vs the adapter's copy",
      meshvk::bench::run_collectives},
+    {"train", "an MLP training step on one device vs the sum of its matmuls (--only BATCH sets the batch)",
+     meshvk::bench::run_train},
 };
 
 int usage(std::ostream& out, int rc) {

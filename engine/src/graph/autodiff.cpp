@@ -31,10 +31,12 @@ struct Tape {
 };
 
 thread_local Tape* active = nullptr;
+thread_local const std::vector<bool>* wanted = nullptr;
 
 }  // namespace
 
 bool taping() { return active != nullptr; }
+bool wants(size_t k) { return !wanted || (k < wanted->size() && (*wanted)[k]); }
 
 Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp) {
   if (!active || !output.valid()) return output;
@@ -109,7 +111,17 @@ std::pair<Array, std::vector<Array>> value_and_grad_call(const std::function<Arr
     const Array ct = found->second;
     std::optional<detail::ManualScope> scope;
     if (it->manual) scope.emplace(*it->manual);
-    const std::vector<Array> in_ct = it->vjp(ct);
+    std::vector<bool> needs;
+    for (const Array& in : it->inputs) needs.push_back(tape.is_tracked(in));
+    detail::wanted = &needs;
+    std::vector<Array> in_ct;
+    try {
+      in_ct = it->vjp(ct);
+    } catch (...) {
+      detail::wanted = nullptr;
+      throw;
+    }
+    detail::wanted = nullptr;
     for (size_t k = 0; k < it->inputs.size() && k < in_ct.size(); ++k) {
       if (!in_ct[k].valid() || !tape.is_tracked(it->inputs[k])) continue;
       const auto* key = it->inputs[k].impl().get();

@@ -23,18 +23,23 @@ using detail::Recording;
 
 namespace {
 
-Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding, bool apply_out);
+Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding, bool apply_out,
+                     bool ta = false, bool tb = false);
 
 // a is [batch..., m, k] and b is [batch..., k, n] with equal batch shapes (or no batch on one
 // side); the result is [batch..., m, n].
 // out_sharding, when given, settles explicit mode's ambiguity; with apply_out the result is also
 // laid out that way (einsum applies it after its own transposes instead).
+// With ta (tb), a (b) holds its matrices transposed: the kernel reads them that way instead of
+// a separate transpose pass.
 Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding,
-                     bool apply_out) {
+                     bool apply_out, bool ta, bool tb) {
   const DType dtype = (a0.dtype() == DType::float32 || b0.dtype() == DType::float32) ? DType::float32 : DType::int32;
   Array a = astype(a0, dtype), b = astype(b0, dtype);
   const size_t ra = a.ndim(), rb = b.ndim();
-  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  const size_t am = ta ? ra - 1 : ra - 2, ak = ta ? ra - 2 : ra - 1;
+  const size_t bk = tb ? rb - 1 : rb - 2, bn = tb ? rb - 2 : rb - 1;
+  const int64_t m = a.shape()[am], k = a.shape()[ak], n = b.shape()[bn];
   const size_t batch_rank = std::max(ra, rb) - 2;
   Shape shape(batch_rank == ra - 2 ? a.shape().begin() : b.shape().begin(),
               batch_rank == ra - 2 ? a.shape().end() - 2 : b.shape().end() - 2);
@@ -63,12 +68,12 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
       used.insert(e.axes.begin(), e.axes.end());
     };
     for (size_t d = 0; d < batch_rank; ++d) take(d, ra - 2 == batch_rank ? entry(a, d) : entry(b, d));
-    take(batch_rank, entry(a, ra - 2));
-    take(batch_rank + 1, entry(b, rb - 1));
+    take(batch_rank, entry(a, am));
+    take(batch_rank + 1, entry(b, bn));
     result = NamedSharding(mesh, PartitionSpec(spec).trimmed());
     // Explicit mode: k split the same way on both sides could give a replicated result (all-reduce)
     // or a sharded one (reduce-scatter); the caller has to say which.
-    const SpecEntry ka = entry(a, ra - 1), kb = entry(b, rb - 2);
+    const SpecEntry ka = entry(a, ak), kb = entry(b, bk);
     bool explicit_k = false;
     for (const auto& axis : ka.axes) explicit_k = explicit_k || mesh.axis_type(axis) == AxisType::Explicit;
     if (explicit_k && ka == kb && !out_sharding)
@@ -78,7 +83,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
                   "to matmul/einsum, or reshard an operand");
     // A contracting dimension split over mesh axes stays split: each device multiplies its slice
     // of k and the partial products are all-reduced (the other operand is sliced to match).
-    for (const SpecEntry& k_entry : {entry(a, ra - 1), entry(b, rb - 2)}) {
+    for (const SpecEntry& k_entry : {entry(a, ak), entry(b, bk)}) {
       if (k_entry.is_none() || !contract_axes.empty()) continue;
       bool clash = false;
       for (const auto& axis : k_entry.axes) clash = clash || used.count(axis);
@@ -86,13 +91,13 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     }
     std::vector<SpecEntry> sa(ra), sb(rb);
     if (!contract_axes.empty()) {
-      sa[ra - 1] = SpecEntry(contract_axes);
-      sb[rb - 2] = SpecEntry(contract_axes);
+      sa[ak] = SpecEntry(contract_axes);
+      sb[bk] = SpecEntry(contract_axes);
     }
     for (size_t d = 0; d + 2 < ra; ++d) sa[d] = spec[d + batch_rank - (ra - 2)];
     for (size_t d = 0; d + 2 < rb; ++d) sb[d] = spec[d + batch_rank - (rb - 2)];
-    sa[ra - 2] = spec[batch_rank];
-    sb[rb - 1] = spec[batch_rank + 1];
+    sa[am] = spec[batch_rank];
+    sb[bn] = spec[batch_rank + 1];
     const Sharding want_a = NamedSharding(mesh, PartitionSpec(sa).trimmed()), want_b = NamedSharding(mesh, PartitionSpec(sb).trimmed());
     if (!a.sharding().is_equivalent_to(want_a, ra)) a = device_put(a, want_a);
     if (!b.sharding().is_equivalent_to(want_b, rb)) b = device_put(b, want_b);
@@ -114,9 +119,11 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     const Index& pa = map_a[i].index;
     const Index& pb = map_b[i].index;
     kernels::MatmulShape ms;
-    ms.m = pa[ra - 2].size();
-    ms.k = pa[ra - 1].size();
-    ms.n = pb[rb - 1].size();
+    ms.m = pa[am].size();
+    ms.k = pa[ak].size();
+    ms.n = pb[bn].size();
+    ms.trans_a = ta;
+    ms.trans_b = tb;
     ms.dtype = dtype;
     ms.batch = 1;
     for (size_t d = 0; d < batch_rank; ++d) ms.batch *= piece[d].size();
@@ -146,15 +153,16 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   Array r = detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
   if (detail::taping() && dtype == DType::float32) {
     // d(a @ b) = ct @ b^T for a and a^T @ ct for b, summed over batch dimensions broadcasting added.
-    r = detail::on_tape(r, {a, b}, [a, b](const Array& ct) {
-      auto swap_last = [](const Array& x) {
-        std::vector<int> perm(x.ndim());
-        for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
-        std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-        return transpose(x, perm);
-      };
-      return std::vector<Array>{detail::unbroadcast(batched_matmul(ct, swap_last(b), std::nullopt, true), a.shape()),
-                                detail::unbroadcast(batched_matmul(swap_last(a), ct, std::nullopt, true), b.shape())};
+    // C = op(A) op(B): dA = ct op(B)^T (or its transpose when A is held transposed), and alike
+    // for B; the transposes are the kernel's flags, not copies.
+    r = detail::on_tape(r, {a, b}, [a, b, ta, tb](const Array& ct) {
+      Array da, db;
+      if (detail::wants(0))
+        da = ta ? batched_matmul(b, ct, std::nullopt, true, tb, true) : batched_matmul(ct, b, std::nullopt, true, false, !tb);
+      if (detail::wants(1))
+        db = tb ? batched_matmul(ct, a, std::nullopt, true, true, ta) : batched_matmul(a, ct, std::nullopt, true, !ta, false);
+      return std::vector<Array>{da.valid() ? detail::unbroadcast(da, a.shape()) : da,
+                                db.valid() ? detail::unbroadcast(db, b.shape()) : db};
     });
   }
   return out_sharding && apply_out ? device_put(r, *out_sharding) : r;
@@ -332,8 +340,11 @@ Array einsum(const std::string& subscripts, const Array& a0, const Array& b0, co
     for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int>(i);
     return identity ? x : transpose(x, perm);
   };
-  a = arrange(a, la, batch + free_a + contracted);
-  b = arrange(b, lb, batch + contracted + free_b);
+  // A two-dimensional group swap (e.g. 'oi' needed as 'io') is left to the kernel's flags.
+  const bool ta = free_a.size() == 1 && contracted.size() == 1 && la == batch + contracted + free_a;
+  const bool tb = free_b.size() == 1 && contracted.size() == 1 && lb == batch + free_b + contracted;
+  a = ta ? a : arrange(a, la, batch + free_a + contracted);
+  b = tb ? b : arrange(b, lb, batch + contracted + free_b);
   auto product = [&](const std::string& labels) {
     int64_t p = 1;
     for (const char c : labels) p *= size[c];
@@ -342,13 +353,13 @@ Array einsum(const std::string& subscripts, const Array& a0, const Array& b0, co
   Shape batch_shape;
   for (const char c : batch) batch_shape.push_back(size[c]);
   Shape sa = batch_shape, sb = batch_shape;
-  sa.push_back(product(free_a));
-  sa.push_back(product(contracted));
-  sb.push_back(product(contracted));
-  sb.push_back(product(free_b));
+  sa.push_back(product(ta ? contracted : free_a));
+  sa.push_back(product(ta ? free_a : contracted));
+  sb.push_back(product(tb ? free_b : contracted));
+  sb.push_back(product(tb ? contracted : free_b));
   if (a.shape() != sa) a = reshape(a, sa);
   if (b.shape() != sb) b = reshape(b, sb);
-  Array r = batched_matmul(a, b, out_sharding, false);
+  Array r = batched_matmul(a, b, out_sharding, false, ta, tb);
   Shape full = batch_shape;
   for (const char c : free_a) full.push_back(size[c]);
   for (const char c : free_b) full.push_back(size[c]);

@@ -20,6 +20,10 @@ using Vjp = std::function<std::vector<Array>(const Array& cotangent)>;
 Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp);
 bool taping();
 
+// Inside a rule during the backward pass: whether input k needs a cotangent (rules skip the
+// work for inputs nobody differentiates, such as a matmul's data operand).
+bool wants(size_t k);
+
 // Sums a cotangent of `shape_after_broadcast` down to `shape` (numpy broadcasting's transpose).
 Array unbroadcast(const Array& cotangent, const Shape& shape);
 

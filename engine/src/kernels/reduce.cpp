@@ -42,14 +42,24 @@ std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index) {
   if (op == ReduceOp::sum) {
     // Pairwise summation: blocks of 16 summed directly, block sums merged like a binary counter.
     g << "  " << T << " stack[24];\n  uint count = 0u;\n";
-    g << "  for (uint blk = 0u; blk < len; blk += 16u) {\n";
+    // Blocks of 64 elements summed in four independent vector accumulators, block sums merged
+    // like a binary counter (pairwise), so the counter runs once per 64 elements.
+    g << "  for (uint blk = 0u; blk < len; blk += 64u) {\n";
     if (vec4) {
-      g << "    " << V << " a4 = " << V << "(0);\n"
-        << "    for (uint q = 0u; q < 16u && blk + q < len; q += 4u) { const uint p = (base + blk + q) / 4u; a4 += " << load4 << "; }\n"
+      g << "    " << V << " a0 = " << V << "(0), a1 = " << V << "(0), a2 = " << V << "(0), a3 = " << V << "(0);\n"
+        << "    const uint end = min(len, blk + 64u);\n"
+        << "    for (uint q = blk; q < end; q += 16u) {\n"
+        << "      const uint p0 = (base + q) / 4u;\n"
+        << "      { const uint p = p0; a0 += " << load4 << "; }\n"
+        << "      if (q + 4u < end) { const uint p = p0 + 1u; a1 += " << load4 << "; }\n"
+        << "      if (q + 8u < end) { const uint p = p0 + 2u; a2 += " << load4 << "; }\n"
+        << "      if (q + 12u < end) { const uint p = p0 + 3u; a3 += " << load4 << "; }\n"
+        << "    }\n"
+        << "    const " << V << " a4 = (a0 + a1) + (a2 + a3);\n"
         << "    " << T << " s = (a4.x + a4.y) + (a4.z + a4.w);\n";
     } else {
       g << "    " << T << " s = " << T << "(0);\n"
-        << "    for (uint q = 0u; q < 16u && blk + q < len; ++q) { const uint p = base + blk + q; s += " << load1 << "; }\n";
+        << "    for (uint q = 0u; q < 64u && blk + q < len; ++q) { const uint p = base + blk + q; s += " << load1 << "; }\n";
     }
     g << "    uint k = 0u; uint m = count;\n"
          "    while ((m & 1u) == 1u) { s = stack[k] + s; ++k; m >>= 1u; }\n"
