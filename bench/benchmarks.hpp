@@ -6,6 +6,9 @@ namespace meshvk::bench {
 
 int run_kernels(const Options& options);
 int run_collectives(const Options& options);
+int run_collective_matmul(const Options& options);
 int run_train(const Options& options);
+int run_jit(const Options& options);
+int run_profile(const Options& options);
 
 }  // namespace meshvk::bench

@@ -26,8 +26,13 @@ constexpr Benchmark kBenchmarks[] = {
     {"collectives",
      "all-reduce, all-gather, reduce-scatter, all-to-all, ppermute over 8 devices, 4 KiB to 256 MiB, vs the adapter's copy",
      meshvk::bench::run_collectives},
+    {"collective-matmul", "the scaling book's collective matmuls (ppermute rings) vs all-gather-then-matmul; --only BxDxF[:NAME]", meshvk::bench::run_collective_matmul},
     {"train", "an MLP training step on one device vs the sum of its matmuls (--only BATCH sets the batch)",
      meshvk::bench::run_train},
+    {"jit", "a 100-op program: jit replay vs its command buffers submitted directly, eager ops vs replay",
+     meshvk::bench::run_jit},
+    {"profile", "profiler overhead: jit replays with profiling off and on, then the profile summary",
+     meshvk::bench::run_profile},
 };
 
 int usage(std::ostream& out, int rc) {

@@ -77,6 +77,8 @@ Array full(Shape shape, int32_t value);
 // Made directly in pieces on the devices of `sharding` (committed).
 Array zeros(Shape shape, DType dtype, const Sharding& sharding);
 Array full(Shape shape, float value, const Sharding& sharding);
+// jnp.copy: the same values in new buffers, laid out the same way.
+Array copy(const Array& x);
 Array zeros_like(const Array& x);
 Array ones_like(const Array& x);
 

@@ -1,7 +1,9 @@
 #pragma once
 // jax.jit: trace a function of Arrays once per (shapes, dtypes, shardings), keep the per-device
 // command buffers it recorded, and replay them on later calls.
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +24,28 @@ struct JitOptions {
 
 using JitBody = std::function<std::vector<Array>(const std::vector<Array>&)>;
 
+// How many times data moved between devices, and how many bytes each device sent, per kind.
+struct CollectiveCount {
+  int count = 0;
+  uint64_t bytes = 0;
+};
+
+// A compiled program, as jax.jit(f).lower(args) gives it.
+class Lowered {
+ public:
+  Lowered(std::string text, std::map<std::string, CollectiveCount> counts)
+      : text_(std::move(text)), counts_(std::move(counts)) {}
+  // The per-device program: local shapes, each op, every collective with its replica groups and
+  // bytes (HLO's names: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute).
+  const std::string& as_text() const { return text_; }
+  // Per collective kind, as DTensor's CommDebugMode counts them.
+  const std::map<std::string, CollectiveCount>& collective_counts() const { return counts_; }
+
+ private:
+  std::string text_;
+  std::map<std::string, CollectiveCount> counts_;
+};
+
 // The type-erased jitted function: a cache of compiled programs keyed by the arguments' shapes,
 // dtypes and shardings.
 class JitFunction {
@@ -31,6 +55,7 @@ class JitFunction {
   // The partitioned per-device program for these arguments (compiling it if needed): what each
   // device runs, with local shapes, and the collectives between devices.
   std::string program_text(const std::vector<Array>& args) const;
+  Lowered lower(const std::vector<Array>& args) const;
   // Programs compiled so far, and how many times the function was traced.
   size_t cache_size() const;
   size_t traces() const;
@@ -62,6 +87,10 @@ class Jitted {
   template <class... A>
   std::string program_text(const A&... args) const {
     return fn_.program_text({args...});
+  }
+  template <class... A>
+  Lowered lower(const A&... args) const {
+    return fn_.lower({args...});
   }
   const JitFunction& function() const { return fn_; }
 

@@ -8,6 +8,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
+#include "profile/hooks.hpp"
 
 namespace meshvk::collectives {
 
@@ -169,6 +170,7 @@ Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dt
   const int n = static_cast<int>(in.size());
   if (n == 1 || count == 0) return copies_of(rt, in, count);
   if (algorithm == Algorithm::ring && count >= static_cast<uint64_t>(64 * n)) {
+    const profile::CollectiveScope step("all_reduce", "ring");  // profile hook
     Buffers acc = copies_of(rt, in, count);
     const auto bounds = chunk_bounds(count, n);
     // Reduce-scatter leaves chunk r complete on member r; the all-gather then spreads it.
@@ -177,6 +179,7 @@ Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dt
     return acc;
   }
   // One-shot: every member copies all peers' inputs and folds them in rank order.
+  const profile::CollectiveScope step("all_reduce", "one_shot");  // profile hook
   Buffers out;
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], count);
@@ -217,6 +220,7 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
   const uint64_t count = chunk * n;
   Buffers out;
   if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0 && chunk > 0) {
+    const profile::CollectiveScope step("reduce_scatter", "ring");  // profile hook
     Buffers acc = copies_of(rt, in, count);
     std::vector<uint64_t> bounds(n + 1);
     for (int c = 0; c <= n; ++c) bounds[c] = c * chunk;
@@ -231,6 +235,7 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
     return out;
   }
   // One-shot: member r copies chunk r of every peer and folds them in rank order.
+  const profile::CollectiveScope step("reduce_scatter", "one_shot");  // profile hook
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], chunk);
     Recording rec = rt.begin(in[r]->device());
@@ -265,6 +270,7 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorith
   const int n = static_cast<int>(in.size());
   Buffers out;
   if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0) {
+    const profile::CollectiveScope step("all_gather", "ring");  // profile hook
     for (int r = 0; r < n; ++r) {
       auto result = allocate_like(rt, *in[r], chunk * n);
       Recording rec = rt.begin(in[r]->device());
@@ -277,6 +283,7 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorith
     ring_all_gather(rt, out, bounds);
     return out;
   }
+  const profile::CollectiveScope step("all_gather", "one_shot");  // profile hook
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], chunk * n);
     Recording rec = rt.begin(in[r]->device());
@@ -292,6 +299,7 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorith
 }
 
 Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk) {
+  const profile::CollectiveScope step("all_to_all");  // profile hook
   const int n = static_cast<int>(in.size());
   Buffers out;
   for (int r = 0; r < n; ++r) {
@@ -309,6 +317,7 @@ Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk) {
 }
 
 Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::vector<std::pair<int, int>>& pairs) {
+  const profile::CollectiveScope step("ppermute");  // profile hook
   const int n = static_cast<int>(in.size());
   std::vector<int> source(n, -1);
   for (const auto& [src, dst] : pairs) source[dst] = src;
@@ -330,6 +339,7 @@ Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::
 }
 
 Buffers broadcast(RuntimeState& rt, const Buffers& in, uint64_t count, int source) {
+  const profile::CollectiveScope step("broadcast");  // profile hook
   Buffers out;
   for (size_t r = 0; r < in.size(); ++r) {
     auto result = allocate_like(rt, *in[r], count);

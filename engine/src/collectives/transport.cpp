@@ -1,5 +1,7 @@
 #include "collectives/transport.hpp"
 
+#include "profile/hooks.hpp"
+
 namespace meshvk::collectives {
 
 void IntraAdapterTransport::copy(detail::Recording& dst_rec, const detail::DeviceBuffer& src,
@@ -8,6 +10,8 @@ void IntraAdapterTransport::copy(detail::Recording& dst_rec, const detail::Devic
   dst_rec.wait_for(src.ready());
   if (bytes == 0) return;
   const VkBufferCopy region{src.offset() + src_offset, dst.offset() + dst_offset, bytes};
+  const profile::DeviceSpan span(dst_rec.profile.get(), "copy", bytes,  // profile hook
+                                 {src.device(), src.ready().value});
   vkCmdCopyBuffer(dst_rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
 }
 

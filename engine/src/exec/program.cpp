@@ -5,6 +5,7 @@
 #include <set>
 
 #include "meshvk/error.hpp"
+#include "profile/hooks.hpp"
 
 namespace meshvk::exec {
 
@@ -44,6 +45,9 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     for (const auto& b : v.shards) used.insert(b->device());
   for (const int d : used) {
     Recording rec = rt_->begin(d);
+    // profile hook: keeps the previous replay's timestamps (rec is d's next submission).
+    profile::save_replayed(rt_->profiler(), rec.cb, d, rt_->last_submitted(d) + 1,
+                           capture_->submissions);
     for (const Fence& f : last_replay_) rec.wait_for(f);
     std::vector<detail::DeviceBuffer*> read;
     for (size_t i = 0; i < inputs.size(); ++i)
@@ -54,6 +58,8 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
         rec.wait_for(src.ready());
         if (&src == &dst || src.bytes() == 0) continue;
         const VkBufferCopy region{src.offset(), dst.offset(), src.bytes()};
+        const profile::DeviceSpan span(rec.profile.get(), "jit input", src.bytes(),  // profile hook
+                                       {src.device(), src.ready().value});
         vkCmdCopyBuffer(rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
         read.push_back(const_cast<detail::DeviceBuffer*>(&src));
       }

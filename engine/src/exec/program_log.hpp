@@ -1,6 +1,7 @@
 #pragma once
 // The partitioned program as text: while a jit trace runs, each op adds a line saying what every
 // device runs (local shapes) and which collectives move data between devices.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -8,7 +9,15 @@ namespace meshvk::exec {
 
 // Appends a line when a trace is listening; costs nothing otherwise.
 void log_op(const std::string& line);
+// A line for data moved between devices: `kind` is HLO's name ("all-reduce", "all-gather",
+// "reduce-scatter", "all-to-all", "collective-permute", ...), `bytes` what each device sends.
+void log_collective(const std::string& kind, uint64_t bytes, const std::string& line);
 bool logging();
+
+struct CollectiveRecord {
+  std::string kind;
+  uint64_t bytes = 0;
+};
 
 class ProgramLog {
  public:
@@ -17,10 +26,13 @@ class ProgramLog {
   ProgramLog(const ProgramLog&) = delete;
   ProgramLog& operator=(const ProgramLog&) = delete;
   const std::vector<std::string>& lines() const { return lines_; }
+  const std::vector<CollectiveRecord>& collectives() const { return collectives_; }
 
  private:
   friend void log_op(const std::string& line);
+  friend void log_collective(const std::string& kind, uint64_t bytes, const std::string& line);
   std::vector<std::string> lines_;
+  std::vector<CollectiveRecord> collectives_;
   ProgramLog* outer_;
 };
 

@@ -7,6 +7,7 @@
 #include "exec/program_log.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
+#include "profile/hooks.hpp"
 
 namespace meshvk::exec {
 
@@ -45,6 +46,8 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
     Recording rec = rt.begin(di.device);
     if (bytes) {
       const VkBufferCopy region{0, buffer->offset(), bytes};
+      // profile hook
+      const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "upload", bytes);
       vkCmdCopyBuffer(rec.cb, staging->handle(), buffer->vk_buffer(), 1, &region);
     }
     rec.keep_alive.push_back(staging);
@@ -71,6 +74,8 @@ void download(RuntimeState& rt, const ShardedValue& v, void* host) {
     rec.wait_for(piece.ready());
     if (piece.bytes()) {
       const VkBufferCopy region{piece.offset(), 0, piece.bytes()};
+      // profile hook
+      const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "download", piece.bytes());
       vkCmdCopyBuffer(rec.cb, piece.vk_buffer(), staging->handle(), 1, &region);
     }
     kernels::barrier_to_host(rec.cb);
@@ -127,6 +132,8 @@ ShardedValue copy_value(RuntimeState& rt, const ShardedValue& value) {
     rec.wait_for(piece->ready());
     if (piece->bytes()) {
       const VkBufferCopy region{piece->offset(), buffer->offset(), piece->bytes()};
+      // profile hook
+      const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "copy", piece->bytes());
       vkCmdCopyBuffer(rec.cb, piece->vk_buffer(), buffer->vk_buffer(), 1, &region);
     }
     const Fence f = rt.submit(std::move(rec));
@@ -182,9 +189,13 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
       });
       if (regions.empty()) continue;
       rec.wait_for(src.ready());
+      uint64_t bytes = 0;
+      for (const auto& r : regions) bytes += r.size;
+      const profile::DeviceSpan span(rec.profile.get(), "reshard", bytes,  // profile hook
+                                     {src.device(), src.ready().value});
       vkCmdCopyBuffer(rec.cb, src.vk_buffer(), buffer->vk_buffer(),
                       static_cast<uint32_t>(regions.size()), regions.data());
-      for (const auto& r : regions) (src.device() == dst.device ? local : moved) += r.size;
+      (src.device() == dst.device ? local : moved) += bytes;
       sources.push_back(&src);
     }
     const Fence f = rt.submit(std::move(rec));
@@ -194,8 +205,10 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
   }
   if (logging()) {
     auto spec = [](const Sharding& s) { return s.named() ? s.named()->spec().to_string() : s.to_string(); };
-    log_op("reshard " + spec(value.sharding) + " -> " + spec(target) + ": " + std::to_string(moved) +
-           " bytes between devices, " + std::to_string(local) + " bytes within devices");
+    const std::string line = "reshard " + spec(value.sharding) + " -> " + spec(target) + ": " + std::to_string(moved) +
+                             " bytes between devices, " + std::to_string(local) + " bytes within devices";
+    if (moved) log_collective("reshard", moved, line);
+    else log_op(line);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "graph/array_impl.hpp"
+#include "graph/manual_context.hpp"
 #include "graph/tape.hpp"
 #include "io/host_array.hpp"
 #include "meshvk/error.hpp"
@@ -52,6 +53,15 @@ std::shared_ptr<detail::RuntimeState> current_state() { return Runtime::current(
 
 Sharding default_device(const detail::RuntimeState& rt) { return SingleDeviceSharding(0, rt.platform()); }
 
+// Inside a shard_map body a constant is the same value on every device of the mesh: made there
+// directly rather than on device 0 and copied to each device on every use.
+const Mesh* constant_mesh() { return detail::current_manual_mesh(); }
+
+Array made(std::shared_ptr<detail::RuntimeState> rt, exec::ShardedValue value) {
+  const bool manual = value.sharding.named() != nullptr;
+  return detail::make_array(std::move(rt), std::move(value), manual);
+}
+
 template <class T>
 Array from_host(std::span<const T> values, std::optional<Shape> shape) {
   const Shape s = shape.value_or(Shape{static_cast<int64_t>(values.size())});
@@ -62,8 +72,10 @@ Array from_host(std::span<const T> values, std::optional<Shape> shape) {
                 shape_to_string(s) + ", which holds " + std::to_string(shape_size(s)));
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
-  auto value = exec::upload(*rt, values.data(), s, dtype_of<T>(), default_device(*rt));
-  return detail::make_array(rt, std::move(value), false);
+  const Mesh* mesh = constant_mesh();
+  auto value = exec::upload(*rt, values.data(), s, dtype_of<T>(),
+                            mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
+  return made(rt, std::move(value));
 }
 
 Array filled(Shape shape, DType dtype, uint32_t word) {
@@ -71,8 +83,9 @@ Array filled(Shape shape, DType dtype, uint32_t word) {
     if (d < 0) throw Error("full: shape " + shape_to_string(shape) + " has a negative dimension");
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
-  auto value = exec::fill(*rt, shape, dtype, word, default_device(*rt));
-  return detail::make_array(rt, std::move(value), false);
+  const Mesh* mesh = constant_mesh();
+  auto value = exec::fill(*rt, shape, dtype, word, mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
+  return made(rt, std::move(value));
 }
 
 template <class T>
@@ -88,8 +101,14 @@ Array ranged(double start, double stop, double step, DType dtype) {
   const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
+  if (const Mesh* mesh = constant_mesh()) {
+    exec::ShardedValue value{Shape{count}, dtype, NamedSharding(*mesh, PartitionSpec()), {}};
+    for (const int d : mesh->device_ids())
+      value.shards.push_back(exec::iota(*rt, count, dtype, start, step, SingleDeviceSharding(d, rt->platform())).shards.front());
+    return made(rt, std::move(value));
+  }
   auto value = exec::iota(*rt, count, dtype, start, step, default_device(*rt));
-  return detail::make_array(rt, std::move(value), false);
+  return made(rt, std::move(value));
 }
 
 }  // namespace
@@ -219,6 +238,13 @@ Array full(Shape shape, float value, const Sharding& sharding) {
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
   return detail::make_array(rt, exec::fill(*rt, shape, DType::float32, bits(value), sharding), true);
+}
+
+Array copy(const Array& x) {
+  const ArrayImpl& a = impl_of(x);
+  std::lock_guard lock(a.runtime->mutex());
+  const Array r = detail::make_array(a.runtime, exec::copy_value(*a.runtime, detail::materialized(x)), a.committed, a.varying);
+  return detail::on_tape(r, {x}, [](const Array& ct) { return std::vector<Array>{ct}; });
 }
 
 Array zeros_like(const Array& x) { return zeros(x.shape(), x.dtype()); }

@@ -65,10 +65,17 @@ std::vector<std::string> without(std::vector<std::string> v, const std::vector<s
 // Runs `per_group` on each group's buffers (rank order) and returns a per-device value of
 // `shape` from the buffers it returns.
 template <class Fn>
-Array run_groups(const char* op, const std::vector<std::string>& axes, const Array& x, const Mesh& mesh, const Groups& g,
+Array run_groups(const std::string& op, const std::vector<std::string>& axes, const Array& x, const Mesh& mesh, const Groups& g,
                  Shape shape, DType dtype, std::vector<std::string> varying, Fn per_group) {
-  exec::log_op(std::string(op) + " over " + detail::axes_text(axes) + ": local " + typeof(x) + ", " +
-               std::to_string(g.members.size()) + " groups of " + std::to_string(g.size));
+  static const std::map<std::string, std::string> hlo = {
+      {"psum", "all-reduce"},          {"pmax", "all-reduce"},          {"pmin", "all-reduce"},
+      {"all_gather", "all-gather"},    {"psum_scatter", "reduce-scatter"}, {"ppermute", "collective-permute"},
+      {"all_to_all", "all-to-all"},    {"pbroadcast", "collective-broadcast"}};
+  const auto kind = hlo.count(op) ? hlo.at(op) : std::string(op);
+  exec::log_collective(kind, static_cast<uint64_t>(x.size()) * 4,
+                       kind + " (" + op + ") over " + detail::axes_text(axes) + ": replica_groups=" +
+                           detail::replica_groups_text(mesh, g) + ", local " + typeof(x) + ", " +
+                           detail::bytes_text(static_cast<uint64_t>(x.size()) * 4) + " per device");
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
   const exec::ShardedValue& v = detail::materialized(x);

@@ -12,6 +12,7 @@
 #include "graph/array_impl.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/runtime.hpp"
+#include "profile/hooks.hpp"
 
 namespace meshvk {
 
@@ -27,6 +28,7 @@ std::string layout_text(const Array& x) {
 struct Compiled {
   std::unique_ptr<exec::Program> program;
   std::string text;
+  std::map<std::string, CollectiveCount> counts;
   // The results handed out last time: they share the program's output buffers, which the next
   // replay overwrites, so any still referenced then are moved to copies first.
   std::vector<std::weak_ptr<const detail::ArrayImpl>> lent;
@@ -97,6 +99,7 @@ struct JitFunction::State {
   // Traces `args` into a program; returns the trace's own results (copied out of the program).
   std::vector<Array> trace(const std::string& key, const std::vector<Array>& args) {
     auto rt = Runtime::current().state();
+    const profile::JitScope profiled(rt->profiler(), options.name, true);  // profile hook: trace
     std::vector<exec::ShardedValue> inputs;
     for (const Array& a : args) inputs.push_back(detail::materialized(a));
     auto capture = std::make_unique<detail::Capture>();
@@ -124,6 +127,10 @@ struct JitFunction::State {
     Compiled& c = cache[key];
     c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs);
     c.text = text.str();
+    for (const auto& r : log.collectives()) {
+      c.counts[r.kind].count += 1;
+      c.counts[r.kind].bytes += r.bytes;
+    }
     return c.lend(rt, outputs);
   }
 };
@@ -141,6 +148,7 @@ std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   if (it == state_->cache.end()) return state_->trace(key, placed);
   auto rt = Runtime::current().state();
   std::lock_guard rt_lock(rt->mutex());
+  const profile::JitScope profiled(rt->profiler(), state_->options.name, false);  // profile hook
   it->second.detach_lent(*rt);
   std::vector<exec::ShardedValue> inputs;
   for (const Array& a : placed) inputs.push_back(detail::materialized(a));
@@ -158,6 +166,12 @@ std::string JitFunction::program_text(const std::vector<Array>& args) const {
   call(args);
   std::lock_guard lock(state_->mutex);
   return state_->cache.at(State::key_of(state_->place_inputs(args))).text;
+}
+
+Lowered JitFunction::lower(const std::vector<Array>& args) const {
+  const std::string text = program_text(args);
+  std::lock_guard lock(state_->mutex);
+  return Lowered(text, state_->cache.at(State::key_of(state_->place_inputs(args))).counts);
 }
 
 size_t JitFunction::cache_size() const {

@@ -30,6 +30,17 @@ MeshGroups mesh_groups(const Mesh& mesh, const std::vector<std::string>& axes) {
   return g;
 }
 
+std::string replica_groups_text(const Mesh& mesh, const MeshGroups& groups) {
+  std::string s = "{";
+  for (size_t g = 0; g < groups.members.size(); ++g) {
+    s += g ? ",{" : "{";
+    for (size_t r = 0; r < groups.members[g].size(); ++r)
+      s += (r ? "," : "") + std::to_string(mesh.device_ids()[groups.members[g][r]]);
+    s += "}";
+  }
+  return s + "}";
+}
+
 std::string axes_text(const std::vector<std::string>& axes) {
   std::string s = "(";
   for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + axes[i] + "'";
@@ -49,9 +60,10 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
   const MeshGroups g = mesh_groups(mesh, axes);
   const auto algorithm = collectives::choose_algorithm(count * 4);
   static const char* names[] = {"sum", "max", "min"};
-  exec::log_op("all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " + axes_text(axes) + ": " +
-               std::to_string(g.members.size()) + " groups of " + std::to_string(g.size) + ", " +
-               bytes_text(count * 4) + " per device, " + collectives::algorithm_name(algorithm));
+  exec::log_collective("all-reduce", count * 4,
+                       "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " + axes_text(axes) +
+                           ": replica_groups=" + replica_groups_text(mesh, g) + ", " + bytes_text(count * 4) +
+                           " per device, " + collectives::algorithm_name(algorithm));
   collectives::Buffers out(buffers.size());
   for (const auto& members : g.members) {
     collectives::Buffers in;

@@ -24,6 +24,8 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
                                      collectives::Reduction op);
 
 std::string axes_text(const std::vector<std::string>& axes);  // "('x', 'y')"
+// HLO's replica_groups of the device ids: "{{0,4},{1,5},{2,6},{3,7}}".
+std::string replica_groups_text(const Mesh& mesh, const MeshGroups& groups);
 std::string bytes_text(uint64_t bytes);                       // "128 KiB"
 
 }  // namespace meshvk::detail

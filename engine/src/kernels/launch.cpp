@@ -5,6 +5,7 @@
 
 #include "kernels/glsl_compiler.hpp"
 #include "meshvk/error.hpp"
+#include "profile/hooks.hpp"
 #include "vk/buffer_view.hpp"
 
 namespace meshvk::kernels {
@@ -30,13 +31,14 @@ Groups groups_for(const detail::RuntimeState& rt, uint64_t count) {
 
 void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& kernel,
               std::span<const Binding> bindings, const void* push, uint32_t push_bytes,
-              Groups groups) {
+              Groups groups, Cost cost) {
   std::vector<VkDescriptorType> types;
   for (const Binding& b : bindings)
     types.push_back(b.format == VK_FORMAT_UNDEFINED ? VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
                                                     : VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER);
   const std::string key = kernel.glsl.empty() ? kernel.name : kernel.glsl;
   vk::ComputePipeline& p = rt.pipeline(key, [&] {
+    const profile::HostSpan compiling(rt.profiler(), "compile");  // profile hook
     std::vector<uint32_t> generated;
     std::span<const uint32_t> spirv = embedded_spirv(kernel.name);
     if (!kernel.glsl.empty()) {
@@ -75,6 +77,9 @@ void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& ke
                    static_cast<uint32_t>(writes.size()), writes.data());
   if (push_bytes)
     vkCmdPushConstants(rec.cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+  // profile hook
+  const profile::DeviceSpan span(rec.profile.get(), profile::Kind::kernel, kernel.name, cost.bytes,
+                                 cost.flops);
   vkCmdDispatch(rec.cb, groups.x, groups.y, groups.z);
   rt.dispatches.fetch_add(1);
 }
@@ -122,6 +127,8 @@ void record_iota(detail::RuntimeState& rt, detail::Recording& rec, const detail:
 
 void record_fill(detail::Recording& rec, const detail::DeviceBuffer& out, uint32_t pattern) {
   if (out.bytes() == 0) return;
+  const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "fill",  // profile hook
+                                 out.bytes());
   vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), out.bytes() / 4 * 4, pattern);
 }
 

@@ -39,10 +39,17 @@ struct Groups {
 // linear workgroup index as gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x.
 Groups groups_for(const detail::RuntimeState& rt, uint64_t count);
 
+// What a dispatch does, when its launcher knows: the profiler reports GFLOP/s and GB/s from it
+// (e.g. a matmul: flops = 2 * m * n * k * batch). Zero means unknown.
+struct Cost {
+  uint64_t bytes = 0;
+  uint64_t flops = 0;
+};
+
 // Records one dispatch with `bindings` at 0..n-1 and `push` as push constants.
 void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& kernel,
               std::span<const Binding> bindings, const void* push, uint32_t push_bytes,
-              Groups groups);
+              Groups groups, Cost cost = {});
 
 // Makes every earlier write in the command buffer visible to every later command.
 void barrier(VkCommandBuffer cb);

@@ -523,7 +523,8 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
     p.tiles_n = static_cast<uint32_t>(tiles_n);
     p.groups = static_cast<uint32_t>(ch.batches * p.tiles_m * p.tiles_n);
     const Binding bindings[] = {wa.binding, wb.binding, wc.binding};
-    dispatch(rt, rec, {"matmul_blocked", glsl}, bindings, &p, sizeof p, groups_for(rt, p.groups));
+    dispatch(rt, rec, {"matmul_blocked", glsl}, bindings, &p, sizeof p, groups_for(rt, p.groups),
+             {.flops = 2ull * static_cast<uint64_t>(ch.batches * ch.rows * s.n * s.k)});
   }
 }
 
@@ -678,7 +679,8 @@ void record_tiled(RuntimeState& rt, Recording& rec, const MatmulShape& s, const 
     p.tiles_n = static_cast<uint32_t>(tiles_n);
     p.groups = static_cast<uint32_t>(ch.batches * p.tiles_m * p.tiles_n);
     const Binding bindings[] = {wa.binding, wb.binding, wc.binding};
-    dispatch(rt, rec, {"matmul_tiled", glsl}, bindings, &p, sizeof p, groups_for(rt, p.groups));
+    dispatch(rt, rec, {"matmul_tiled", glsl}, bindings, &p, sizeof p, groups_for(rt, p.groups),
+             {.flops = 2ull * static_cast<uint64_t>(ch.batches * ch.rows * s.n * s.k)});
   }
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "meshvk/error.hpp"
+#include "profile/hooks.hpp"
 #include "vk/check.hpp"
 
 namespace meshvk::detail {
@@ -98,6 +99,10 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
     pools_.push_back(std::make_unique<runtime::MemoryPool>(*device_, d, budget));
     streams_.push_back(std::make_unique<Stream>(*device_, device_->queue(d % device_->queue_count())));
   }
+  // profile hook: the profiler reads each device's timeline and may calibrate on its queue.
+  profile::DeviceProfiler::Setup profiled{instance_->handle(), *device_, mutex_, platform_, {}};
+  for (auto& s : streams_) profiled.streams.push_back({&s->semaphore, &s->queue});
+  profiler_ = std::make_unique<profile::DeviceProfiler>(std::move(profiled));
 }
 
 RuntimeState::~RuntimeState() {
@@ -200,11 +205,13 @@ Recording RuntimeState::begin(int device) {
   // Captured buffers are submitted again on replay, possibly while the previous one is pending.
   begin.flags = r.captured ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk::check(vkBeginCommandBuffer(r.cb, &begin), "vkBeginCommandBuffer");
+  if (profile::on()) r.profile = profiler_->begin(device, r.cb);  // profile hook
   return r;
 }
 
 Fence RuntimeState::submit(Recording&& r) {
   std::lock_guard lock(mutex_);
+  if (r.profile) profiler_->close(r.profile, r.captured && capture_);  // profile hook
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
   const Fence f = submit_command_buffer(r.device, r.cb, r.waits);
   if (r.captured && capture_) {
@@ -223,6 +230,7 @@ Fence RuntimeState::resubmit(int device, VkCommandBuffer cb, const std::vector<F
 
 void RuntimeState::release_command_buffer(int device, VkCommandBuffer cb) {
   std::lock_guard lock(mutex_);
+  profiler_->release(cb);  // profile hook
   streams_[device]->pool.free(cb);
 }
 
@@ -255,6 +263,7 @@ Fence RuntimeState::submit_command_buffer(int device, VkCommandBuffer cb, const 
   }
   const uint64_t signal = s.last_submitted + 1;
   const VkSemaphore signal_semaphore = s.semaphore.handle();
+  const profile::SubmitHook profiled(*profiler_, device, cb, signal, need);  // profile hook
 
   VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
   timeline.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
@@ -285,6 +294,7 @@ bool RuntimeState::reached(const Fence& f) {
 void RuntimeState::wait(const Fence& f, const std::string& during) {
   if (f.none()) return;
   const Stream& s = *streams_[f.device];
+  const profile::WaitHook profiled(*profiler_, f.device, f.value);  // profile hook
   if (s.semaphore.wait(f.value, wait_timeout_ns_)) return;
   throw Error("timed out after " + std::to_string(wait_timeout_ns_ / 1000000) +
               " ms during " + during + ": device " + std::to_string(f.device) +

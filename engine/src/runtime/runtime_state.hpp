@@ -18,6 +18,11 @@
 #include "vk/pipeline.hpp"
 #include "vk/sync.hpp"
 
+namespace meshvk::profile {  // profile hook
+class DeviceProfiler;
+class Slice;
+}  // namespace meshvk::profile
+
 namespace meshvk::detail {
 
 // "Device `device` has finished its submission number `value`".
@@ -35,6 +40,7 @@ struct Recording {
   VkCommandBuffer cb = VK_NULL_HANDLE;
   std::vector<Fence> waits;
   std::vector<std::shared_ptr<const void>> keep_alive;
+  std::shared_ptr<profile::Slice> profile;  // profile hook: its timestamps; null while off
   void wait_for(const Fence& f) {
     if (!f.none()) waits.push_back(f);
   }
@@ -156,6 +162,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // Returns a captured command buffer to its device's pool.
   void release_command_buffer(int device, VkCommandBuffer cb);
   uint64_t last_submitted(int device) const { return streams_[device]->last_submitted; }
+  profile::DeviceProfiler& profiler() { return *profiler_; }  // profile hook
 
  private:
   friend class DeviceBuffer;
@@ -180,6 +187,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   uint64_t wait_timeout_ns_;
   Capture* capture_ = nullptr;
   Fence submit_command_buffer(int device, VkCommandBuffer cb, const std::vector<Fence>& waits);
+  // profile hook; last, so it is destroyed before the streams whose timelines it reads
+  std::unique_ptr<profile::DeviceProfiler> profiler_;
 };
 
 }  // namespace meshvk::detail

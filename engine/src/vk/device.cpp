@@ -53,6 +53,9 @@ Device::Device(const Adapter& adapter) : adapter_(adapter) {
     throw Error("Vulkan adapter " + adapter_.name + " lacks " +
                 VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME + ", which meshvk's kernels need");
   std::vector<const char*> extensions{VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+  // profile hook: device timestamps paired with the host clock (profile/clock.cpp), where offered.
+  if (has_device_extension(adapter_.handle, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME))
+    extensions.push_back(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
 
   VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   VkPhysicalDeviceFeatures2 supported{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};

@@ -1,0 +1,157 @@
+#include "profile/recorder.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "meshvk/error.hpp"
+#include "profile/device_profiler.hpp"
+
+namespace meshvk::profile {
+
+std::atomic<bool> g_on{false};
+
+Recorder& Recorder::get() {
+  // Never destroyed: runtimes and events may outlive static destructors' order.
+  static Recorder* r = new Recorder;
+  return *r;
+}
+
+void Recorder::start(const Options& options) {
+  {
+    std::lock_guard lock(info_mutex_);
+    auto fits = [&](const Ring* r) {
+      return r && r->capacity() >= options.capacity && r->capacity() < 2 * options.capacity;
+    };
+    if (!fits(ring_.load())) {
+      // A ring once used is never freed (a producer may still be writing to it), but one of the
+      // same size is used again, so switching capacities back and forth does not grow memory.
+      Ring* ring = nullptr;
+      for (const auto& r : rings_)
+        if (fits(r.get())) ring = r.get();
+      if (!ring) {
+        rings_.push_back(std::make_unique<Ring>(options.capacity));
+        ring = rings_.back().get();
+      }
+      first_ticket_.store(ring->head());
+      ring_.store(ring, std::memory_order_release);
+      dropped_spans.store(0);
+      dropped_flows.store(0);
+    }
+    trace_path_ = options.trace_path.empty() ? environment_trace_ : options.trace_path;
+  }
+  if (!g_on.load()) clear();  // a new session; start() while running keeps what it has
+  g_on.store(true);
+}
+
+void Recorder::stop() {
+  g_on.store(false);
+  for_each_profiler([](DeviceProfiler& p) { p.flush(); });
+}
+
+void Recorder::clear() {
+  if (Ring* r = ring_.load()) first_ticket_.store(r->head());
+  dropped_spans.store(0);
+  dropped_flows.store(0);
+}
+
+const void* Recorder::head(uint64_t& head) const {
+  const Ring* r = ring_.load(std::memory_order_acquire);
+  head = r ? r->head() : 0;
+  return r;
+}
+
+uint64_t Recorder::read(const void*& ring, uint64_t from, std::vector<Event>& out, uint64_t& missed,
+                        size_t max) const {
+  const Ring* r = ring_.load(std::memory_order_acquire);
+  if (!r) return from;
+  if (ring != r) {
+    ring = r;
+    from = 0;
+  }
+  return r->read(std::max(from, first_ticket_.load()), out, missed, max);
+}
+
+Counters Recorder::counters() const {
+  Counters c;
+  const Ring* r = ring_.load(std::memory_order_acquire);
+  if (r) {
+    const uint64_t head = r->head(), first = first_ticket_.load();
+    c.events = head - first;
+    if (head - first > r->capacity()) c.dropped_events = head - first - r->capacity();
+  }
+  c.dropped_spans = dropped_spans.load();
+  c.dropped_flows = dropped_flows.load();
+  return c;
+}
+
+std::vector<Event> Recorder::events() const {
+  std::vector<Event> out;
+  uint64_t missed = 0;
+  const void* ring = nullptr;
+  read(ring, 0, out, missed, ~size_t{0});
+  return out;
+}
+
+int Recorder::add_runtime(DeviceProfiler* profiler, RuntimeLanes lanes) {
+  std::lock_guard live(live_mutex_);
+  std::lock_guard info(info_mutex_);
+  lanes.runtime = next_runtime_++;
+  lanes_.push_back(std::move(lanes));
+  live_.push_back(profiler);
+  return lanes_.back().runtime;
+}
+
+void Recorder::remove_runtime(DeviceProfiler* profiler) {
+  std::lock_guard live(live_mutex_);
+  live_.erase(std::remove(live_.begin(), live_.end(), profiler), live_.end());
+}
+
+void Recorder::set_clock(int runtime, const std::string& clock) {
+  std::lock_guard info(info_mutex_);
+  for (RuntimeLanes& l : lanes_)
+    if (l.runtime == runtime) l.clock = clock;
+}
+
+std::vector<RuntimeLanes> Recorder::lanes() const {
+  std::lock_guard info(info_mutex_);
+  return lanes_;
+}
+
+void Recorder::for_each_profiler(const std::function<void(DeviceProfiler&)>& fn) {
+  std::lock_guard live(live_mutex_);
+  for (DeviceProfiler* p : live_) fn(*p);
+}
+
+std::string Recorder::trace_path() const {
+  std::lock_guard info(info_mutex_);
+  return trace_path_;
+}
+
+void Recorder::write_trace_if_asked() {
+  const std::string path = trace_path();
+  if (path.empty() || !ring_.load()) return;
+  try {
+    write_chrome_trace(path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshvk profile: %s\n", e.what());
+  }
+}
+
+void Recorder::start_from_environment() {
+  {
+    std::lock_guard info(info_mutex_);
+    if (environment_read_) return;
+    environment_read_ = true;
+  }
+  const char* profile = std::getenv("MESHVK_PROFILE");
+  const char* trace = std::getenv("MESHVK_TRACE");
+  {
+    std::lock_guard info(info_mutex_);
+    environment_trace_ = trace ? trace : "";
+  }
+  if ((profile && std::string(profile) == "1") || (trace && *trace)) start(Options{});
+}
+
+}  // namespace meshvk::profile

@@ -1,0 +1,94 @@
+#pragma once
+// Process-wide profiler state: the on/off switch every hook tests, the event ring, id counters,
+// drop counters, and the runtimes whose device work is being profiled.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "meshvk/profile.hpp"
+#include "profile/ring.hpp"
+
+namespace meshvk::profile {
+
+class DeviceProfiler;
+
+// The one branch a hook costs while profiling is off.
+extern std::atomic<bool> g_on;
+inline bool on() {
+  return g_on.load(std::memory_order_relaxed);
+}
+
+// What the trace needs to name a runtime's lanes.
+struct RuntimeLanes {
+  int runtime = 0;
+  std::string platform;  // "CPU" or "GPU"
+  std::string adapter;
+  std::vector<int> queues;  // per device
+  std::string clock;        // how device timestamps reach the host clock; "" until calibrated
+};
+
+class Recorder {
+ public:
+  static Recorder& get();
+
+  // Lock-free: the submission path calls it.
+  void emit(const Event& event) {
+    if (Ring* r = ring_.load(std::memory_order_acquire)) r->push(event);
+  }
+  uint64_t next_span_id() { return span_ids_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t next_flow_id() { return flow_ids_.fetch_add(1, std::memory_order_relaxed); }
+  std::atomic<uint64_t> dropped_spans{0};
+  std::atomic<uint64_t> dropped_flows{0};
+
+  void start(const Options& options);
+  void stop();
+  void clear();
+  Counters counters() const;
+  std::vector<Event> events() const;
+  // For subscribers: the current ring and its head, and a read from a ticket of `ring` (from
+  // the start of the current one when the ring was replaced since).
+  const void* head(uint64_t& head) const;
+  uint64_t read(const void*& ring, uint64_t from, std::vector<Event>& out, uint64_t& missed,
+                size_t max) const;
+
+  // Runtimes register their profiler; flush() and poll() reach them through here.
+  int add_runtime(DeviceProfiler* profiler, RuntimeLanes lanes);
+  void remove_runtime(DeviceProfiler* profiler);
+  void set_clock(int runtime, const std::string& clock);
+  std::vector<RuntimeLanes> lanes() const;
+  void for_each_profiler(const std::function<void(DeviceProfiler&)>& fn);
+
+  // Where stop() and runtime destruction write the trace; "" for nowhere.
+  std::string trace_path() const;
+  // Writes the trace to trace_path() when there is one; errors go to stderr (it runs in
+  // destructors).
+  void write_trace_if_asked();
+  // MESHVK_PROFILE / MESHVK_TRACE, read once when the first runtime is created.
+  void start_from_environment();
+
+ private:
+  Recorder() = default;
+  std::atomic<Ring*> ring_{nullptr};
+  std::vector<std::unique_ptr<Ring>> rings_;  // replaced rings stay: a producer may still hold one
+  std::atomic<uint64_t> first_ticket_{0};     // events before it were cleared
+  std::atomic<uint64_t> span_ids_{1};
+  std::atomic<uint64_t> flow_ids_{1};
+
+  // Neither lock is taken on the submission path. live_mutex_ is held while calling into a
+  // profiler, which takes its runtime's mutex: never the other way round. info_mutex_ is
+  // innermost: nothing is locked while it is held.
+  mutable std::mutex live_mutex_;
+  std::vector<DeviceProfiler*> live_;
+  mutable std::mutex info_mutex_;
+  std::string trace_path_;
+  std::string environment_trace_;  // MESHVK_TRACE: the trace path when start() names none
+  bool environment_read_ = false;
+  int next_runtime_ = 1;
+  std::vector<RuntimeLanes> lanes_;  // every runtime seen, alive or not
+};
+
+}  // namespace meshvk::profile

@@ -1,0 +1,54 @@
+// The hooks' scopes: what the current thread is running, for the spans it records.
+#include "profile/hooks.hpp"
+#include "profile/intern.hpp"
+
+namespace meshvk::profile {
+
+Context& context() {
+  thread_local Context c;
+  return c;
+}
+
+JitScope::JitScope(DeviceProfiler& profiler, const std::string& name, bool trace)
+    : profiler_(profiler) {
+  if (!on()) [[likely]]
+    return;
+  Context& c = context();
+  saved_ = c.program;
+  c.program = intern("jit(" + name + ")");
+  what_ = trace ? "trace" : "replay";
+  start_ = now_ns();
+}
+
+JitScope::~JitScope() {
+  if (!start_) [[likely]]
+    return;
+  profiler_.host_span(what_, start_, now_ns(), -1, 0);
+  context().program = saved_;
+}
+
+OpScope::OpScope(std::string_view op) {
+  if (!on()) [[likely]]
+    return;
+  Context& c = context();
+  saved_ = c.op;
+  c.op = intern(op);
+}
+
+OpScope::~OpScope() {
+  if (saved_) context().op = saved_;
+}
+
+CollectiveScope::CollectiveScope(const char* name, const char* algorithm) {
+  if (!on()) [[likely]]
+    return;
+  Context& c = context();
+  saved_ = c.collective;
+  c.collective = algorithm ? intern(std::string(name) + "(" + algorithm + ")") : intern(name);
+}
+
+CollectiveScope::~CollectiveScope() {
+  if (saved_) context().collective = saved_;
+}
+
+}  // namespace meshvk::profile

@@ -1,0 +1,120 @@
+#pragma once
+// The inspector's state shared by its views, and the frame that lays them out. Everything here
+// lives on the UI thread; meshvk work happens in the ScenarioRunner's thread.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <imgui.h>
+
+#include "live_trace.hpp"
+#include "options.hpp"
+#include "scenario_runner.hpp"
+#include "sharding_picture.hpp"
+#include "trace_json.hpp"
+#include "trace_model.hpp"
+
+namespace inspector {
+
+// One tile as the arrays view drew it, in window pixels (what --layout-dump writes).
+struct DrawnTile {
+  ImVec2 min, max;
+  uint32_t rgb = 0;
+  std::string label;
+};
+
+// A mesh the scenario panel offers: a shape and whether it is the scenario's own.
+struct MeshChoice {
+  std::string label;                                    // "(4, 2)"
+  std::optional<meshvk::scenarios::MeshOverride> mesh;  // nullopt: the scenario's own mesh
+};
+
+struct App {
+  App(ScenarioRunner& runner, const Options& options, int num_devices);
+
+  // One frame of UI: menus, the five views, popups.
+  void frame();
+  // Starts the selected scenario again with the current mesh, specs and arguments.
+  void restart(bool paused = false);
+  void open_trace(const std::string& path);
+
+  ScenarioRunner& runner;
+  Options options;
+  int num_devices = 8;
+  RunnerSnapshot snap;
+  uint64_t snap_version = 0;
+
+  // Scenario choice.
+  int scenario = 0;  // index into meshvk::scenarios::all()
+  std::string args_text;
+  std::vector<MeshChoice> mesh_choices;
+  int mesh_choice = 0;
+  std::map<std::string, std::string> spec_text;  // per input: the override typed or chosen
+  std::string spec_error;
+  std::string console_text;  // the scenario's output as shown
+  uint64_t console_version = 0;
+
+  // Cross-view highlighting. Views read the *_shown values (last frame's) and write the *_next
+  // ones, so whichever view is drawn first still sees what another view hovered.
+  std::vector<int> hovered_devices;
+  std::vector<int> hovered_devices_next;
+  bool device_hovered(int device) const;
+  std::string selected_array;
+  std::string selected_op;
+  int program = 0;  // which jit program the program view shows  // from the program view; the
+                    // timeline highlights its spans
+
+  // Arrays view.
+  float zoom = 1.0f;
+  bool heat_map = false;
+  int heat_slice = 0;
+  std::string heat_requested;  // "name#version#slice#run" last asked of the runner
+  std::vector<DrawnTile> drawn_tiles;
+  std::string drawn_array;
+  struct PictureCache {
+    std::string name;
+    uint64_t version = 0;
+    uint64_t run = 0;
+    ShardingPicture picture;
+  } picture_cache;
+
+  // Timeline.
+  TraceData trace;
+  LiveTrace live;
+  bool live_mode = true;  // follow the profiler; off after a file is opened
+  bool follow = true;     // keep the newest events in view while live
+  double view_start_ns = 0;
+  double view_span_ns = 20e6;  // live: the last 20 ms
+  int selected_span = -1;
+  std::string trace_error;
+  bool show_open_dialog = false;
+  std::string open_path;
+
+  // Frames (for --frames) and status.
+  uint64_t frame_index = 0;
+  bool quit = false;
+};
+
+// The views, one file each.
+void draw_scenario_panel(App& app);
+void draw_mesh_view(App& app);
+void draw_arrays_view(App& app);
+void draw_program_view(App& app);
+void draw_timeline_view(App& app);
+void draw_open_dialog(App& app);
+
+// Matching program ops to spans (program_view.cpp): the op's first word, normalized.
+std::string op_key(const std::string& op);
+bool span_matches_op(const TraceSpan& span, const std::string& key);
+
+// Colours and formats the views share.
+ImU32 kind_color(SpanKind kind);
+ImU32 rgb_to_imu32(uint32_t rgb, uint8_t alpha = 255);
+std::string format_bytes(uint64_t bytes);
+std::string format_duration(double seconds);
+
+}  // namespace inspector

@@ -1,0 +1,260 @@
+// The arrays view: every array the scenario published, and the selected one drawn as
+// visualize_array_sharding draws it (the same cells, tab20b colours and labels), zoomable, with
+// a tooltip per tile and an optional heat map of the values.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "app.hpp"
+
+namespace inspector {
+namespace {
+
+const ArrayInfo* find_array(const App& app, const std::string& name) {
+  for (const ArrayInfo& a : app.snap.arrays)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+std::string spec_of(const ArrayInfo& a) {
+  if (!a.sharding) return "";
+  if (const auto* n = a.sharding->named()) return n->spec().to_string();
+  return a.sharding->to_string();
+}
+
+void array_table(App& app, float height) {
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                ImGuiTableFlags_ScrollY | ImGuiTableFlags_Resizable |
+                                ImGuiTableFlags_SizingStretchProp;
+  if (!ImGui::BeginTable("arrays", 5, flags, ImVec2(0, height))) return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  ImGui::TableSetupColumn("name", 0, 1.2f);
+  ImGui::TableSetupColumn("shape", 0, 0.8f);
+  ImGui::TableSetupColumn("dtype", 0, 0.6f);
+  ImGui::TableSetupColumn("sharding", 0, 1.6f);
+  ImGui::TableSetupColumn("typeof", 0, 1.0f);
+  ImGui::TableHeadersRow();
+  for (const ArrayInfo& a : app.snap.arrays) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    if (ImGui::Selectable(a.name.c_str(), app.selected_array == a.name,
+                          ImGuiSelectableFlags_SpanAllColumns))
+      app.selected_array = a.name;
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(meshvk::shape_to_string(a.shape).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(std::string(meshvk::dtype_name(a.dtype)).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(spec_of(a).c_str());
+    if (ImGui::IsItemHovered() && a.sharding)
+      ImGui::SetTooltip("%s", a.sharding->to_string().c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(a.type.c_str());
+  }
+  ImGui::EndTable();
+}
+
+void tile_tooltip(const PictureTile& t, const ArrayInfo& a) {
+  ImGui::BeginTooltip();
+  ImGui::Text("%s", t.label.c_str());
+  ImGui::Text("index %s", meshvk::index_to_string(t.index).c_str());
+  meshvk::Shape shard;
+  for (const auto& s : t.index) shard.push_back(s.size());
+  ImGui::Text("shard %s %s, %s per device", std::string(meshvk::dtype_name(a.dtype)).c_str(),
+              meshvk::shape_to_string(shard).c_str(), format_bytes(t.bytes).c_str());
+  std::string devices;
+  for (const int d : t.devices) devices += (devices.empty() ? "" : ", ") + std::to_string(d);
+  ImGui::Text("devices %s (%zu cop%s)", devices.c_str(), t.devices.size(),
+              t.devices.size() == 1 ? "y" : "ies");
+  ImGui::EndTooltip();
+}
+
+// The picture, cell by cell: each character cell of the terminal becomes a rectangle of the
+// font's advance by its line height, scaled by the zoom.
+void draw_picture(App& app, const ArrayInfo& a) {
+  const ShardingPicture& pic = app.picture_cache.picture;
+  if (!pic.error.empty()) {
+    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", pic.error.c_str());
+    return;
+  }
+  ImFont* font = ImGui::GetFont();
+  const float font_size = ImGui::GetFontSize() * app.zoom;
+  const float cw = font->CalcTextSizeA(font_size, FLT_MAX, 0, "M").x;
+  const float ch = font_size;
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 size(cw * pic.columns + 2, ch * pic.lines.size() + 2);
+  ImGui::InvisibleButton("picture", size);
+  const bool hovered = ImGui::IsItemHovered();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  int hovered_tile = -1;
+  if (hovered) {
+    const int line = static_cast<int>((mouse.y - origin.y) / ch);
+    const int col = static_cast<int>((mouse.x - origin.x) / cw);
+    if (line >= 0 && line < static_cast<int>(pic.lines.size()) && col >= 0 &&
+        col < static_cast<int>(pic.lines[line].size()))
+      hovered_tile = pic.lines[line][col].tile;
+  }
+  if (hovered_tile >= 0) app.hovered_devices_next = pic.tiles[hovered_tile].devices;
+
+  // Backgrounds in runs of one colour, then the glyphs.
+  for (size_t l = 0; l < pic.lines.size(); ++l) {
+    const auto& line = pic.lines[l];
+    const float y = origin.y + l * ch;
+    size_t c = 0;
+    while (c < line.size()) {
+      size_t e = c + 1;
+      while (e < line.size() && line[e].has_bg == line[c].has_bg && line[e].bg == line[c].bg) ++e;
+      if (line[c].has_bg)
+        dl->AddRectFilled(ImVec2(origin.x + c * cw, y), ImVec2(origin.x + e * cw, y + ch),
+                          rgb_to_imu32(line[c].bg));
+      c = e;
+    }
+    for (size_t k = 0; k < line.size(); ++k) {
+      const uint32_t cp = line[k].ch;
+      if (cp == ' ') continue;
+      char utf8[5] = {};
+      if (cp < 0x80) {
+        utf8[0] = static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        utf8[0] = static_cast<char>(0xC0 | (cp >> 6));
+        utf8[1] = static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        utf8[0] = static_cast<char>(0xE0 | (cp >> 12));
+        utf8[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        utf8[2] = static_cast<char>(0x80 | (cp & 0x3F));
+      }
+      dl->AddText(font, font_size, ImVec2(origin.x + k * cw, y), rgb_to_imu32(line[k].fg), utf8);
+    }
+  }
+  // Outlines: the hovered tile, and every tile of a device hovered in another view.
+  app.drawn_tiles.clear();
+  app.drawn_array = a.name;
+  for (size_t t = 0; t < pic.tiles.size(); ++t) {
+    const PictureTile& tile = pic.tiles[t];
+    const ImVec2 p0(origin.x + tile.col0 * cw, origin.y + tile.line0 * ch);
+    const ImVec2 p1(origin.x + tile.col1 * cw, origin.y + tile.line1 * ch);
+    app.drawn_tiles.push_back({p0, p1, tile.rgb, tile.label});
+    bool lit = static_cast<int>(t) == hovered_tile;
+    for (const int d : tile.devices) lit = lit || app.device_hovered(d);
+    if (lit) {
+      dl->AddRect(ImVec2(p0.x - 1, p0.y - 1), ImVec2(p1.x + 1, p1.y + 1),
+                  IM_COL32(255, 255, 255, 255), 0, 0, 3.0f);
+    }
+  }
+  if (hovered_tile >= 0) tile_tooltip(pic.tiles[hovered_tile], a);
+}
+
+// Viridis-like ramp: dark blue to green to yellow.
+ImU32 heat_color(float t) {
+  t = std::clamp(t, 0.0f, 1.0f);
+  const float r = std::clamp(-0.35f + 1.6f * t * t, 0.0f, 1.0f) * 0.95f + 0.05f * t;
+  const float g = std::clamp(0.05f + 0.9f * t, 0.0f, 1.0f);
+  const float b =
+      std::clamp(0.35f + 0.6f * std::sin(3.1416f * (0.15f + 0.85f * t)) - 0.5f * t, 0.0f, 1.0f);
+  return ImGui::ColorConvertFloat4ToU32(ImVec4(r, g, b, 1));
+}
+
+void draw_heat_map(App& app, const ArrayInfo& a) {
+  const HeatMap& heat = app.snap.heat;
+  const std::string key = a.name + "#" + std::to_string(a.version) + "#" +
+                          std::to_string(app.heat_slice) + "#" + std::to_string(app.snap.run);
+  if (key != app.heat_requested) {
+    app.runner.request_heat_map(a.name, app.heat_slice);
+    app.heat_requested = key;
+  }
+  if (heat.array != a.name) {
+    ImGui::TextDisabled("reading values...");
+    return;
+  }
+  if (!heat.error.empty()) {
+    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "heat map: %s", heat.error.c_str());
+    return;
+  }
+  ImGui::Text("values of slice %d: min %g, max %g", heat.slice, heat.min, heat.max);
+  const int64_t rows = a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : 1;
+  const int64_t cols = a.shape.empty() ? 1 : a.shape.back();
+  const float avail_w = ImGui::GetContentRegionAvail().x - 8;
+  const float cell = std::max(1.0f, std::min(avail_w / heat.cols, 260.0f * app.zoom / heat.rows));
+  const ImVec2 o = ImGui::GetCursorScreenPos();
+  ImGui::Dummy(ImVec2(cell * heat.cols, cell * heat.rows));
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float range = heat.max > heat.min ? heat.max - heat.min : 1.0f;
+  for (int r = 0; r < heat.rows; ++r)
+    for (int c = 0; c < heat.cols; ++c)
+      dl->AddRectFilled(ImVec2(o.x + c * cell, o.y + r * cell),
+                        ImVec2(o.x + (c + 1) * cell, o.y + (r + 1) * cell),
+                        heat_color((heat.values[size_t(r) * heat.cols + c] - heat.min) / range));
+  // Piece boundaries of the last two dimensions, so values can be read against the layout.
+  for (const PictureTile& t : app.picture_cache.picture.tiles) {
+    if (t.index.empty()) continue;
+    const auto& rs = a.shape.size() >= 2 ? t.index[t.index.size() - 2] : meshvk::Slice{0, 1};
+    const auto& cs = t.index.back();
+    const float x0 = o.x + cell * heat.cols * cs.start / float(cols),
+                x1 = o.x + cell * heat.cols * cs.stop / float(cols);
+    const float y0 = o.y + cell * heat.rows * rs.start / float(rows),
+                y1 = o.y + cell * heat.rows * rs.stop / float(rows);
+    dl->AddRect(ImVec2(x0, y0), ImVec2(x1, y1), rgb_to_imu32(t.rgb), 0, 0, 2.0f);
+  }
+}
+
+}  // namespace
+
+void draw_arrays_view(App& app) {
+  if (app.snap.arrays.empty()) {
+    ImGui::TextDisabled("no arrays yet: the scenario publishes them as it runs");
+    app.drawn_tiles.clear();
+    return;
+  }
+  // The array asked for on the command line, once it appears; until then (or without one)
+  // whatever is selected, else the first.
+  if (!app.options.select_array.empty() && find_array(app, app.options.select_array)) {
+    app.selected_array = app.options.select_array;
+    app.options.select_array.clear();
+  }
+  const ArrayInfo* shown = find_array(app, app.selected_array);
+  if (!shown) shown = &app.snap.arrays.front();
+  app.selected_array = shown->name;
+  array_table(app, std::min(ImGui::GetContentRegionAvail().y * 0.3f,
+                            ImGui::GetFrameHeightWithSpacing() * (app.snap.arrays.size() + 1.5f)));
+  const ArrayInfo* a = find_array(app, app.selected_array);
+  if (!a || !a->sharding) return;
+
+  // The picture is recomputed only when the array is published again.
+  auto& cache = app.picture_cache;
+  if (cache.name != a->name || cache.version != a->version || cache.run != app.snap.run) {
+    cache.name = a->name;
+    cache.version = a->version;
+    cache.run = app.snap.run;
+    cache.picture = make_sharding_picture(a->shape, *a->sharding, a->dtype);
+  }
+
+  ImGui::SetNextItemWidth(140);
+  ImGui::SliderFloat("zoom", &app.zoom, 0.5f, 4.0f, "%.2fx");
+  ImGui::SameLine();
+  ImGui::Checkbox("heat map", &app.heat_map);
+  if (app.heat_map && a->shape.size() >= 3) {
+    int64_t slices = 1;
+    for (size_t d = 0; d + 2 < a->shape.size(); ++d) slices *= a->shape[d];
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(120);
+    ImGui::SliderInt("slice", &app.heat_slice, 0,
+                     static_cast<int>(std::max<int64_t>(slices - 1, 0)));
+  }
+  ImGui::SameLine();
+  ImGui::TextDisabled("%s  %s", a->name.c_str(), a->type.c_str());
+
+  ImGui::BeginChild("picture", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
+  // Ctrl + wheel zooms the picture, as in a browser.
+  if (ImGui::IsWindowHovered() && ImGui::GetIO().KeyCtrl && ImGui::GetIO().MouseWheel != 0)
+    app.zoom = std::clamp(app.zoom * std::pow(1.15f, ImGui::GetIO().MouseWheel), 0.5f, 4.0f);
+  draw_picture(app, *a);
+  if (app.heat_map) {
+    ImGui::Spacing();
+    draw_heat_map(app, *a);
+  }
+  ImGui::EndChild();
+}
+
+}  // namespace inspector

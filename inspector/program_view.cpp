@@ -1,0 +1,137 @@
+// The program view: the partitioned per-device program of each jit function the scenario ran
+// (JitFunction::program_text), collectives highlighted. Clicking an op selects it; the timeline
+// then highlights the spans that op produced.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "app.hpp"
+
+namespace inspector {
+namespace {
+
+// Words that mark communication between devices in program text and in span names.
+constexpr const char* kCollectives[] = {
+    "all-reduce",         "all_reduce",   "all-gather", "all_gather", "reduce-scatter",
+    "reduce_scatter",     "psum_scatter", "all-to-all", "all_to_all", "ppermute",
+    "collective-permute", "psum",         "pmean",      "pmax",       "pmin",
+    "pbroadcast",         "reshard",      "broadcast"};
+
+bool is_collective_line(const std::string& line) {
+  for (const char* word : kCollectives)
+    if (line.find(word) != std::string::npos) return true;
+  return false;
+}
+
+// The op a program line describes: "  all-reduce(sum) over ('b',): ..." -> "all-reduce(sum) over
+// ('b',)"; lines without an op (the header, inputs, outputs) give "".
+std::string op_of(const std::string& line) {
+  const size_t start = line.find_first_not_of(' ');
+  if (start == std::string::npos || start == 0) return "";
+  const size_t colon = line.find(": ", start);
+  if (colon == std::string::npos) return "";
+  std::string op = line.substr(start, colon - start);
+  if (op.rfind("in", 0) == 0 || op.rfind("out", 0) == 0) {
+    bool digits = true;
+    for (size_t i = op[0] == 'i' ? 2 : 3; i < op.size(); ++i)
+      digits = digits && std::isdigit(static_cast<unsigned char>(op[i]));
+    if (digits) return "";
+  }
+  return op;
+}
+
+}  // namespace
+
+// The first word of an op, normalized ("all-reduce(sum) over ..." -> "all_reduce"), which is
+// how spans are matched to ops: by their op or name containing it.
+std::string op_key(const std::string& op) {
+  std::string key;
+  for (const char c : op) {
+    if (c == '(' || c == ' ' || c == ':') break;
+    key += c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return key;
+}
+
+bool span_matches_op(const TraceSpan& span, const std::string& key) {
+  if (key.empty()) return false;
+  const auto norm = [](std::string s) {
+    for (char& c : s)
+      c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string op = norm(span.op), name = norm(span.name);
+  const auto has = [&](const std::string& word) {
+    return op.find(word) != std::string::npos || name.find(word) != std::string::npos;
+  };
+  if (has(key)) return true;
+  // Program text names ops as XLA does; kernels are named for what they run. Spans carry the op
+  // only for collectives so far, so a few kernel names stand in for their ops.
+  if (key == "dot_general" || key == "dot" || key == "einsum") return has("matmul") || has("dot");
+  if (key == "fusion") return has("elementwise");
+  return false;
+}
+
+void draw_program_view(App& app) {
+  if (app.snap.programs.empty()) {
+    ImGui::TextDisabled(
+        "no jit program yet: scenarios that call jit show their partitioned program here");
+    return;
+  }
+  int& current = app.program;
+  current = std::clamp(current, 0, static_cast<int>(app.snap.programs.size()) - 1);
+  if (app.snap.programs.size() > 1) {
+    ImGui::SetNextItemWidth(200);
+    if (ImGui::BeginCombo("program", app.snap.programs[current].name.c_str())) {
+      for (size_t i = 0; i < app.snap.programs.size(); ++i)
+        if (ImGui::Selectable(app.snap.programs[i].name.c_str(), current == static_cast<int>(i)))
+          current = static_cast<int>(i);
+      ImGui::EndCombo();
+    }
+    ImGui::SameLine();
+  }
+  ImGui::TextDisabled("collectives in red; click an op to find its spans in the timeline");
+  if (!app.selected_op.empty()) {
+    size_t spans = 0;
+    const std::string key = op_key(app.selected_op);
+    for (const TraceSpan& s : app.trace.spans()) spans += span_matches_op(s, key);
+    ImGui::Text("selected: %s (%zu spans)", app.selected_op.c_str(), spans);
+    ImGui::SameLine();
+    if (ImGui::SmallButton("clear")) app.selected_op.clear();
+  }
+  ImGui::Separator();
+  ImGui::BeginChild("text", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
+  const std::string& text = app.snap.programs[current].text;
+  size_t start = 0;
+  int n = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ImGui::PushID(n++);
+    const std::string op = op_of(line);
+    if (!app.options.select_op.empty() && !op.empty() && op.rfind(app.options.select_op, 0) == 0) {
+      app.selected_op = op;
+      app.options.select_op.clear();
+    }
+    const bool collective = is_collective_line(line) && !op.empty();
+    const bool colored = collective || op.empty();
+    if (collective)
+      ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.45f, 1));
+    else if (op.empty())
+      ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    if (!op.empty()) {
+      if (ImGui::Selectable(line.c_str(), app.selected_op == op))
+        app.selected_op = app.selected_op == op ? std::string() : op;
+    } else {
+      ImGui::TextUnformatted(line.c_str());
+    }
+    if (colored) ImGui::PopStyleColor();
+    ImGui::PopID();
+  }
+  ImGui::EndChild();
+}
+
+}  // namespace inspector

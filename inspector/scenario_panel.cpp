@@ -1,0 +1,212 @@
+// The scenario panel: which scenario, its arguments, the mesh and per-input PartitionSpecs;
+// play, pause, step, restart; what it printed.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <set>
+
+#include "app.hpp"
+
+namespace inspector {
+
+namespace sc = meshvk::scenarios;
+
+namespace {
+
+// Specs worth offering over these axes: every way to put no axis, one axis or an ordered pair of
+// axes on each of two dimensions, without using an axis twice.
+std::vector<std::string> spec_choices(const std::vector<std::string>& axes) {
+  std::vector<std::string> entries = {"None"};
+  for (const auto& a : axes) entries.push_back("'" + a + "'");
+  for (const auto& a : axes)
+    for (const auto& b : axes)
+      if (a != b) entries.push_back("('" + a + "', '" + b + "')");
+  const auto uses = [](const std::string& e, const std::string& axis) {
+    return e.find("'" + axis + "'") != std::string::npos;
+  };
+  std::vector<std::string> out = {"P()"};
+  for (size_t i = 1; i < entries.size(); ++i)
+    out.push_back("P(" + entries[i] + (entries[i][0] == '(' ? ",)" : ")"));
+  for (const auto& e0 : entries)
+    for (const auto& e1 : entries) {
+      if (e1 == "None") continue;
+      bool clash = false;
+      for (const auto& a : axes) clash = clash || (uses(e0, a) && uses(e1, a));
+      if (!clash) out.push_back("P(" + e0 + ", " + e1 + ")");
+    }
+  return out;
+}
+
+void controls(App& app) {
+  const RunState state = app.snap.state;
+  const bool active = state == RunState::running || state == RunState::paused;
+  if (state == RunState::running) {
+    if (ImGui::Button("Pause")) app.runner.pause();
+  } else if (state == RunState::paused) {
+    if (ImGui::Button("Play")) app.runner.resume();
+  } else {
+    if (ImGui::Button("Play")) app.restart();
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Step")) {
+    if (active)
+      app.runner.step();
+    else
+      app.restart(/*paused=*/true);
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Restart")) app.restart();
+  ImGui::SameLine();
+  ImGui::BeginDisabled(!active);
+  if (ImGui::Button("Stop")) app.runner.stop();
+  ImGui::EndDisabled();
+
+  const ImVec4 color = state == RunState::failed    ? ImVec4(1.0f, 0.4f, 0.4f, 1)
+                       : state == RunState::running ? ImVec4(0.5f, 0.9f, 0.5f, 1)
+                                                    : ImVec4(0.85f, 0.85f, 0.85f, 1);
+  ImGui::TextColored(color, "%s", run_state_name(state));
+  if (app.snap.checkpoints > 0) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("checkpoint %d: %s", app.snap.checkpoints, app.snap.checkpoint.c_str());
+  }
+  if (!app.snap.message.empty()) {
+    ImGui::PushTextWrapPos();
+    ImGui::TextColored(color, "%s", app.snap.message.c_str());
+    ImGui::PopTextWrapPos();
+  }
+}
+
+void mesh_and_specs(App& app, const sc::Scenario& scenario) {
+  const char* current = app.mesh_choices[app.mesh_choice].label.c_str();
+  ImGui::TextUnformatted("Mesh");
+  ImGui::SameLine(90);
+  ImGui::SetNextItemWidth(-FLT_MIN);
+  if (ImGui::BeginCombo("##mesh", current)) {
+    for (size_t i = 0; i < app.mesh_choices.size(); ++i) {
+      if (ImGui::Selectable(app.mesh_choices[i].label.c_str(),
+                            app.mesh_choice == static_cast<int>(i))) {
+        app.mesh_choice = static_cast<int>(i);
+        app.restart();
+      }
+    }
+    ImGui::EndCombo();
+  }
+  for (const std::string& input : scenario.inputs) {
+    ImGui::PushID(input.c_str());
+    // The axes on offer: the mesh the scenario laid this input out on in the last run.
+    std::vector<std::string> axes;
+    std::string default_spec = "its default";
+    for (const InputInfo& info : app.snap.inputs) {
+      if (info.name != input) continue;
+      if (info.mesh) axes = info.mesh->axis_names();
+      default_spec = info.default_spec.to_string();
+    }
+    std::string& text = app.spec_text[input];
+    ImGui::TextUnformatted(input.c_str());
+    ImGui::SameLine(90);
+    ImGui::SetNextItemWidth(-28);
+    if (ImGui::InputTextWithHint("##spec", default_spec.c_str(), &text,
+                                 ImGuiInputTextFlags_EnterReturnsTrue))
+      app.restart();
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "PartitionSpec of %s in JAX syntax, e.g. P('a', None); Enter re-runs.\nEmpty: %s",
+          input.c_str(), default_spec.c_str());
+    ImGui::SameLine();
+    if (ImGui::BeginCombo("##choices", "",
+                          ImGuiComboFlags_NoPreview | ImGuiComboFlags_PopupAlignLeft)) {
+      if (ImGui::Selectable("(the scenario's default)", text.empty())) {
+        text.clear();
+        app.restart();
+      }
+      for (const std::string& choice : spec_choices(axes)) {
+        if (ImGui::Selectable(choice.c_str(), text == choice)) {
+          text = choice;
+          app.restart();
+        }
+      }
+      ImGui::EndCombo();
+    }
+    ImGui::PopID();
+  }
+  if (!app.spec_error.empty()) {
+    ImGui::PushTextWrapPos();
+    ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", app.spec_error.c_str());
+    ImGui::PopTextWrapPos();
+  }
+}
+
+// Dear ImGui's built-in font has no box-drawing glyphs, so the pictures the scenario prints
+// are shown with ASCII lines instead: '-', '|' and '+' at the corners and joints.
+std::string ascii_boxes(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b == 0xE2 && i + 2 < text.size() &&
+        (static_cast<unsigned char>(text[i + 1]) & 0xFE) == 0x94) {
+      const uint32_t cp = 0x2000 + ((static_cast<unsigned char>(text[i + 1]) & 0x3F) << 6) +
+                          (static_cast<unsigned char>(text[i + 2]) & 0x3F);
+      out += cp == 0x2500 || cp == 0x2501 || cp == 0x2550   ? '-'
+             : cp == 0x2502 || cp == 0x2503 || cp == 0x2551 ? '|'
+                                                            : '+';
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void draw_scenario_panel(App& app) {
+  const auto& all = sc::all();
+  const sc::Scenario& scenario = all[app.scenario];
+  ImGui::TextUnformatted("Scenario");
+  ImGui::SameLine(90);
+  ImGui::SetNextItemWidth(-FLT_MIN);
+  if (ImGui::BeginCombo("##scenario", scenario.name.c_str())) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (ImGui::Selectable(all[i].name.c_str(), app.scenario == static_cast<int>(i))) {
+        app.scenario = static_cast<int>(i);
+        app.args_text.clear();
+        for (const auto& a : all[i].interactive_args)
+          app.args_text += (app.args_text.empty() ? "" : " ") + a;
+        app.spec_text.clear();
+        app.restart();
+      }
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", all[i].description.c_str());
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::PushTextWrapPos();
+  ImGui::TextDisabled("%s", scenario.description.c_str());
+  ImGui::PopTextWrapPos();
+  ImGui::TextUnformatted("Arguments");
+  ImGui::SameLine(90);
+  ImGui::SetNextItemWidth(-FLT_MIN);
+  if (ImGui::InputText("##args", &app.args_text, ImGuiInputTextFlags_EnterReturnsTrue))
+    app.restart();
+  mesh_and_specs(app, scenario);
+  ImGui::Separator();
+  controls(app);
+  if (app.snap.validation_enabled)
+    ImGui::TextDisabled("validation messages: runtime %llu",
+                        static_cast<unsigned long long>(app.snap.validation_messages));
+  ImGui::Separator();
+
+  // The scenario's output, following the end unless the reader scrolled up.
+  ImGui::BeginChild("console", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
+  const bool at_end = ImGui::GetScrollY() >= ImGui::GetScrollMaxY() - 1;
+  if (app.console_version != app.snap_version) {
+    app.console_text = ascii_boxes(app.snap.console);
+    app.console_version = app.snap_version;
+  }
+  ImGui::TextUnformatted(app.console_text.data(),
+                         app.console_text.data() + app.console_text.size());
+  if (at_end) ImGui::SetScrollHereY(1.0f);
+  ImGui::EndChild();
+}
+
+}  // namespace inspector

@@ -1,0 +1,101 @@
+#pragma once
+// Scenarios: the samples as a library. Each scenario is a function of a ScenarioContext, so the
+// same code runs headless (a sample's thin main prints to stdout) and inside the inspector (on
+// a worker thread that shows what the scenario publishes and can pause, step and stop it).
+#include <atomic>
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <meshvk/meshvk.hpp>
+
+namespace meshvk::scenarios {
+
+// Thrown by ScenarioContext::checkpoint when the viewer asks the scenario to stop.
+struct Stopped {};
+
+// A mesh shape chosen instead of the one a scenario would make. Without names the scenario's
+// own axis names are kept when the rank matches, else 'a', 'b', 'c', ... are used.
+struct MeshOverride {
+  std::vector<int> sizes;
+  std::vector<std::string> names;
+};
+
+// Parses "4x2", "(4, 2)", "8" or "2x2x2"; nullopt when the text is not a mesh shape.
+std::optional<MeshOverride> parse_mesh_shape(std::string_view text);
+
+// What a scenario shows besides its text output. Headless runs have none; the inspector
+// implements it. Every call comes from the scenario's own thread.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // A live array worth looking at, under a name unique in the scenario (a later publish under
+  // the same name replaces it).
+  virtual void on_array(const std::string& name, const Array& array) = 0;
+  // The partitioned per-device program of a jit function (JitFunction::program_text).
+  virtual void on_program(const std::string& name, const std::string& text) = 0;
+  // An input whose PartitionSpec the viewer may override, with the spec the scenario uses
+  // when nobody does, and the mesh it is laid out on.
+  virtual void on_input(const std::string& name, const PartitionSpec& default_spec,
+                        const Mesh& mesh) = 0;
+  // A point between two steps of the scenario: the viewer may block here (pause, step) and
+  // returns false to stop the scenario.
+  virtual bool on_checkpoint(const std::string& label) = 0;
+};
+
+struct ScenarioContext {
+  std::vector<std::string> args;  // command-line arguments after the program name
+  std::ostream* out = nullptr;    // what the samples print to stdout
+  std::ostream* err = nullptr;    // usage errors
+  VisualizeOptions viz;           // the base options; --color / --no-color change a copy
+  std::optional<MeshOverride> mesh_override;
+  std::map<std::string, PartitionSpec> spec_overrides;  // by input name
+  const std::atomic<bool>* stop = nullptr;              // set: leave at the next checkpoint
+  Observer* observer = nullptr;
+
+  // The scenario's main mesh: `sizes` and `names` unless a mesh override says otherwise.
+  Mesh mesh(std::vector<int> sizes, std::vector<std::string> names,
+            std::vector<AxisType> types = {}) const;
+  // The spec of input `name`: the override when there is one, else `default_spec`.
+  PartitionSpec spec(const std::string& name, const PartitionSpec& default_spec,
+                     const Mesh& mesh) const;
+  bool has_spec_override(const std::string& name) const { return spec_overrides.count(name) > 0; }
+  void publish(const std::string& name, const Array& array) const;
+  void publish_program(const std::string& name, const std::string& text) const;
+  // Throws Stopped when asked to stop; may block while the viewer pauses.
+  void checkpoint(const std::string& label) const;
+};
+
+struct Scenario {
+  std::string name;  // as the sample binary is called
+  std::string description;
+  // Arguments the inspector starts it with: smaller sizes, so it runs at an interactive pace.
+  std::vector<std::string> interactive_args;
+  // The inputs whose PartitionSpec a viewer may choose (the names it passes to ctx.spec).
+  std::vector<std::string> inputs;
+  // Returns the process exit code: 0 when every check passed, 1 when one failed, 2 for bad
+  // arguments. May throw meshvk::Error.
+  std::function<int(ScenarioContext&)> run;
+};
+
+// Every scenario, in the order the inspector lists them.
+const std::vector<Scenario>& all();
+const Scenario* find(std::string_view name);
+
+// A sample's main: runs scenario `name` on an 8-device Runtime with argv as its arguments,
+// printing to stdout, and turns a meshvk::Error into "meshvk error: ..." and exit code 1.
+int run_main(std::string_view name, int argc, char** argv);
+
+// The scenarios, defined one per file.
+Scenario sharding_basics();
+Scenario manual_parallelism();
+Scenario learn_jax_distributed();
+Scenario scaling_shard_map();
+Scenario mlp_training();
+Scenario sharded_matmul();
+
+}  // namespace meshvk::scenarios
