@@ -97,5 +97,7 @@ Scenario learn_jax_distributed();
 Scenario scaling_shard_map();
 Scenario mlp_training();
 Scenario sharded_matmul();
+Scenario automatic_parallelism();
+Scenario scaling_book();
 
 }  // namespace meshvk::scenarios

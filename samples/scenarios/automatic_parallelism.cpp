@@ -1,0 +1,250 @@
+// The automatic and explicit parts of the tutorials: jit's sharding propagation ("computation
+// follows data") from 000 and 001, sharding in types (explicit mode) from 000, the `layer`
+// example in all three modes, the incompatible-device errors and uncommitted arrays of 001,
+// with_sharding_constraint, and the partitioned matmul of 002 with its program text.
+//
+//   build/bin/automatic_parallelism [--size N] [--golden DIR] [--color | --no-color]
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <meshvk/meshvk.hpp>
+
+#include "scenario.hpp"
+#include <meshvk/profile.hpp>  // profile hook: --trace
+
+namespace mv = meshvk;
+namespace meshvk::scenarios {
+using mv::Array;
+using mv::P;
+
+namespace {
+
+// One run's output stream and failed checks.
+struct Run {
+  std::ostream& out;
+  const ScenarioContext& ctx;
+  int failures = 0;
+  void check(const std::string& what, bool ok) {
+    out << what << ": " << (ok ? "equal" : "NOT EQUAL") << "\n";
+    if (!ok) ++failures;
+  }
+};
+
+bool close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::fabs(a[i] - b[i]) > tol * std::max(1.0f, std::fabs(b[i]))) return false;
+  return true;
+}
+
+void intro_000(Run& r, const mv::VisualizeOptions& viz) {
+  r.out << "=== 000: automatic parallelism with jit ===\n\n";
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const auto arr_sharded = mv::device_put(mv::arange(32.0f).reshape({4, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const auto f_elementwise = mv::jit([](const Array& x) { return 2 * mv::sin(x) + 1; });
+  const auto result = f_elementwise(arr_sharded);
+  r.out << ">>> result = f_elementwise(arr_sharded); print(\"shardings match:\", result.sharding == arr_sharded.sharding)\n"
+            << "shardings match: " << (result.sharding() == arr_sharded.sharding() ? "True" : "False") << "\n\n";
+  const auto f_contract = mv::jit([](const Array& x) { return mv::sum(x, {0}); });
+  const auto contracted = f_contract(arr_sharded);
+  r.out << ">>> result = f_contract(arr_sharded); jax.debug.visualize_array_sharding(result); print(result)\n"
+            << mv::visualize_array_sharding(contracted, viz) << contracted << "\n";
+  r.ctx.publish("arr_sharded", arr_sharded);
+  r.ctx.publish("f_contract(arr_sharded)", contracted);
+  r.ctx.publish_program("f_contract", f_contract.program_text(arr_sharded));
+  r.check("f_contract == [48 52 56 60 64 68 72 76]", contracted.to_host<float>() == std::vector<float>{48, 52, 56, 60, 64, 68, 72, 76});
+  r.out << "program text of f_contract:\n" << f_contract.program_text(arr_sharded) << "\n";
+
+  r.out << "=== 000: sharding in types (explicit mode) ===\n\n";
+  const auto some_array = mv::arange(8);
+  r.out << ">>> print(f\"JAX-level type of some_array: {jax.typeof(some_array)}\")\n"
+            << "JAX-level type of some_array: " << mv::typeof(some_array) << "\n";
+  std::string traced;
+  const auto foo = mv::jit([&](const Array& x) {
+    traced = mv::typeof(x);
+    return x + x;
+  });
+  const auto doubled = foo(some_array);
+  r.out << "JAX-level type of x during tracing: " << traced << "\n" << doubled << "\n\n";
+  const auto explicit_mesh = mv::make_mesh({2, 4}, {"X", "Y"}, {mv::AxisType::Explicit, mv::AxisType::Explicit});
+  const auto replicated_array = mv::arange(8).reshape({4, 2});
+  const auto sharded_array = mv::device_put(replicated_array, mv::NamedSharding(explicit_mesh, P("X", mv::None)));
+  r.out << "replicated_array type: " << mv::typeof(replicated_array) << "\n"
+            << "sharded_array type: " << mv::typeof(sharded_array) << "\n\n";
+  const auto arg0 = mv::device_put(mv::arange(4).reshape({4, 1}), mv::NamedSharding(explicit_mesh, P("X", mv::None)));
+  const auto arg1 = mv::device_put(mv::arange(8).reshape({1, 8}), mv::NamedSharding(explicit_mesh, P(mv::None, "Y")));
+  const auto add_arrays = mv::jit([&r](const Array& x, const Array& y) {
+    const auto ans = x + y;
+    r.out << "x sharding: " << mv::typeof(x) << "\ny sharding: " << mv::typeof(y) << "\nans sharding: " << mv::typeof(ans) << "\n";
+    return ans;
+  });
+  r.out << ">>> with jax.sharding.use_mesh(mesh): add_arrays(arg0, arg1)\n";
+  add_arrays(arg0, arg1);
+  r.out << "\n";
+}
+
+void layer_three_modes(Run& r, const std::string& golden) {
+  r.out << "=== 000: the layer example in three modes ===\n\n";
+  if (!std::filesystem::exists(golden + "/layer/x.npy")) {
+    r.out << "note: " << golden << "/layer/*.npy not found; pass --golden DIR to run this part\n\n";
+    return;
+  }
+  const auto x = mv::load_npy(golden + "/layer/x.npy");
+  const auto weights = mv::load_npy(golden + "/layer/weights.npy");
+  const auto bias = mv::load_npy(golden + "/layer/bias.npy");
+  const auto expected = mv::load_npy(golden + "/layer/expected.npy").to_host<float>();
+  auto layer = [](const Array& x, const Array& w, const Array& b) { return mv::sigmoid(mv::matmul(x, w) + b); };
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto auto_out = mv::jit(layer)(mv::device_put(x, mv::NamedSharding(mesh, P("x"))),
+                                       mv::device_put(weights, mv::NamedSharding(mesh, P())), bias);
+  r.out << ">>> layer(x_sharded, weights_sharded, bias)  # jit, x P('x'), weights P()\n" << auto_out << "\n";
+  const auto explicit_mesh = mv::make_mesh({8}, {"X"}, {mv::AxisType::Explicit});
+  const auto layer_auto = mv::jit([&](const Array& x, const Array& w, const Array& b) {
+    r.out << "x sharding: " << mv::typeof(x) << "\nweights sharding: " << mv::typeof(w) << "\nbias sharding: " << mv::typeof(b) << "\n";
+    const auto out = layer(x, w, b);
+    r.out << "out sharding: " << mv::typeof(out) << "\n";
+    return out;
+  });
+  r.out << ">>> with jax.sharding.use_mesh(explicit_mesh): layer_auto(x_sharded, weights_sharded, bias)\n";
+  const auto explicit_out = layer_auto(mv::device_put(x, mv::NamedSharding(explicit_mesh, P("X"))),
+                                       mv::device_put(weights, mv::NamedSharding(explicit_mesh, P())), bias);
+  r.out << explicit_out << "\n";
+  const auto manual_out = mv::shard_map(
+      [](const Array& x, const Array& w, const Array& b) { return mv::sigmoid(mv::psum(mv::matmul(x, w), "x") + b); }, mesh,
+      {P("x"), P("x", mv::None), P()}, P())(x, weights, bias);
+  r.out << ">>> layer_sharded(x, weights, bias)  # shard_map with psum(x @ weights, 'x')\n" << manual_out << "\n";
+  r.check("jit layer vs golden (1e-6)", close(auto_out.to_host<float>(), expected, 1e-6f));
+  r.check("explicit layer vs golden (1e-6)", close(explicit_out.to_host<float>(), expected, 1e-6f));
+  r.check("shard_map layer vs golden (1e-6)", close(manual_out.to_host<float>(), expected, 1e-6f));
+  r.out << "\n";
+}
+
+void follows_data_001(Run& r, int64_t n, const mv::VisualizeOptions& viz) {
+  r.out << "=== 001: computation follows data (" << n << "x" << n << ") ===\n\n";
+  const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  const auto x = mv::normal(mv::random_key(0), {n, n});
+  const auto y = mv::device_put(x, mv::NamedSharding(mesh, P("a", "b")));
+  const auto z = mv::jit([](const Array& v) { return mv::sin(v); })(y);
+  r.out << ">>> z = torch.sin(y); visualize_array_sharding(z)\n" << mv::visualize_array_sharding(z, viz);
+  r.check("sin keeps P('a', 'b')", z.sharding() == y.sharding());
+  const auto lhs = mv::device_put(x, mv::NamedSharding(mesh, P("a", mv::None)));
+  const auto w = mv::normal(mv::random_key(1), {n, n});
+  const auto rhs = mv::device_put(w, mv::NamedSharding(mesh, P(mv::None, "b")));
+  const auto mm = mv::jit([](const Array& a, const Array& b) { return mv::matmul(a, b); });
+  const auto out = mm(lhs, rhs);
+  r.out << ">>> out = lhs @ rhs\nlhs sharding:\n" << mv::visualize_array_sharding(lhs, viz) << "rhs sharding:\n"
+            << mv::visualize_array_sharding(rhs, viz) << "out sharding:\n" << mv::visualize_array_sharding(out, viz);
+  const auto counts = mm.lower(lhs, rhs).collective_counts();
+  r.check("out is P('a', 'b') with no communication", out.sharding() == mv::Sharding(mv::NamedSharding(mesh, P("a", "b"))) && counts.empty());
+  r.check("sharded matmul vs one device (allclose)", close(out.to_host<float>(), mv::matmul(x, w).to_host<float>(), 1e-3f));
+  const auto w_copy = mv::copy(rhs);
+  r.check("copy(w) keeps w's sharding", w_copy.sharding() == rhs.sharding());
+  r.out << "\n";
+}
+
+void errors_and_constraints_001(Run& r, int64_t n, const mv::VisualizeOptions& viz) {
+  r.out << "=== 001: incompatible devices, uncommitted arrays, with_sharding_constraint ===\n\n";
+  const auto x = mv::normal(mv::random_key(2), {n, n});
+  const auto add = mv::jit([](const Array& a, const Array& b) { return a + b; });
+  for (const std::vector<int>& other : {std::vector<int>{4, 5, 6, 7}, std::vector<int>{0, 1, 2, 3, 6, 7, 4, 5}}) {
+    const auto m1 = mv::make_mesh({4}, {"x"}, {}, {0, 1, 2, 3});
+    const auto m2 = mv::make_mesh({static_cast<int>(other.size())}, {"x"}, {}, other);
+    const auto m1b = other.size() == 8 ? mv::make_mesh({8}, {"x"}) : m1;
+    try {
+      add(mv::device_put(x, mv::NamedSharding(m1b, P("x"))), mv::device_put(x, mv::NamedSharding(m2, P("x"))));
+      r.check("incompatible devices raise an error", false);
+    } catch (const mv::Error& e) {
+      r.out << e.what() << "\n";
+    }
+  }
+  const auto sharding1 = mv::NamedSharding(mv::make_mesh({4}, {"x"}, {}, {0, 1, 2, 3}), P("x"));
+  const auto y = mv::device_put(x, sharding1);
+  (void)(y + mv::ones_like(y)).sharding();
+  (void)(y + mv::arange(0, static_cast<int32_t>(y.size())).reshape(y.shape())).sharding();
+  r.out << ">>> y + torch.ones_like(y); y + torch.arange(0, y.nelement()).reshape(y.shape)\nno error!\n\n";
+
+  const auto mesh = mv::make_mesh({4, 2}, {"x", "y"});
+  const auto xs = mv::device_put(x, mv::NamedSharding(mesh, P("x", "y")));
+  const auto f = mv::jit([&](const Array& v) { return mv::with_sharding_constraint(v + 1, mv::NamedSharding(mesh, P("y", "x"))); });
+  const auto constrained = f(xs);
+  r.out << ">>> f(x)  # x + 1 constrained to P('y', 'x')\n" << mv::visualize_array_sharding(constrained, viz);
+  r.ctx.publish("f(x) constrained to P('y', 'x')", constrained);
+  const auto g = mv::jit([&](const Array& v) { return mv::with_sharding_constraint(v + 1, mv::NamedSharding(mesh, P())); });
+  const auto rg = g(xs);
+  r.out << ">>> constrained to P()\n" << mv::visualize_array_sharding(rg, viz);
+  r.check("constraint P() gives a fully replicated output", rg.sharding().is_fully_replicated());
+  r.out << "\n";
+}
+
+void matmul_square_002(Run& r) {
+  r.out << "=== 002: sharded matmul with out_shardings ===\n\n";
+  const auto mesh = mv::make_mesh({2, 2}, {"X", "Y"}, {}, {0, 1, 2, 3});
+  const auto in = mv::device_put(mv::normal(mv::random_key(3), {8, 2048}), mv::NamedSharding(mesh, P("X", "Y")));
+  const auto w = mv::device_put(mv::normal(mv::random_key(4), {2048, 8192}), mv::NamedSharding(mesh, P("Y", mv::None)));
+  const auto matmul_square = mv::jit([](const Array& in, const Array& w) { return mv::einsum("bd,df->bf", mv::square(in), w); },
+                                     {.out_shardings = {mv::NamedSharding(mesh, P("X", mv::None))}, .name = "matmul_square"});
+  const auto lowered = matmul_square.lower(in, w);
+  r.out << ">>> jax.jit(matmul_square, out_shardings=P('X', None)).lower(In, W).as_text()\n" << lowered.as_text();
+  r.ctx.publish_program("matmul_square", lowered.as_text());
+  r.ctx.publish("In", in);
+  r.ctx.publish("W", w);
+  const auto& counts = lowered.collective_counts();
+  r.check("one all-reduce after a local [4,1024] x [1024,8192] matmul",
+        counts.size() == 1 && counts.count("all-reduce") && lowered.as_text().find("(4, 1024) x (1024, 8192)") != std::string::npos);
+  r.out << "\n";
+}
+
+}  // namespace
+
+
+Scenario automatic_parallelism() {
+  Scenario s;
+  s.name = "automatic_parallelism";
+  s.description = "jit's sharding propagation (000, 001), explicit mode, the layer in three modes, 002's matmul program";
+  s.interactive_args = {"--size", "512"};
+  s.run = [](ScenarioContext& ctx) {
+    int64_t size = 2048;
+    std::string golden = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path().string() + "/shared/golden";
+    mv::VisualizeOptions viz = ctx.viz;
+    const char* usage = "usage: automatic_parallelism [--size N] [--golden DIR] [--color | --no-color] [--trace FILE]\n";
+    for (size_t i = 0; i < ctx.args.size(); ++i) {
+      const std::string& a = ctx.args[i];
+      if (a == "--help" || a == "-h") {
+        *ctx.out << usage;
+        return 0;
+      } else if (a == "--size" && i + 1 < ctx.args.size()) {
+        size = std::atoll(ctx.args[++i].c_str());
+      } else if (a == "--golden" && i + 1 < ctx.args.size()) {
+        golden = ctx.args[++i];
+      } else if (a == "--color") {
+        viz.use_color = true;
+      } else if (a == "--no-color") {
+        viz.use_color = false;
+      } else {
+        *ctx.err << "unknown argument " << a << "\n" << usage;
+        return 2;
+      }
+    }
+    if (size < 8 || size % 8) {
+      *ctx.err << "--size must be a positive multiple of 8 (the tutorial uses 8192)\n";
+      return 2;
+    }
+    Run r{*ctx.out, ctx};
+    intro_000(r, viz);
+    ctx.checkpoint("jit and explicit mode");
+    layer_three_modes(r, golden);
+    ctx.checkpoint("layer");
+    follows_data_001(r, size, viz);
+    ctx.checkpoint("computation follows data");
+    errors_and_constraints_001(r, size, viz);
+    ctx.checkpoint("constraints");
+    matmul_square_002(r);
+    return r.failures ? 1 : 0;
+  };
+  return s;
+}
+
+}  // namespace meshvk::scenarios
