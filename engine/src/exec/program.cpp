@@ -1,5 +1,7 @@
 #include "exec/program.hpp"
 
+#include <algorithm>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -76,13 +78,37 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     if (it == moved.end()) throw Error("internal: a traced submission waits on work outside its program");
     return Fence{f.device, it->second};
   };
+  // Each device's submissions go out in as few vkQueueSubmit calls as the dependencies allow:
+  // a device submits every next submission whose waits on other devices are already submitted
+  // (so no wait ever precedes its signal), then the next device takes its turn.
   std::vector<Fence> last(n);
-  for (const auto& s : capture_->submissions) {
-    std::vector<Fence> waits{refreshed[s.device]};
-    for (const Fence& w : s.waits) waits.push_back(remap(w));
-    const Fence f = rt_->resubmit(s.device, s.cb, waits);
-    moved[{s.device, s.signal}] = f.value;
-    last[s.device] = f;
+  const auto& subs = capture_->submissions;
+  std::vector<std::deque<size_t>> pending(n);
+  for (size_t i = 0; i < subs.size(); ++i) pending[subs[i].device].push_back(i);
+  size_t remaining = subs.size();
+  while (remaining) {
+    bool progressed = false;
+    for (int d = 0; d < n; ++d) {
+      std::vector<std::pair<VkCommandBuffer, std::vector<Fence>>> batch;
+      uint64_t next = rt_->last_submitted(d) + 1;
+      while (!pending[d].empty()) {
+        const auto& sub = subs[pending[d].front()];
+        const bool ready = std::all_of(sub.waits.begin(), sub.waits.end(), [&](const Fence& w) {
+          return w.none() || w.value <= capture_->start_values[w.device] || moved.count({w.device, w.value});
+        });
+        if (!ready) break;
+        std::vector<Fence> waits{refreshed[d]};
+        for (const Fence& w : sub.waits) waits.push_back(remap(w));
+        moved[{d, sub.signal}] = next++;
+        batch.push_back({sub.cb, std::move(waits)});
+        pending[d].pop_front();
+      }
+      if (batch.empty()) continue;
+      last[d] = rt_->resubmit_batch(d, batch).back();
+      remaining -= batch.size();
+      progressed = true;
+    }
+    if (!progressed) throw Error("internal: a traced program's submissions wait on each other in a cycle");
   }
   // 3. Outputs are ready when the submissions that wrote them (in this replay) are.
   for (size_t i = 0; i < outputs_.size(); ++i)

@@ -9,6 +9,9 @@
 #include "kernels/matmul.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -473,7 +476,16 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
 
   const BlockShape shape = block_shape_for(rt, s);
   const bool vec4_store = s.n % 4 == 0;
-  const std::string glsl = BlockedKernelWriter(shape, s.dtype, vec4_store).glsl();
+  // The text depends on a handful of choices: written once each, not on every eager call.
+  static std::mutex written_mutex;
+  static std::map<std::tuple<int, int, int, bool, DType, bool>, std::string> written;
+  std::string glsl;
+  {
+    std::lock_guard lock(written_mutex);
+    auto& text = written[{shape.rows, shape.col_vecs, shape.ksteps, shape.shuffle, s.dtype, vec4_store}];
+    if (text.empty()) text = BlockedKernelWriter(shape, s.dtype, vec4_store).glsl();
+    glsl = text;
+  }
   const VkFormat texel =
       s.dtype == DType::float32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
 

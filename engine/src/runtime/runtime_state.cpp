@@ -228,6 +228,57 @@ Fence RuntimeState::resubmit(int device, VkCommandBuffer cb, const std::vector<F
   return submit_command_buffer(device, cb, waits);
 }
 
+std::vector<Fence> RuntimeState::resubmit_batch(int device,
+                                               const std::vector<std::pair<VkCommandBuffer, std::vector<Fence>>>& entries) {
+  std::lock_guard lock(mutex_);
+  Stream& s = *streams_[device];
+  const size_t count = entries.size();
+  // Storage the VkSubmitInfos point into, sized up front so nothing moves.
+  std::vector<std::vector<VkSemaphore>> semaphores(count);
+  std::vector<std::vector<uint64_t>> values(count);
+  std::vector<std::vector<VkPipelineStageFlags>> stages(count);
+  std::vector<uint64_t> signals(count);
+  std::vector<VkTimelineSemaphoreSubmitInfo> timelines(count);
+  std::vector<VkSubmitInfo> submits(count);
+  std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
+  const VkSemaphore signal_semaphore = s.semaphore.handle();
+  std::vector<Fence> fences;
+  for (size_t i = 0; i < count; ++i) {
+    std::vector<uint64_t> need(streams_.size(), 0);
+    for (const Fence& f : entries[i].second)
+      if (!f.none()) need[f.device] = std::max(need[f.device], f.value);
+    for (size_t d = 0; d < need.size(); ++d) {
+      if (!need[d]) continue;
+      semaphores[i].push_back(streams_[d]->semaphore.handle());
+      values[i].push_back(need[d]);
+      stages[i].push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+    }
+    signals[i] = s.last_submitted + 1 + i;
+    hooks.emplace_back(*profiler_, device, entries[i].first, signals[i], need);
+    timelines[i] = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    timelines[i].waitSemaphoreValueCount = static_cast<uint32_t>(values[i].size());
+    timelines[i].pWaitSemaphoreValues = values[i].data();
+    timelines[i].signalSemaphoreValueCount = 1;
+    timelines[i].pSignalSemaphoreValues = &signals[i];
+    submits[i] = {VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    submits[i].pNext = &timelines[i];
+    submits[i].waitSemaphoreCount = static_cast<uint32_t>(semaphores[i].size());
+    submits[i].pWaitSemaphores = semaphores[i].data();
+    submits[i].pWaitDstStageMask = stages[i].data();
+    submits[i].commandBufferCount = entries[i].first ? 1 : 0;
+    submits[i].pCommandBuffers = &entries[i].first;
+    submits[i].signalSemaphoreCount = 1;
+    submits[i].pSignalSemaphores = &signal_semaphore;
+    fences.push_back(Fence{device, signals[i]});
+  }
+  if (count) {
+    std::lock_guard queue_lock(s.queue.submit_mutex);
+    vk::check(vkQueueSubmit(s.queue.handle, static_cast<uint32_t>(count), submits.data(), VK_NULL_HANDLE), "vkQueueSubmit");
+  }
+  s.last_submitted += count;
+  return fences;
+}
+
 void RuntimeState::release_command_buffer(int device, VkCommandBuffer cb) {
   std::lock_guard lock(mutex_);
   profiler_->release(cb);  // profile hook

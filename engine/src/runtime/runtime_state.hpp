@@ -9,6 +9,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "meshvk/runtime.hpp"
@@ -159,6 +160,9 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   Capture* capture() const { return capture_; }
   // Submits a captured command buffer again, with new timeline values.
   Fence resubmit(int device, VkCommandBuffer cb, const std::vector<Fence>& waits);
+  // Several captured command buffers of one device in one vkQueueSubmit, in order, each with its
+  // waits (which may name earlier entries of the batch); returns their fences.
+  std::vector<Fence> resubmit_batch(int device, const std::vector<std::pair<VkCommandBuffer, std::vector<Fence>>>& entries);
   // Returns a captured command buffer to its device's pool.
   void release_command_buffer(int device, VkCommandBuffer cb);
   uint64_t last_submitted(int device) const { return streams_[device]->last_submitted; }
@@ -183,7 +187,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
     std::vector<uint64_t> last_use;
   };
   std::vector<Retired> retired_;
-  std::map<std::string, std::unique_ptr<vk::ComputePipeline>> pipelines_;
+  // Keyed by kernel name or generated source text: hashed once per lookup.
+  std::unordered_map<std::string, std::unique_ptr<vk::ComputePipeline>> pipelines_;
   uint64_t wait_timeout_ns_;
   Capture* capture_ = nullptr;
   Fence submit_command_buffer(int device, VkCommandBuffer cb, const std::vector<Fence>& waits);
