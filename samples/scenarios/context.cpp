@@ -1,4 +1,5 @@
 // ScenarioContext: the mesh and spec overrides, and the calls that reach the observer.
+#include <cmath>
 #include <cctype>
 #include <ostream>
 
@@ -61,6 +62,19 @@ void ScenarioContext::checkpoint(const std::string& label) const {
   if (stop && stop->load()) throw Stopped{};
   if (observer && !observer->on_checkpoint(label)) throw Stopped{};
   if (stop && stop->load()) throw Stopped{};
+}
+
+bool report(const ScenarioContext& ctx, const std::string& what, bool ok) {
+  *ctx.out << what << ": " << (ok ? "equal" : "NOT EQUAL") << "\n";
+  return ok;
+}
+
+float max_abs_diff(const Array& a, const Array& b) {
+  if (a.shape() != b.shape()) return INFINITY;
+  const auto x = a.to_host<float>(), y = b.to_host<float>();
+  float diff = 0;
+  for (size_t i = 0; i < x.size(); ++i) diff = std::max(diff, std::abs(x[i] - y[i]));
+  return diff;
 }
 
 }  // namespace meshvk::scenarios

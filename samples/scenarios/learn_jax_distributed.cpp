@@ -22,16 +22,6 @@ namespace {
 
 const char* const kUsage = "usage: learn_jax_distributed [--color | --no-color] [--help]\n";
 
-// Prints "what: equal" or "what: NOT EQUAL" and returns ok, so main can fail the run.
-bool report(const ScenarioContext& ctx, const std::string& what, bool ok) {
-  *ctx.out << what << ": " << (ok ? "equal" : "NOT EQUAL") << "\n";
-  return ok;
-}
-
-float max_abs_diff(const Array& a, const Array& b) {
-  return mv::max(mv::abs(a - b)).to_host<float>()[0];
-}
-
 std::string device_set(const Array& a) {
   std::string s = "{";
   for (const int d : a.devices())

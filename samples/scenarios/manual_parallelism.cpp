@@ -31,16 +31,6 @@ fs::path default_golden_dir() {
   return (repo_root / ".." / "shared" / "golden").lexically_normal();
 }
 
-// Prints "what: equal" or "what: NOT EQUAL" and returns ok, so main can fail the run.
-bool report(const ScenarioContext& ctx, const std::string& what, bool ok) {
-  *ctx.out << what << ": " << (ok ? "equal" : "NOT EQUAL") << "\n";
-  return ok;
-}
-
-float max_abs_diff(const Array& a, const Array& b) {
-  return mv::max(mv::abs(a - b)).to_host<float>()[0];
-}
-
 bool shard_map_elementwise(const ScenarioContext& ctx, const mv::Mesh& mesh) {
   const auto f_elementwise = [](const Array& x) { return 2 * mv::sin(x) + 1; };
   const auto f_elementwise_sharded = mv::shard_map(f_elementwise, mesh, {P("x")}, P("x"));

@@ -22,21 +22,6 @@ namespace {
 
 const char* const kUsage = "usage: scaling_shard_map [--shift N] [--help]\n";
 
-// Prints "what: equal" or "what: NOT EQUAL" and returns ok, so main can fail the run.
-bool report(const ScenarioContext& ctx, const std::string& what, bool ok) {
-  *ctx.out << what << ": " << (ok ? "equal" : "NOT EQUAL") << "\n";
-  return ok;
-}
-
-// Compared on the host, so arrays on different devices (sharded vs one device) can be compared.
-float max_abs_diff(const Array& a, const Array& b) {
-  if (a.shape() != b.shape()) return INFINITY;
-  const auto x = a.to_host<float>(), y = b.to_host<float>();
-  float diff = 0;
-  for (size_t i = 0; i < x.size(); ++i) diff = std::max(diff, std::abs(x[i] - y[i]));
-  return diff;
-}
-
 // The same values as an uncommitted array on one device: the unsharded reference's input.
 Array unsharded(const Array& a) {
   const auto values = a.to_host<float>();

@@ -82,6 +82,12 @@ struct Scenario {
   std::function<int(ScenarioContext&)> run;
 };
 
+// Prints "what: equal" or "what: NOT EQUAL" and returns ok, so a scenario can fail its run.
+bool report(const ScenarioContext& ctx, const std::string& what, bool ok);
+// Largest |a - b|, compared on the host so arrays on different devices (sharded vs one device)
+// compare; infinity when the shapes differ.
+float max_abs_diff(const Array& a, const Array& b);
+
 // Every scenario, in the order the inspector lists them.
 const std::vector<Scenario>& all();
 const Scenario* find(std::string_view name);
