@@ -21,7 +21,7 @@ struct Collective {
   const char* name;
   double bus_factor;  // nccl-tests: busbw = algbw * factor
   // Builds the jitted program for `count` float32 elements per device (nccl-tests' "size" is
-  // count * 4 bytes, per rank for all-reduce and ppermute, in total for the others).
+  // each rank's send buffer, count * 4 bytes; for all-gather it is the gathered total).
   std::function<std::function<mv_array(const mv_array&)>(const Mesh&)> make;
 };
 
@@ -87,8 +87,8 @@ int run_collectives(const Options& options) {
     if (!options.wants(c.name)) continue;
     const auto f = c.make(mesh);
     for (uint64_t bytes = 4 << 10; bytes <= (256ull << 20); bytes *= 4) {
-      // nccl-tests sizes: per rank for all-reduce and ppermute, in total for the others.
-      const bool per_rank = std::string(c.name) == "all-reduce" || std::string(c.name) == "ppermute";
+      // nccl-tests sizes: each rank's send buffer, except all-gather's, which is the gathered total.
+      const bool per_rank = std::string(c.name) != "all-gather";
       const uint64_t per_device = per_rank ? bytes : bytes / n;
       const auto x = zeros({static_cast<int64_t>(per_device / 4 * n)}, DType::float32, NamedSharding(mesh, P("x")));
       f(x);  // trace
