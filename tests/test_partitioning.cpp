@@ -78,6 +78,25 @@ TEST(Partitioning, RulesShowInTheProgram) {
   EXPECT_GT(l3.collective_counts().at("all-gather").bytes, 0u);
 }
 
+TEST(Partitioning, ContractionWantedShardedIsAReduceScatter) {
+  // A[B X, D Y] @ W[D Y, F] wanted as [B X, F Y]: local products reduce-scattered over 'Y'.
+  const auto mesh = mv::make_mesh({2, 4}, {"X", "Y"});
+  const auto va = random_floats(16 * 64, 7), vw = random_floats(64 * 32, 8);
+  const auto a = put(va, {16, 64}, mv::NamedSharding(mesh, P("X", "Y")));
+  const auto w = put(vw, {64, 32}, mv::NamedSharding(mesh, P("Y", mv::None)));
+  const auto f = mv::jit([&](const Array& a, const Array& w) { return mv::matmul(a, w, mv::NamedSharding(mesh, P("X", "Y"))); });
+  const auto lowered = f.lower(a, w);
+  EXPECT_EQ(count(lowered, "reduce-scatter"), 1) << lowered.as_text();
+  EXPECT_EQ(count(lowered, "all-reduce"), 0) << lowered.as_text();
+  EXPECT_EQ(count(lowered, "reshard"), 0) << lowered.as_text();
+  const auto r = f(a, w);
+  EXPECT_EQ(r.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("X", "Y"))));
+  const auto want = mv::matmul(put(va, {16, 64}, mv::SingleDeviceSharding(0, mesh.platform())),
+                               put(vw, {64, 32}, mv::SingleDeviceSharding(0, mesh.platform()))).to_host<float>();
+  const auto got = r.to_host<float>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f);
+}
+
 TEST(Partitioning, CacheHitsNeitherRetraceNorRerecord) {
   const auto mesh = mv::make_mesh({8}, {"x"});
   const auto f = mv::jit([](const Array& a) { return mv::sum(mv::exp(a) * 3, {0}); });

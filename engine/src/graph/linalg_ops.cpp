@@ -10,11 +10,13 @@
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/tape.hpp"
 #include "kernels/matmul.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
+#include "meshvk/shard_map.hpp"
 
 namespace meshvk {
 
@@ -146,10 +148,42 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   exec::log_op("dot_general: local " + std::string(dtype_name(dtype)) + shape_to_string(la) + " x " + shape_to_string(lb) +
                " -> " + shape_to_string(result.shard_shape(shape)) + " on each of " + std::to_string(map_out.size()) +
                " devices");
-  if (!contract_axes.empty())
-    out.shards = detail::all_reduce_over(*rt, result.named()->mesh(), contract_axes, out.shards,
-                                         static_cast<uint64_t>(shape_size(result.shard_shape(shape))), dtype,
-                                         collectives::Reduction::sum);
+  if (!contract_axes.empty()) {
+    const Mesh& mesh = result.named()->mesh();
+    // Wanted sharded over the contracted axes along a result dimension: a reduce-scatter gives each
+    // device its piece of the sum directly, instead of an all-reduce and a local slice.
+    int scatter_dim = -1;
+    if (out_sharding && out_sharding->named() && out_sharding->named()->mesh().device_ids() == mesh.device_ids()) {
+      const PartitionSpec& want = out_sharding->named()->spec();
+      const Shape local = result.shard_shape(shape);
+      int group = 1;
+      for (const auto& axis : contract_axes) group *= mesh.axis_size(axis);
+      for (size_t d = 0; d < shape.size() && scatter_dim < 0; ++d)
+        if (want[d].axes == contract_axes && result.named()->spec()[d].is_none() && local[d] % group == 0)
+          scatter_dim = static_cast<int>(d);
+    }
+    if (scatter_dim >= 0) {
+      const Mesh manual(mesh.axis_sizes(), mesh.axis_names(), std::vector<AxisType>(mesh.ndim(), AxisType::Manual),
+                        mesh.device_ids(), mesh.platform());
+      const Array partial = detail::make_array(
+          rt, exec::ShardedValue{result.shard_shape(shape), dtype, NamedSharding(manual, PartitionSpec()), out.shards},
+          true, contract_axes);
+      Array scattered;
+      {
+        const detail::ManualScope scope(manual);
+        scattered = psum_scatter(partial, contract_axes, scatter_dim, true);
+      }
+      std::vector<SpecEntry> spec = result.named()->spec().entries();
+      spec.resize(shape.size());
+      spec[scatter_dim] = SpecEntry(contract_axes);
+      result = NamedSharding(mesh, PartitionSpec(spec).trimmed());
+      out = exec::ShardedValue{shape, dtype, result, detail::materialized(scattered).shards};
+    } else {
+      out.shards = detail::all_reduce_over(*rt, mesh, contract_axes, out.shards,
+                                           static_cast<uint64_t>(shape_size(result.shard_shape(shape))), dtype,
+                                           collectives::Reduction::sum);
+    }
+  }
   Array r = detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
   if (detail::taping() && dtype == DType::float32) {
     // d(a @ b) = ct @ b^T for a and a^T @ ct for b, summed over batch dimensions broadcasting added.
