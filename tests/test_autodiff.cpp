@@ -95,6 +95,7 @@ TEST(Autodiff, ReductionsLinalgAndShapeOps) {
   check_gradient("transpose", [](const Array& a) { return mv::transpose(a) * mv::arange(3.f); }, x, s);
   check_gradient("broadcast_to", [](const Array& a) { return mv::broadcast_to(a, {2, 3, 4}) * mv::arange(4.f); }, x, s);
   check_gradient("slice", [](const Array& a) { return mv::slice(a, {1, 1}, {3, 3}); }, x, s);
+  check_gradient("strided slice", [](const Array& a) { return mv::slice(a, {0, 1}, {3, 4}, {2, 2}); }, x, s);
   check_gradient("concatenate", [](const Array& a) { return mv::concatenate({a, a * 2}, 1); }, x, s);
   check_gradient("pad", [](const Array& a) { return mv::pad(a, {{1, 0}, {0, 2}}); }, x, s);
   check_gradient("roll", [](const Array& a) { return mv::roll(a, 1, 1) * mv::arange(4.f); }, x, s);
@@ -152,6 +153,18 @@ TEST(Autodiff, ThroughShardMapAndCollectives) {
   };
   const auto gs = mv::grad(shifted)(put(vx, {32})).to_host<float>();
   for (int i = 0; i < 32; ++i) ASSERT_NEAR(gs[i], float((i + 4) % 32), 1e-4f);
+}
+
+TEST(Autodiff, PmaxAndPbroadcastMatchFiniteDifferences) {
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto vx = random_floats(16, 21);
+  const mv::Shape s{16};
+  check_gradient("pmax", [&](const Array& a) {
+    return mv::shard_map([](const Array& v) { return mv::pmax(v, "x") * v; }, mesh, {P("x")}, P("x"))(a);
+  }, vx, s);
+  check_gradient("pbroadcast", [&](const Array& a) {
+    return mv::shard_map([](const Array& v) { return mv::pbroadcast(v, "x", 3) * v; }, mesh, {P("x")}, P("x"))(a);
+  }, vx, s);
 }
 
 TEST(Autodiff, JitOfValueAndGradShowsTheGradientAllReduce) {
@@ -212,4 +225,13 @@ TEST(Training, LayersLossesAndOptimizersKeepShardings) {
   EXPECT_LT(last, first);
   const auto sgd = mv::nn::sgd(p, mv::value_and_grad_params(loss, p).second, 0.1f);
   EXPECT_TRUE(sgd.at("layers.2.weight").sharding().is_equivalent_to(mv::NamedSharding(mesh, P(mv::None, "model")), 2));
+}
+
+TEST(Autodiff, ReplicatedResultsOfCollectivesPassTheirCotangentOnce) {
+  // pbroadcast to a replicated output: the source's value reaches the loss once.
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto g = mv::grad([&](const Array& a) {
+    return mv::sum(mv::shard_map([](const Array& v) { return mv::pbroadcast(v, "x", 2); }, mesh, {P("x")}, P())(a) * 3.0f);
+  })(mv::arange(8.f)).to_host<float>();
+  EXPECT_EQ(g, (std::vector<float>{0, 0, 3, 0, 0, 0, 0, 0}));
 }

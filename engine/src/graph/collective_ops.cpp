@@ -121,8 +121,9 @@ Array move_axis(const Array& x, int from, int to) {
 }  // namespace
 
 static Array psum_untaped(const Array& x, const AxisNames& axis_name) { return reduce_over("psum", x, axis_name, collectives::Reduction::sum); }
-Array pmax(const Array& x, const AxisNames& axis_name) { return reduce_over("pmax", x, axis_name, collectives::Reduction::max); }
-Array pmin(const Array& x, const AxisNames& axis_name) { return reduce_over("pmin", x, axis_name, collectives::Reduction::min); }
+static Array pextreme(const char* op, const Array& x, const AxisNames& axes, collectives::Reduction kind);
+Array pmax(const Array& x, const AxisNames& axis_name) { return pextreme("pmax", x, axis_name, collectives::Reduction::max); }
+Array pmin(const Array& x, const AxisNames& axis_name) { return pextreme("pmin", x, axis_name, collectives::Reduction::min); }
 
 Array pmean(const Array& x, const AxisNames& axis_name) {
   return psum(astype(x, DType::float32), axis_name) / static_cast<float>(axis_size(axis_name));
@@ -218,7 +219,7 @@ static Array ppermute_untaped(const Array& input, const AxisNames& axis_name, co
                     [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::permute(rt, in, count, perm); });
 }
 
-Array pbroadcast(const Array& input, const AxisNames& axis_name, int source) {
+static Array pbroadcast_untaped(const Array& input, const AxisNames& axis_name, int source) {
   const Mesh& mesh = bound_mesh("pbroadcast", axis_name);
   const Array x = on_mesh(input, mesh);
   const Groups g = groups_of(mesh, axis_name.names);
@@ -330,6 +331,27 @@ Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int
   if (!differentiable(x)) return y;
   return detail::on_tape(y, {x}, [axis_name, split_axis, concat_axis, tiled](const Array& ct) {
     return std::vector<Array>{all_to_all(ct, axis_name, concat_axis, split_axis, tiled)};
+  });
+}
+
+// The devices holding the extreme share its cotangent (ties equally, as in JAX).
+static Array pextreme(const char* op, const Array& x, const AxisNames& axes, collectives::Reduction kind) {
+  const Array y = reduce_over(op, x, axes, kind);
+  if (!differentiable(x)) return y;
+  return detail::on_tape(y, {x}, [x, y, axes](const Array& ct) {
+    const Array c = varies_over(ct, axes) ? psum(ct, axes) : ct;
+    const Array hit = astype(equal(x, y), DType::float32);
+    return std::vector<Array>{c * hit / psum(hit, axes)};
+  });
+}
+
+// Every member's cotangent flows back to the source.
+Array pbroadcast(const Array& x, const AxisNames& axis_name, int source) {
+  const Array y = pbroadcast_untaped(x, axis_name, source);
+  if (!differentiable(x)) return y;
+  return detail::on_tape(y, {x}, [axis_name, source](const Array& ct) {
+    const Array c = varies_over(ct, axis_name) ? psum(ct, axis_name) : ct;
+    return std::vector<Array>{where(equal(axis_index(axis_name), source), c, 0.0f)};
   });
 }
 

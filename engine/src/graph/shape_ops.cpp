@@ -435,14 +435,30 @@ Array broadcast_to(const Array& x, Shape shape) {
 Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
   const Array y = slice_untaped(x, start, stop, step);
   if (!differentiable(x)) return y;
-  return detail::on_tape(y, {x}, [x, start, stop, step, ys = y.shape()](const Array& ct) {
-    std::vector<std::pair<int64_t, int64_t>> widths;
+  return detail::on_tape(y, {x}, [x, start, step](const Array& ct) {
+    // Spread a strided dimension back out: each element followed by step-1 zeros, then padded to
+    // the input's extent around the slice.
+    Array c = ct;
     for (size_t d = 0; d < x.ndim(); ++d) {
-      if (!step.empty() && step[d] != 1)
-        throw Error("grad: the gradient of a slice with step " + std::to_string(step[d]) + " is not supported; use step 1");
-      widths.push_back({start[d], x.shape()[d] - start[d] - ys[d]});
+      const int64_t st = step.empty() ? 1 : step[d];
+      if (st == 1 || c.shape()[d] == 0) continue;
+      Shape one = c.shape();
+      one.insert(one.begin() + d + 1, 1);
+      Shape gaps = one;
+      gaps[d + 1] = st - 1;
+      const Array spread = concatenate({reshape(c, one), zeros(gaps)}, static_cast<int>(d) + 1);
+      Shape merged = c.shape();
+      merged[d] *= st;
+      c = reshape(spread, merged);
     }
-    return std::vector<Array>{pad(ct, widths)};
+    std::vector<std::pair<int64_t, int64_t>> widths;
+    std::vector<int64_t> lo(x.ndim(), 0), hi;
+    for (size_t d = 0; d < x.ndim(); ++d) {
+      const int64_t keep = std::min<int64_t>(c.shape()[d], x.shape()[d] - start[d]);
+      hi.push_back(keep);
+      widths.push_back({start[d], x.shape()[d] - start[d] - keep});
+    }
+    return std::vector<Array>{pad(slice(c, lo, hi), widths)};
   });
 }
 
