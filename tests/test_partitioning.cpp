@@ -97,6 +97,20 @@ TEST(Partitioning, ContractionWantedShardedIsAReduceScatter) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f);
 }
 
+TEST(Partitioning, ConflictsMoveTheSmallerOperand) {
+  // A large operand split on 'a' meets a small one split on 'b' along the same dimension: the
+  // small one moves and the result keeps the large one's layout.
+  const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  const auto small = put(random_floats(64, 9), {64, 1}, mv::NamedSharding(mesh, P("b")));
+  const auto large = put(random_floats(64 * 64, 10), {64, 64}, mv::NamedSharding(mesh, P("a")));
+  const auto f = mv::jit([](const Array& s, const Array& l) { return s + l; });
+  const auto r = f(small, large);
+  EXPECT_TRUE(r.sharding().is_equivalent_to(mv::NamedSharding(mesh, P("a")), 2)) << r.sharding().to_string();
+  const auto counts = f.lower(small, large).collective_counts();
+  ASSERT_EQ(counts.count("reshard"), 1u);
+  EXPECT_LE(counts.at("reshard").bytes, 64u * 4 * 8);  // only the small operand's bytes moved
+}
+
 TEST(Partitioning, CacheHitsNeitherRetraceNorRerecord) {
   const auto mesh = mv::make_mesh({8}, {"x"});
   const auto f = mv::jit([](const Array& a) { return mv::sum(mv::exp(a) * 3, {0}); });

@@ -227,7 +227,11 @@ Layout choose_layout(const char* op, const std::vector<const Array*>& arrays, co
   check_explicit_agreement(op, arrays, out, mesh);
   std::vector<SpecEntry> spec(out.size());
   std::vector<std::string> used;
-  for (const Array* a : arrays) {
+  // Where operands disagree, the largest keeps its layout: the others move (or are sliced where
+  // they are replicated), which moves the fewest bytes.
+  std::vector<const Array*> by_size = arrays;
+  std::stable_sort(by_size.begin(), by_size.end(), [](const Array* x, const Array* y) { return x->size() > y->size(); });
+  for (const Array* a : by_size) {
     if (!a->sharding().named() || !(a->sharding().named()->mesh() == mesh)) continue;
     const size_t lead = out.size() - a->ndim();
     for (size_t d = 0; d < a->ndim(); ++d) {
