@@ -15,30 +15,20 @@ using mv::P;
 
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-Array put(const std::vector<float>& v, mv::Shape s) { return mv::array(std::span<const float>(v), s); }
-
 // Checks d/dx sum(f(x) * w) against central differences at x.
 void check_gradient(const char* name, const std::function<Array(const Array&)>& f, const std::vector<float>& x0,
                     mv::Shape shape, float tol = 2e-2f) {
-  const auto probe = f(put(x0, shape));
-  const auto w = put(random_floats(probe.size(), 99), probe.shape());
+  const auto probe = f(host_array(x0, shape));
+  const auto w = host_array(random_floats(probe.size(), 99), probe.shape());
   auto loss = [&](const Array& x) { return mv::sum(f(x) * w); };
-  const auto g = mv::grad(loss)(put(x0, shape)).to_host<float>();
+  const auto g = mv::grad(loss)(host_array(x0, shape)).to_host<float>();
   ASSERT_EQ(g.size(), x0.size()) << name;
   const float eps = 1e-2f;
   for (size_t i = 0; i < x0.size(); ++i) {
     auto xp = x0, xm = x0;
     xp[i] += eps;
     xm[i] -= eps;
-    const float fd = (loss(put(xp, shape)).to_host<float>()[0] - loss(put(xm, shape)).to_host<float>()[0]) / (2 * eps);
+    const float fd = (loss(host_array(xp, shape)).to_host<float>()[0] - loss(host_array(xm, shape)).to_host<float>()[0]) / (2 * eps);
     EXPECT_NEAR(g[i], fd, tol * std::max(1.0f, std::fabs(fd))) << name << " element " << i;
   }
 }
@@ -63,7 +53,7 @@ TEST(Autodiff, ElementwiseOpsMatchFiniteDifferences) {
   check_gradient("square", [](const Array& a) { return mv::square(a); }, x, s);
   check_gradient("reciprocal", [](const Array& a) { return mv::reciprocal(a); }, pos, s);
   check_gradient("chain", [](const Array& a) { return 2 * mv::sin(a) + 1; }, x, s);
-  const auto b = put(random_floats(3, 3, 0.5f, 1.5f), {3});  // broadcast against the rows
+  const auto b = host_array(random_floats(3, 3, 0.5f, 1.5f), {3});  // broadcast against the rows
   check_gradient("add", [&](const Array& a) { return a + b; }, x, s);
   check_gradient("subtract", [&](const Array& a) { return b - a; }, x, s);
   check_gradient("multiply", [&](const Array& a) { return a * b * a; }, x, s);
@@ -74,7 +64,7 @@ TEST(Autodiff, ElementwiseOpsMatchFiniteDifferences) {
   check_gradient("minimum", [&](const Array& a) { return mv::minimum(a, 0.2f); }, x, s);
   check_gradient("where", [&](const Array& a) { return mv::where(a > 0.0f, a * a, -a); }, x, s);
   // Gradients flow to a broadcast operand too.
-  check_gradient("bias", [&](const Array& a) { return put(random_floats(6, 4), s) * mv::reshape(a, {2, 3}); }, x, s);
+  check_gradient("bias", [&](const Array& a) { return host_array(random_floats(6, 4), s) * mv::reshape(a, {2, 3}); }, x, s);
 }
 
 TEST(Autodiff, ReductionsLinalgAndShapeOps) {
@@ -85,12 +75,12 @@ TEST(Autodiff, ReductionsLinalgAndShapeOps) {
   check_gradient("mean", [](const Array& a) { return mv::mean(a, {0}, true); }, x, s);
   check_gradient("max", [](const Array& a) { return mv::max(a, {1}); }, x, s);
   check_gradient("min", [](const Array& a) { return mv::min(a); }, x, s);
-  const auto w = put(random_floats(20, 6), {4, 5});
+  const auto w = host_array(random_floats(20, 6), {4, 5});
   check_gradient("matmul lhs", [&](const Array& a) { return mv::matmul(a, w); }, x, s);
   check_gradient("matmul rhs", [&](const Array& a) { return mv::matmul(mv::transpose(w), mv::reshape(a, {4, 3})); }, x, s);
   check_gradient("matvec", [&](const Array& a) { return mv::matmul(a, mv::arange(4.f)); }, x, s);
-  check_gradient("batched", [&](const Array& a) { return mv::matmul(mv::reshape(a, {3, 2, 2}), put(random_floats(12, 7), {3, 2, 2})); }, x, s);
-  check_gradient("einsum bf,df->bd", [&](const Array& a) { return mv::einsum("bf,df->bd", a, put(random_floats(8, 8), {2, 4})); }, x, s);
+  check_gradient("batched", [&](const Array& a) { return mv::matmul(mv::reshape(a, {3, 2, 2}), host_array(random_floats(12, 7), {3, 2, 2})); }, x, s);
+  check_gradient("einsum bf,df->bd", [&](const Array& a) { return mv::einsum("bf,df->bd", a, host_array(random_floats(8, 8), {2, 4})); }, x, s);
   check_gradient("reshape", [](const Array& a) { return mv::reshape(a, {2, 6}) * mv::arange(6.f); }, x, s);
   check_gradient("transpose", [](const Array& a) { return mv::transpose(a) * mv::arange(3.f); }, x, s);
   check_gradient("broadcast_to", [](const Array& a) { return mv::broadcast_to(a, {2, 3, 4}) * mv::arange(4.f); }, x, s);
@@ -110,12 +100,12 @@ TEST(Autodiff, ReductionsLinalgAndShapeOps) {
 TEST(Autodiff, ShardedGradientsEqualSingleDevice) {
   const auto vx = random_floats(64 * 16, 10), vw = random_floats(16 * 8, 11), vy = random_floats(64 * 8, 12);
   auto loss = [](const Array& w, const Array& x, const Array& y) { return mv::mean(mv::square(mv::relu(mv::matmul(x, w)) - y)); };
-  const auto [l0, g0] = mv::value_and_grad(loss)(put(vw, {16, 8}), put(vx, {64, 16}), put(vy, {64, 8}));
+  const auto [l0, g0] = mv::value_and_grad(loss)(host_array(vw, {16, 8}), host_array(vx, {64, 16}), host_array(vy, {64, 8}));
   const auto ref = g0.front().to_host<float>();
   const auto check = [&](const mv::Mesh& mesh, mv::PartitionSpec wspec, mv::PartitionSpec xspec, mv::PartitionSpec yspec) {
-    const auto w = mv::device_put(put(vw, {16, 8}), mv::NamedSharding(mesh, wspec));
-    const auto [l, g] = mv::value_and_grad(loss)(w, mv::device_put(put(vx, {64, 16}), mv::NamedSharding(mesh, xspec)),
-                                                 mv::device_put(put(vy, {64, 8}), mv::NamedSharding(mesh, yspec)));
+    const auto w = mv::device_put(host_array(vw, {16, 8}), mv::NamedSharding(mesh, wspec));
+    const auto [l, g] = mv::value_and_grad(loss)(w, mv::device_put(host_array(vx, {64, 16}), mv::NamedSharding(mesh, xspec)),
+                                                 mv::device_put(host_array(vy, {64, 8}), mv::NamedSharding(mesh, yspec)));
     EXPECT_NEAR(l.to_host<float>()[0], l0.to_host<float>()[0], 1e-5f * std::fabs(l0.to_host<float>()[0]));
     EXPECT_TRUE(g.front().sharding().is_equivalent_to(w.sharding(), 2)) << g.front().sharding().to_string();
     const auto v = g.front().to_host<float>();
@@ -129,21 +119,21 @@ TEST(Autodiff, ShardedGradientsEqualSingleDevice) {
 TEST(Autodiff, ThroughShardMapAndCollectives) {
   const auto mesh = mv::make_mesh({8}, {"x"});
   const auto vx = random_floats(32, 13), vw = random_floats(32 * 4, 14);
-  const auto w = put(vw, {32, 4});
+  const auto w = host_array(vw, {32, 4});
   auto manual = [&](const Array& x) {
     return mv::sum(mv::sigmoid(mv::shard_map([](const Array& x, const Array& w) { return mv::psum(mv::matmul(x, w), "x"); },
                                              mesh, {P("x"), P("x")}, P())(x, w)));
   };
   auto global = [&](const Array& x) { return mv::sum(mv::sigmoid(mv::matmul(x, w))); };
-  const auto g1 = mv::grad(manual)(put(vx, {32})).to_host<float>();
-  const auto g2 = mv::grad(global)(put(vx, {32})).to_host<float>();
+  const auto g1 = mv::grad(manual)(host_array(vx, {32})).to_host<float>();
+  const auto g2 = mv::grad(global)(host_array(vx, {32})).to_host<float>();
   for (size_t i = 0; i < g1.size(); ++i) ASSERT_NEAR(g1[i], g2[i], 1e-5f);
   // all_gather's transpose is psum_scatter; ppermute's is the inverse permutation.
   auto gathered = [&](const Array& x) {
     return mv::sum(mv::shard_map([](const Array& v) { return mv::all_gather(v, "x", 0, true) * mv::arange(32.f); }, mesh,
                                  {P("x")}, P("x"))(x));
   };
-  const auto gg = mv::grad(gathered)(put(vx, {32})).to_host<float>();
+  const auto gg = mv::grad(gathered)(host_array(vx, {32})).to_host<float>();
   for (int i = 0; i < 32; ++i) ASSERT_NEAR(gg[i], 8.f * i, 1e-4f);
   auto shifted = [&](const Array& x) {
     std::vector<std::pair<int, int>> ring;
@@ -151,7 +141,7 @@ TEST(Autodiff, ThroughShardMapAndCollectives) {
     return mv::sum(mv::shard_map([&](const Array& v) { return mv::ppermute(v, "x", ring); }, mesh, {P("x")}, P("x"))(x) *
                    mv::arange(32.f));
   };
-  const auto gs = mv::grad(shifted)(put(vx, {32})).to_host<float>();
+  const auto gs = mv::grad(shifted)(host_array(vx, {32})).to_host<float>();
   for (int i = 0; i < 32; ++i) ASSERT_NEAR(gs[i], float((i + 4) % 32), 1e-4f);
 }
 
@@ -174,8 +164,8 @@ TEST(Autodiff, JitOfValueAndGradShowsTheGradientAllReduce) {
     auto [l, g] = mv::value_and_grad(loss)(w, x);
     return std::vector<Array>{l, w - 0.1f * g.front()};
   });
-  const auto w = mv::device_put(put(random_floats(16 * 4, 15), {16, 4}), mv::NamedSharding(mesh, P()));
-  const auto x = mv::device_put(put(random_floats(64 * 16, 16), {64, 16}), mv::NamedSharding(mesh, P("batch")));
+  const auto w = mv::device_put(host_array(random_floats(16 * 4, 15), {16, 4}), mv::NamedSharding(mesh, P()));
+  const auto x = mv::device_put(host_array(random_floats(64 * 16, 16), {64, 16}), mv::NamedSharding(mesh, P("batch")));
   const std::string text = step.program_text(w, x);
   EXPECT_NE(text.find("all-reduce(sum) over ('batch',)"), std::string::npos) << text;
   auto out = step(w, x);

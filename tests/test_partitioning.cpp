@@ -14,14 +14,6 @@ using mv::P;
 
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
 Array put(const std::vector<float>& v, mv::Shape s, const mv::Sharding& sharding) {
   return mv::device_put(std::span<const float>(v), s, sharding);
 }

@@ -8,22 +8,13 @@
 #include <random>
 
 #include "meshvk/meshvk.hpp"
+#include "runtime/runtime_state.hpp"
 #include "test_support.hpp"
 
 namespace mv = meshvk;
 using mv::P;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-mv::Array host_array(const std::vector<float>& v, mv::Shape s) { return mv::array(std::span<const float>(v), s); }
 
 }  // namespace
 
@@ -193,4 +184,26 @@ TEST(Shape, StackVarStdAndDeviceDynamicSlice) {
   const auto per_device = mv::shard_map(
       [](const mv::Array& a) { return mv::dynamic_slice(a, {mv::axis_index("x") % 2}, {1}); }, mesh, {P("x")}, P("x"));
   EXPECT_EQ(per_device(mv::arange(16)).to_host<int32_t>(), (std::vector<int32_t>{0, 3, 4, 7, 8, 11, 12, 15}));
+}
+
+TEST(Shape, PiecesBeyondOneBindingAreAClearError) {
+  // A 6144 x 6144 float32 transpose on one device: a 144 MiB piece, past lavapipe's 128 MiB
+  // storage binding. Adapters with larger bindings transpose it; either way nothing crashes.
+  const auto big = mv::zeros({6144, 6144});
+  const uint64_t limit = test_runtime().state()->device_limits().maxStorageBufferRange;
+  if (limit >= 6144ull * 6144 * 4) {
+    EXPECT_EQ(mv::transpose(big).shape(), (mv::Shape{6144, 6144}));
+  } else {
+    try {
+      mv::transpose(big);
+      FAIL() << "expected an error";
+    } catch (const mv::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shard the array over more devices"), std::string::npos) << e.what();
+    }
+  }
+  // Sharded over 8 devices each piece fits; and the runtime is fine afterwards.
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto sharded = mv::transpose(mv::device_put(big, mv::NamedSharding(mesh, P("x"))));
+  EXPECT_EQ(sharded.sharding(), mv::Sharding(mv::NamedSharding(mesh, P(mv::None, "x"))));
+  EXPECT_EQ(mv::sum(sharded, {0}).shape(), mv::Shape{6144});
 }

@@ -1,7 +1,12 @@
 #pragma once
+#include <cstdint>
 #include <cstdlib>
+#include <random>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "meshvk/array.hpp"
 #include "meshvk/runtime.hpp"
 
 // The runtime every test of the binary shares (8 virtual devices under ctest).
@@ -11,4 +16,18 @@ meshvk::Runtime& test_runtime();
 inline std::string golden_dir() {
   const char* dir = std::getenv("MESHVK_GOLDEN_DIR");
   return dir ? dir : "";
+}
+
+// Reproducible test data: n floats uniform in [lo, hi).
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Host values as an uncommitted array on device 0.
+inline meshvk::Array host_array(const std::vector<float>& v, meshvk::Shape shape) {
+  return meshvk::array(std::span<const float>(v), std::move(shape));
 }

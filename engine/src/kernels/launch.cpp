@@ -32,6 +32,18 @@ Groups groups_for(const detail::RuntimeState& rt, uint64_t count) {
 void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& kernel,
               std::span<const Binding> bindings, const void* push, uint32_t push_bytes,
               Groups groups, Cost cost) {
+  // Kernels that split their work (elementwise, matmul, iota, random) stay inside the binding
+  // limits; the others refuse pieces too large for one binding rather than bind past them.
+  const auto& limits = rt.device_limits();
+  for (const Binding& b : bindings) {
+    const uint64_t texel_bytes = (b.format == VK_FORMAT_R32G32B32A32_UINT || b.format == VK_FORMAT_R32G32B32A32_SFLOAT ||
+                                  b.format == VK_FORMAT_R32G32B32A32_SINT) ? 16 : 4;
+    const uint64_t limit = b.format == VK_FORMAT_UNDEFINED ? limits.maxStorageBufferRange
+                                                           : uint64_t{limits.maxTexelBufferElements} * texel_bytes;
+    if (b.range > limit)
+      throw Error("kernel " + kernel.name + " would bind " + std::to_string(b.range >> 20) + " MiB of one device's memory, over the adapter's " +
+                  std::to_string(limit >> 20) + " MiB limit for one binding; shard the array over more devices so each piece is smaller");
+  }
   std::vector<VkDescriptorType> types;
   for (const Binding& b : bindings)
     types.push_back(b.format == VK_FORMAT_UNDEFINED ? VK_DESCRIPTOR_TYPE_STORAGE_BUFFER

@@ -60,8 +60,10 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   const StridedCopy c = simplify(copy);
   const uint64_t max_texels = rt.device_limits().maxTexelBufferElements;
   if (in.capacity() / 4 > max_texels || out.capacity() > rt.device_limits().maxStorageBufferRange)
-    throw Error("internal: strided copy of a buffer larger than one binding (" + std::to_string(in.capacity()) +
-                " bytes); split the array first");
+    throw Error("this layout change moves a piece of " + std::to_string(std::max(in.capacity(), out.capacity()) >> 20) +
+                " MiB on one device, over the adapter's limit for one binding (" +
+                std::to_string(rt.device_limits().maxStorageBufferRange >> 20) +
+                " MiB); shard the array over more devices so each piece is smaller");
   // A contiguous copy is a plain transfer.
   if (c.box.size() == 1 && c.in_strides[0] == 1 && c.out_strides[0] == 1) {
     const VkBufferCopy region{in.offset() + c.in_offset * 4, out.offset() + c.out_offset * 4,
