@@ -47,7 +47,7 @@ int run_jit(const Options& options) {
   const auto& submissions = capture->submissions;
   const double direct = median_seconds(reps, [&] {
     detail::Fence last;
-    for (const auto& s : submissions) last = state.resubmit(s.device, s.cb, {last});
+    for (const auto& s : submissions) last = state.resubmit(s.timeline, s.cb, {last});
     state.wait(last, "bench");
   });
   exec::Program released(rt.state(), std::move(capture), {}, {});  // frees the command buffers

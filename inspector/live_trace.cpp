@@ -41,10 +41,14 @@ void LiveTrace::reset() {
 void LiveTrace::add_span(TraceData& data, const profile::Span& s) {
   if (data.spans().size() >= kMaxSpans) return;
   std::string lane_name = profile::lane_name(s.runtime, s.device);
-  if (s.device >= 0) lane_name += " / q" + std::to_string(s.queue);
+  if (s.device >= 0)
+    lane_name += " / q" + std::to_string(s.queue) + (s.transfer ? " transfer" : "");
   TraceSpan span;
   span.id = s.id;
-  span.lane = data.lane(s.runtime, s.device, s.device >= 0 ? s.queue : 0, lane_name);
+  // A transfer stream gets a lane of its own even where it shares its device's queue.
+  constexpr int kTransferLane = 1000;
+  const int queue_key = s.device < 0 ? 0 : s.queue + (s.transfer ? kTransferLane : 0);
+  span.lane = data.lane(s.runtime, s.device, queue_key, lane_name);
   span.kind = kind_of(s.kind);
   span.name = s.name ? s.name : "";
   span.op = s.op ? s.op : "";

@@ -44,7 +44,7 @@ std::string op_of(const std::string& line) {
 }  // namespace
 
 // The first word of an op, normalized ("all-reduce(sum) over ..." -> "all_reduce"), which is
-// how spans are matched to ops: by their op or name containing it.
+// how spans are matched to ops: by their op's key, or else by their name containing it.
 std::string op_key(const std::string& op) {
   std::string key;
   for (const char c : op) {
@@ -56,18 +56,20 @@ std::string op_key(const std::string& op) {
 
 bool span_matches_op(const TraceSpan& span, const std::string& key) {
   if (key.empty()) return false;
+  // The engine tags each span with the op of the program line it came from, named as that line
+  // starts ("dot_general", "fusion", "all-gather", ...): when it is there, it decides exactly.
+  if (!span.op.empty()) return op_key(span.op) == key;
+  // Otherwise (traces from elsewhere, or without ops), guess from the span's name.
   const auto norm = [](std::string s) {
     for (char& c : s)
       c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
   };
-  const std::string op = norm(span.op), name = norm(span.name);
-  const auto has = [&](const std::string& word) {
-    return op.find(word) != std::string::npos || name.find(word) != std::string::npos;
-  };
+  const std::string name = norm(span.name);
+  const auto has = [&](const std::string& word) { return name.find(word) != std::string::npos; };
   if (has(key)) return true;
-  // Program text names ops as XLA does; kernels are named for what they run. Spans carry the op
-  // only for collectives so far, so a few kernel names stand in for their ops.
+  // Program text names ops as XLA does; kernels are named for what they run, so a few kernel
+  // names stand in for their ops.
   if (key == "dot_general" || key == "dot" || key == "einsum") return has("matmul") || has("dot");
   if (key == "fusion") return has("elementwise");
   return false;

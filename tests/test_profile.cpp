@@ -235,7 +235,7 @@ TEST(Profile, GatherThenMatmulGivesOrderedSpansAndFlowsOnEveryLane) {
     for (const auto& s : spans) {
       if (s.device != d) continue;
       EXPECT_LE(s.start_ns, s.end_ns) << s.name;
-      if (s.kind == prof::Kind::copy && std::string(s.op) == "all_gather(one_shot)") ++copies;
+      if (s.kind == prof::Kind::copy && std::string(s.op) == "all-gather") ++copies;
       if (s.kind == prof::Kind::collective && std::string(s.name) == "all_gather(one_shot)")
         ++steps;
       if (s.kind == prof::Kind::kernel && std::string(s.name).rfind("matmul", 0) == 0) ++matmuls;
@@ -260,8 +260,10 @@ TEST(Profile, GatherThenMatmulGivesOrderedSpansAndFlowsOnEveryLane) {
     const prof::Span& to = by_id[f.to];
     EXPECT_LE(from.end_ns, to.start_ns) << from.name << " on device " << from.device << " -> "
                                         << to.name << " on device " << to.device;
-    EXPECT_NE(from.device, to.device);
-    if (f.kind == prof::FlowKind::transfer && std::string(to.op) == "all_gather(one_shot)")
+    // Between devices, or between a device's compute and transfer streams.
+    EXPECT_TRUE(from.device != to.device || from.transfer != to.transfer)
+        << from.name << " -> " << to.name;
+    if (f.kind == prof::FlowKind::transfer && std::string(to.op) == "all-gather")
       ++gathered[{from.device, to.device}];
   }
   for (int src = 0; src < 8; ++src)
@@ -270,12 +272,17 @@ TEST(Profile, GatherThenMatmulGivesOrderedSpansAndFlowsOnEveryLane) {
         EXPECT_GE((gathered[{src, dst}]), 2) << "no flow from device " << src << " to " << dst;
       }
 
-  // Within a lane, the matmul of a call starts after that call's gather copies ended.
+  // On a device, the matmul of a call starts after that call's gather copies ended (which may
+  // run on its transfer stream, published separately: hence in order of time).
+  auto by_start = spans;
+  std::stable_sort(by_start.begin(), by_start.end(), [](const prof::Span& a, const prof::Span& b) {
+    return a.start_ns < b.start_ns;
+  });
   for (int d = 0; d < 8; ++d) {
     int64_t last_copy_end = 0;
-    for (const auto& s : spans) {
+    for (const auto& s : by_start) {
       if (s.device != d) continue;
-      if (s.kind == prof::Kind::copy && std::string(s.op) == "all_gather(one_shot)")
+      if (s.kind == prof::Kind::copy && std::string(s.op) == "all-gather")
         last_copy_end = std::max(last_copy_end, s.end_ns);
       if (s.kind == prof::Kind::kernel && std::string(s.name).rfind("matmul", 0) == 0) {
         EXPECT_GT(last_copy_end, 0);
@@ -291,6 +298,99 @@ TEST(Profile, GatherThenMatmulGivesOrderedSpansAndFlowsOnEveryLane) {
   for (const char* name : {"trace", "replay", "record", "submit", "wait"})
     EXPECT_TRUE(host.count(name)) << name;
   EXPECT_FALSE(prof::clock_source(rt).empty());
+}
+
+// The op a line of program text names: its first word ("all-gather (all_gather) over ..." ->
+// "all-gather"); "" for the header, the inputs and the outputs.
+static std::string line_op(const std::string& line) {
+  if (line.rfind("  ", 0) != 0) return "";
+  const std::string op = line.substr(2, line.find_first_of(" (:", 2) - 2);
+  const bool io = (op.rfind("in", 0) == 0 || op.rfind("out", 0) == 0) &&
+                  std::all_of(op.begin() + (op[0] == 'i' ? 2 : 3), op.end(),
+                              [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return io ? "" : op;
+}
+
+TEST(Profile, EveryDeviceSpanCarriesTheProgramOpItCameFrom) {
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const auto f = mv::jit(
+      [mesh](const mv::Array& x, const mv::Array& w) {
+        const auto gathered =
+            mv::shard_map([](const mv::Array& v) { return mv::all_gather(v, "x", 0, true); }, mesh,
+                          {P("x")}, P())(x);
+        const auto y = mv::tanh(mv::matmul(gathered, w) * 0.01f + 1.0f);  // a fused chain
+        // A reduction over the sharded dimension: local sums, then an all-reduce.
+        return mv::sum(y, {0}) + mv::sum(mv::square(x), {0});
+      },
+      mv::JitOptions{.name = "ops"});
+  const auto x =
+      mv::device_put(mv::arange(64.f * 32).reshape({64, 32}), mv::NamedSharding(mesh, P("x")));
+  const auto w =
+      mv::device_put(mv::arange(32.f * 32).reshape({32, 32}), mv::NamedSharding(mesh, P()));
+  (void)x.to_host<float>();
+  (void)w.to_host<float>();
+
+  Profiling on;
+  const int rt = test_runtime_id();
+  // The trace, then a replay (its input refresh says "jit input").
+  for (int call = 0; call < 2; ++call) (void)f(x, w).to_host<float>();
+  // Eager ops, outside any program.
+  const auto key = mv::random_key(1);
+  const auto u = mv::uniform(key, {16, 4}, mv::NamedSharding(mesh, P("x")));
+  const auto t = mv::transpose(mv::exp(u) + 1.0f);
+  const auto picked = mv::take(t, mv::array({2, 0}), 1);
+  const auto moved = mv::device_put(u, mv::NamedSharding(mesh, P()));
+  (void)mv::sum(picked).to_host<float>();
+  (void)mv::matmul(moved, t).to_host<float>();
+  prof::flush();
+  const std::string text = f.lower(x, w).as_text();
+
+  std::set<std::string> program_ops;  // what the program text names
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (const std::string op = line_op(line); !op.empty()) program_ops.insert(op);
+  for (const char* op : {"all-gather", "dot_general", "fusion", "sum", "all-reduce"})
+    EXPECT_TRUE(program_ops.count(op)) << op << " is not in\n" << text;
+
+  std::set<std::string> jit_ops;
+  std::map<std::string, std::set<std::string>> eager_ops;  // kernel or copy name -> ops
+  int device_spans = 0;
+  for (const auto& s : spans_of(prof::events(), rt)) {
+    if (s.device < 0) continue;
+    ++device_spans;
+    const std::string op = s.op, name = s.name, program = s.program;
+    EXPECT_FALSE(op.empty()) << name << " on device " << s.device << " in '" << program
+                             << "' carries no op";
+    if (program == "jit(ops)") {
+      if (op == "jit input") {
+        EXPECT_EQ(s.kind, prof::Kind::copy);
+        continue;
+      }
+      jit_ops.insert(op);
+      EXPECT_TRUE(program_ops.count(op))
+          << name << " says op '" << op << "', which no line of the program names:\n"
+          << text;
+      if (s.kind == prof::Kind::kernel && name.rfind("matmul", 0) == 0)
+        EXPECT_EQ(op, "dot_general");
+      if (s.kind == prof::Kind::collective && name.rfind("all_gather", 0) == 0)
+        EXPECT_EQ(op, "all-gather");
+      if (s.kind == prof::Kind::collective && name.rfind("all_reduce", 0) == 0)
+        EXPECT_EQ(op, "all-reduce");
+    } else if (program.empty()) {
+      eager_ops[name].insert(op);
+    }
+  }
+  EXPECT_GT(device_spans, 0);
+  // Every line of the program has spans.
+  for (const std::string& op : program_ops) EXPECT_TRUE(jit_ops.count(op)) << op << " has no span";
+
+  // Eager ops name themselves: the sampler, the transpose, the gather of take, the fused chains,
+  // the reshard, the reduction, the product and the reads back to the host.
+  std::set<std::string> seen;
+  for (const auto& [name, ops] : eager_ops) seen.insert(ops.begin(), ops.end());
+  for (const char* op :
+       {"uniform", "transpose", "take", "fusion", "reshard", "sum", "dot_general", "to_host"})
+    EXPECT_TRUE(seen.count(op)) << op << " is missing from the eager spans' ops";
 }
 
 TEST(Profile, ChromeTraceParsesBackToTheSameEvents) {
@@ -332,8 +432,9 @@ TEST(Profile, ChromeTraceParsesBackToTheSameEvents) {
       EXPECT_EQ(j["name"].str(), s->name);
       EXPECT_EQ(j["cat"].str(), prof::kind_name(s->kind));
       EXPECT_EQ(static_cast<int>(j["pid"].num()), s->runtime);
-      // Device lanes are threads 0..7, the host thread 1000 + its index, recording 2000 + device.
-      const int tid = s->device >= 0                     ? s->device
+      // Device lanes are threads 0..7 (transfer streams 3000 + device), the host thread 1000 +
+      // its index, recording 2000 + device.
+      const int tid = s->device >= 0                     ? (s->transfer ? 3000 : 0) + s->device
                       : std::string(s->name) == "record" ? 2000 + s->peer
                                                          : 1000 + s->queue;
       EXPECT_EQ(static_cast<int>(j["tid"].num()), tid);

@@ -17,11 +17,12 @@ std::unique_ptr<meshvk::Runtime> g_runtime;
 
 class ValidationListener : public testing::EmptyTestEventListener {
   void OnTestStart(const testing::TestInfo&) override {
-    before_ = g_runtime ? g_runtime->validation_messages() : 0;
+    before_ = meshvk::Runtime::validation_messages_in_process();
   }
   void OnTestEnd(const testing::TestInfo& info) override {
     if (!g_runtime) return;
-    const uint64_t after = g_runtime->validation_messages();
+    // Every Runtime of the process counts, not just the shared one: tests make their own too.
+    const uint64_t after = meshvk::Runtime::validation_messages_in_process();
     if (after != before_) {
       std::fprintf(stderr, "FAILED: %s.%s: the Vulkan validation layer reported %llu message(s)\n",
                    info.test_suite_name(), info.name(),

@@ -34,6 +34,8 @@ struct Span {
   int device = -1;  // virtual device; -1 for the host lane
   int queue = 0;    // the adapter queue the device's stream submits to; host spans: the host
                     // thread, numbered 0, 1, ... in the order threads first recorded a host span
+  bool transfer =
+      false;  // on the device's transfer stream (collective copies), not its compute stream
   Kind kind = Kind::host;
   const char* name = "";     // kernel name, "copy", a collective, or the host activity
   const char* op = "";       // the program op the work came from; "" when unknown

@@ -22,6 +22,11 @@ struct RuntimeOptions {
   uint64_t memory_per_device = 0;
   // Khronos validation layer; unset means MESHVK_VALIDATION=1.
   std::optional<bool> validation;
+  // A transfer stream per device, on a queue of its own, for the copies of collectives, so they
+  // overlap the device's kernels. Unset means MESHVK_TRANSFER_QUEUE (0 or 1), else on exactly
+  // when the adapter's compute family has a spare queue for it. Forced on where there is none,
+  // the streams share queues: correct, but nothing overlaps.
+  std::optional<bool> transfer_queue;
 };
 
 // One virtual device as meshvk::devices() lists it.
@@ -31,6 +36,7 @@ struct DeviceInfo {
   std::string adapter;   // the Vulkan adapter's name
   int queue_family = 0;
   int queue_index = 0;
+  int transfer_queue_index = -1;  // the queue of its transfer stream; -1 when it has none
   uint64_t memory_budget = 0;
   uint64_t memory_used = 0;
   std::string repr() const;  // "CpuDevice(id=0)", as JAX prints a device
@@ -55,8 +61,10 @@ class Runtime {
   std::vector<DeviceInfo> devices() const;
   // Waits until every virtual device has finished the work submitted to it.
   void synchronize();
-  // Messages the Khronos validation layer reported (warnings and errors) since start.
+  // Messages the Khronos validation layer reported (warnings and errors) since start, to this
+  // Runtime and to every Runtime of the process.
   uint64_t validation_messages() const;
+  static uint64_t validation_messages_in_process();
   bool validation_enabled() const;
 
   const std::shared_ptr<detail::RuntimeState>& state() const { return state_; }

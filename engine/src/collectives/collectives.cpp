@@ -33,6 +33,33 @@ void finish(RuntimeState& rt, Recording&& rec, const std::vector<const DeviceBuf
   for (DeviceBuffer* b : written) b->written_by(f);
 }
 
+// A member's step moves from its copies to the kernel that consumes them: where the device has a
+// transfer stream, the copies are submitted there and a compute recording waiting for them is
+// begun; else the step goes on in the same recording.
+Recording then_compute(RuntimeState& rt, Recording&& copies,
+                       const std::vector<const DeviceBuffer*>& read,
+                       const std::vector<DeviceBuffer*>& written) {
+  if (copies.timeline == copies.device) return std::move(copies);
+  const int device = copies.device;
+  const Fence f = rt.submit(std::move(copies));
+  for (const DeviceBuffer* b : read) const_cast<DeviceBuffer*>(b)->used_by(f);
+  for (DeviceBuffer* b : written) b->written_by(f);
+  Recording rec = rt.begin(device);
+  rec.wait_for(f);
+  return rec;
+}
+
+// Names the collective in profiles and in the errors of waits that time out.
+class Step {
+ public:
+  Step(const char* name, const char* activity, const char* algorithm = nullptr)
+      : profiled_(name, algorithm), activity_(activity) {}
+
+ private:
+  const profile::CollectiveScope profiled_;  // profile hook
+  const detail::ActivityScope activity_;
+};
+
 void copy(Recording& rec, const DeviceBuffer& src, uint64_t src_elem, const DeviceBuffer& dst, uint64_t dst_elem,
           uint64_t count) {
   transport_between(src.device(), dst.device()).copy(rec, src, src_elem * 4, dst, dst_elem * 4, count * 4);
@@ -104,21 +131,32 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& acc, const std::vector
                          Reduction op) {
   const int n = static_cast<int>(acc.size());
   for (int s = 0; s < n - 1; ++s) {
-    std::vector<std::pair<Recording, std::shared_ptr<DeviceBuffer>>> steps;
+    std::vector<Recording> steps;
+    Buffers received(n);
     for (int r = 0; r < n; ++r) {
       const int p = mod(r - 1, n), c = mod(r - s - 2, n);
       const uint64_t lo = bounds[c], len = bounds[c + 1] - bounds[c];
-      Recording rec = rt.begin(acc[r]->device());
-      auto received = allocate_like(rt, *acc[r], std::max<uint64_t>(len, 1));
-      copy(rec, *acc[p], lo, *received, 0, len);
-      rec.wait_for(acc[r]->ready());
-      if (len) record_fold(rt, rec, {acc[r].get(), received.get()}, {lo, 0}, len, dtype, op, *acc[r], lo);
-      rec.keep_alive.push_back(received);
-      steps.emplace_back(std::move(rec), received);
+      Recording rec = rt.begin_transfer(acc[r]->device());
+      received[r] = allocate_like(rt, *acc[r], std::max<uint64_t>(len, 1));
+      copy(rec, *acc[p], lo, *received[r], 0, len);
+      steps.push_back(std::move(rec));
     }
-    // Submitted after every member recorded its step, so each reads its predecessor's previous
-    // step rather than this one.
-    for (int r = 0; r < n; ++r) finish(rt, std::move(steps[r].first), {acc[mod(r - 1, n)].get()}, {acc[r].get()});
+    // Every member's copies are recorded (and waits fixed) before any step is submitted, so each
+    // reads its predecessor's previous step rather than this one.
+    for (int r = 0; r < n; ++r)
+      steps[r] =
+          then_compute(rt, std::move(steps[r]), {acc[mod(r - 1, n)].get()}, {received[r].get()});
+    for (int r = 0; r < n; ++r) {
+      const int c = mod(r - s - 2, n);
+      const uint64_t lo = bounds[c], len = bounds[c + 1] - bounds[c];
+      Recording& rec = steps[r];
+      rec.wait_for(acc[r]->ready());
+      if (len)
+        record_fold(rt, rec, {acc[r].get(), received[r].get()}, {lo, 0}, len, dtype, op, *acc[r],
+                    lo);
+      rec.keep_alive.push_back(received[r]);
+      finish(rt, std::move(rec), {acc[mod(r - 1, n)].get(), received[r].get()}, {acc[r].get()});
+    }
   }
 }
 
@@ -130,7 +168,7 @@ void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uin
     std::vector<Recording> steps;
     for (int r = 0; r < n; ++r) {
       const int p = mod(r - 1, n), c = mod(r - s - 1, n);
-      Recording rec = rt.begin(out[r]->device());
+      Recording rec = rt.begin_transfer(out[r]->device());
       rec.wait_for(out[r]->ready());
       copy(rec, *out[p], bounds[c], *out[r], bounds[c], bounds[c + 1] - bounds[c]);
       steps.push_back(std::move(rec));
@@ -143,7 +181,7 @@ Buffers copies_of(RuntimeState& rt, const Buffers& in, uint64_t count) {
   Buffers out;
   for (const auto& b : in) {
     auto c = allocate_like(rt, *b, count);
-    Recording rec = rt.begin(b->device());
+    Recording rec = rt.begin_transfer(b->device());
     copy(rec, *b, 0, *c, 0, count);
     finish(rt, std::move(rec), {b.get()}, {c.get()});
     out.push_back(std::move(c));
@@ -170,7 +208,7 @@ Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dt
   const int n = static_cast<int>(in.size());
   if (n == 1 || count == 0) return copies_of(rt, in, count);
   if (algorithm == Algorithm::ring && count >= static_cast<uint64_t>(64 * n)) {
-    const profile::CollectiveScope step("all_reduce", "ring");  // profile hook
+    const Step step("all_reduce", "all_reduce(ring)", "ring");
     Buffers acc = copies_of(rt, in, count);
     const auto bounds = chunk_bounds(count, n);
     // Reduce-scatter leaves chunk r complete on member r; the all-gather then spreads it.
@@ -179,24 +217,27 @@ Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dt
     return acc;
   }
   // One-shot: every member copies all peers' inputs and folds them in rank order.
-  const profile::CollectiveScope step("all_reduce", "one_shot");  // profile hook
+  const Step step("all_reduce", "all_reduce(one_shot)", "one_shot");
   Buffers out;
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], count);
-    Recording rec = rt.begin(in[r]->device());
+    Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> inputs, read;
+    std::vector<DeviceBuffer*> peers;
     for (int q = 0; q < n; ++q) {
       if (q == r) {
-        rec.wait_for(in[r]->ready());
         inputs.push_back(in[r].get());
       } else {
         auto peer = allocate_like(rt, *in[r], count);
         copy(rec, *in[q], 0, *peer, 0, count);
         rec.keep_alive.push_back(peer);
         inputs.push_back(peer.get());
+        peers.push_back(peer.get());
       }
       read.push_back(in[q].get());
     }
+    rec = then_compute(rt, std::move(rec), read, peers);
+    rec.wait_for(in[r]->ready());
     // The fold kernel takes at most 16 inputs; larger groups fold in stages.
     for (size_t first = 0; inputs.size() > 16; first = 0) {
       auto partial = allocate_like(rt, *in[r], count);
@@ -220,14 +261,14 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
   const uint64_t count = chunk * n;
   Buffers out;
   if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0 && chunk > 0) {
-    const profile::CollectiveScope step("reduce_scatter", "ring");  // profile hook
+    const Step step("reduce_scatter", "reduce_scatter(ring)", "ring");
     Buffers acc = copies_of(rt, in, count);
     std::vector<uint64_t> bounds(n + 1);
     for (int c = 0; c <= n; ++c) bounds[c] = c * chunk;
     ring_reduce_scatter(rt, acc, bounds, dtype, op);
     for (int r = 0; r < n; ++r) {
       auto result = allocate_like(rt, *acc[r], chunk);
-      Recording rec = rt.begin(acc[r]->device());
+      Recording rec = rt.begin_transfer(acc[r]->device());
       copy(rec, *acc[r], r * chunk, *result, 0, chunk);
       finish(rt, std::move(rec), {acc[r].get()}, {result.get()});
       out.push_back(std::move(result));
@@ -235,20 +276,23 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
     return out;
   }
   // One-shot: member r copies chunk r of every peer and folds them in rank order.
-  const profile::CollectiveScope step("reduce_scatter", "one_shot");  // profile hook
+  const Step step("reduce_scatter", "reduce_scatter(one_shot)", "one_shot");
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], chunk);
-    Recording rec = rt.begin(in[r]->device());
+    Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> inputs, read;
+    std::vector<DeviceBuffer*> pieces;
     std::vector<uint64_t> starts;
     for (int q = 0; q < n; ++q) {
       auto piece = allocate_like(rt, *in[r], std::max<uint64_t>(chunk, 1));
       copy(rec, *in[q], r * chunk, *piece, 0, chunk);
       rec.keep_alive.push_back(piece);
       inputs.push_back(piece.get());
+      pieces.push_back(piece.get());
       starts.push_back(0);
       read.push_back(in[q].get());
     }
+    rec = then_compute(rt, std::move(rec), read, pieces);
     if (chunk) {
       while (inputs.size() > 16) {
         auto partial = allocate_like(rt, *in[r], chunk);
@@ -270,10 +314,10 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorith
   const int n = static_cast<int>(in.size());
   Buffers out;
   if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0) {
-    const profile::CollectiveScope step("all_gather", "ring");  // profile hook
+    const Step step("all_gather", "all_gather(ring)", "ring");
     for (int r = 0; r < n; ++r) {
       auto result = allocate_like(rt, *in[r], chunk * n);
-      Recording rec = rt.begin(in[r]->device());
+      Recording rec = rt.begin_transfer(in[r]->device());
       copy(rec, *in[r], 0, *result, r * chunk, chunk);
       finish(rt, std::move(rec), {in[r].get()}, {result.get()});
       out.push_back(std::move(result));
@@ -283,10 +327,10 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorith
     ring_all_gather(rt, out, bounds);
     return out;
   }
-  const profile::CollectiveScope step("all_gather", "one_shot");  // profile hook
+  const Step step("all_gather", "all_gather(one_shot)", "one_shot");
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], chunk * n);
-    Recording rec = rt.begin(in[r]->device());
+    Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> read;
     for (int q = 0; q < n; ++q) {
       copy(rec, *in[q], 0, *result, q * chunk, chunk);
@@ -299,12 +343,12 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorith
 }
 
 Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk) {
-  const profile::CollectiveScope step("all_to_all");  // profile hook
+  const Step step("all_to_all", "all_to_all");
   const int n = static_cast<int>(in.size());
   Buffers out;
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], chunk * n);
-    Recording rec = rt.begin(in[r]->device());
+    Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> read;
     for (int q = 0; q < n; ++q) {
       copy(rec, *in[q], r * chunk, *result, q * chunk, chunk);
@@ -317,14 +361,14 @@ Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk) {
 }
 
 Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::vector<std::pair<int, int>>& pairs) {
-  const profile::CollectiveScope step("ppermute");  // profile hook
+  const Step step("ppermute", "ppermute");
   const int n = static_cast<int>(in.size());
   std::vector<int> source(n, -1);
   for (const auto& [src, dst] : pairs) source[dst] = src;
   Buffers out;
   for (int r = 0; r < n; ++r) {
     auto result = allocate_like(rt, *in[r], count);
-    Recording rec = rt.begin(in[r]->device());
+    Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> read;
     if (source[r] < 0) {
       if (count) vkCmdFillBuffer(rec.cb, result->vk_buffer(), result->offset(), count * 4, 0);
@@ -339,11 +383,11 @@ Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::
 }
 
 Buffers broadcast(RuntimeState& rt, const Buffers& in, uint64_t count, int source) {
-  const profile::CollectiveScope step("broadcast");  // profile hook
+  const Step step("broadcast", "broadcast");
   Buffers out;
   for (size_t r = 0; r < in.size(); ++r) {
     auto result = allocate_like(rt, *in[r], count);
-    Recording rec = rt.begin(in[r]->device());
+    Recording rec = rt.begin_transfer(in[r]->device());
     copy(rec, *in[source], 0, *result, 0, count);
     finish(rt, std::move(rec), {in[source].get()}, {result.get()});
     out.push_back(std::move(result));

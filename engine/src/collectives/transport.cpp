@@ -11,7 +11,7 @@ void IntraAdapterTransport::copy(detail::Recording& dst_rec, const detail::Devic
   if (bytes == 0) return;
   const VkBufferCopy region{src.offset() + src_offset, dst.offset() + dst_offset, bytes};
   const profile::DeviceSpan span(dst_rec.profile.get(), "copy", bytes,  // profile hook
-                                 {src.device(), src.ready().value});
+                                 {src.ready().timeline, src.ready().value});
   vkCmdCopyBuffer(dst_rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
 }
 

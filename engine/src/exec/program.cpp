@@ -17,7 +17,8 @@ using detail::Recording;
 Program::Program(std::shared_ptr<detail::RuntimeState> rt, std::unique_ptr<detail::Capture> capture,
                  std::vector<ShardedValue> inputs, std::vector<ShardedValue> outputs)
     : rt_(std::move(rt)), capture_(std::move(capture)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
-  for (int d = 0; d < rt_->num_devices(); ++d) last_replay_.push_back(Fence{d, rt_->last_submitted(d)});
+  for (int t = 0; t < rt_->num_timelines(); ++t)
+    last_replay_.push_back(Fence{t, rt_->last_submitted(t)});
   for (const ShardedValue& v : outputs_) {
     output_written_.emplace_back();
     for (const auto& b : v.shards) output_written_.back().push_back(b->ready());
@@ -30,17 +31,17 @@ Program::~Program() {
   } catch (const Error&) {
     return;  // a device that never finishes: leak rather than free memory it may still use
   }
-  for (const auto& s : capture_->submissions) rt_->release_command_buffer(s.device, s.cb);
+  for (const auto& s : capture_->submissions) rt_->release_command_buffer(s.timeline, s.cb);
 }
 
 std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& inputs) {
   std::lock_guard lock(rt_->mutex());
-  const int n = rt_->num_devices();
-  // 1. Each device waits until every device finished the previous replay (its buffers are
+  const int n = rt_->num_devices(), timelines = rt_->num_timelines();
+  // 1. Each device waits until every stream finished the previous replay (its buffers are
   //    reused), then copies the new inputs into the traced input buffers it holds.
   std::vector<Fence> refreshed(n);
   std::set<int> used;
-  for (const auto& s : capture_->submissions) used.insert(s.device);
+  for (const auto& s : capture_->submissions) used.insert(rt_->device_of(s.timeline));
   for (const auto& v : inputs_)
     for (const auto& b : v.shards) used.insert(b->device());
   for (const auto& v : outputs_)
@@ -49,7 +50,8 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     Recording rec = rt_->begin(d);
     // profile hook: keeps the previous replay's timestamps (rec is d's next submission).
     profile::save_replayed(rt_->profiler(), rec.cb, d, rt_->last_submitted(d) + 1,
-                           capture_->submissions);
+                           capture_->submissions,
+                           [&](int timeline) { return rt_->device_of(timeline) == d; });
     for (const Fence& f : last_replay_) rec.wait_for(f);
     std::vector<detail::DeviceBuffer*> read;
     for (size_t i = 0; i < inputs.size(); ++i)
@@ -61,7 +63,7 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
         if (&src == &dst || src.bytes() == 0) continue;
         const VkBufferCopy region{src.offset(), dst.offset(), src.bytes()};
         const profile::DeviceSpan span(rec.profile.get(), "jit input", src.bytes(),  // profile hook
-                                       {src.device(), src.ready().value});
+                                       {src.ready().timeline, src.ready().value});
         vkCmdCopyBuffer(rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
         read.push_back(const_cast<detail::DeviceBuffer*>(&src));
       }
@@ -69,42 +71,46 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     for (auto* b : read) b->used_by(refreshed[d]);
   }
   // 2. The traced submissions again, their waits moved to this replay's timeline values: waits
-  //    on work from before the trace become waits on the refresh of that device.
+  //    on work from before the trace become waits on the refresh of that stream's device.
   std::map<std::pair<int, uint64_t>, uint64_t> moved;
   auto remap = [&](const Fence& f) -> Fence {
     if (f.none()) return f;
-    if (f.value <= capture_->start_values[f.device]) return refreshed[f.device].none() ? Fence{} : refreshed[f.device];
-    const auto it = moved.find({f.device, f.value});
+    if (f.value <= capture_->start_values[f.timeline]) {
+      const Fence& r = refreshed[rt_->device_of(f.timeline)];
+      return r.none() ? Fence{} : r;
+    }
+    const auto it = moved.find({f.timeline, f.value});
     if (it == moved.end()) throw Error("internal: a traced submission waits on work outside its program");
-    return Fence{f.device, it->second};
+    return Fence{f.timeline, it->second};
   };
-  // Each device's submissions go out in as few vkQueueSubmit calls as the dependencies allow:
-  // a device submits every next submission whose waits on other devices are already submitted
-  // (so no wait ever precedes its signal), then the next device takes its turn.
-  std::vector<Fence> last(n);
+  // Each stream's submissions go out in as few vkQueueSubmit calls as the dependencies allow:
+  // a stream submits every next submission whose waits on other streams are already submitted
+  // (so no wait ever precedes its signal), then the next stream takes its turn.
+  std::vector<Fence> last(timelines);
   const auto& subs = capture_->submissions;
-  std::vector<std::deque<size_t>> pending(n);
-  for (size_t i = 0; i < subs.size(); ++i) pending[subs[i].device].push_back(i);
+  std::vector<std::deque<size_t>> pending(timelines);
+  for (size_t i = 0; i < subs.size(); ++i) pending[subs[i].timeline].push_back(i);
   size_t remaining = subs.size();
   while (remaining) {
     bool progressed = false;
-    for (int d = 0; d < n; ++d) {
-      std::vector<std::pair<VkCommandBuffer, std::vector<Fence>>> batch;
-      uint64_t next = rt_->last_submitted(d) + 1;
-      while (!pending[d].empty()) {
-        const auto& sub = subs[pending[d].front()];
+    for (int t = 0; t < timelines; ++t) {
+      std::vector<detail::RuntimeState::Resubmission> batch;
+      uint64_t next = rt_->last_submitted(t) + 1;
+      while (!pending[t].empty()) {
+        const auto& sub = subs[pending[t].front()];
         const bool ready = std::all_of(sub.waits.begin(), sub.waits.end(), [&](const Fence& w) {
-          return w.none() || w.value <= capture_->start_values[w.device] || moved.count({w.device, w.value});
+          return w.none() || w.value <= capture_->start_values[w.timeline] ||
+                 moved.count({w.timeline, w.value});
         });
         if (!ready) break;
-        std::vector<Fence> waits{refreshed[d]};
+        std::vector<Fence> waits{refreshed[rt_->device_of(t)]};
         for (const Fence& w : sub.waits) waits.push_back(remap(w));
-        moved[{d, sub.signal}] = next++;
-        batch.push_back({sub.cb, std::move(waits)});
-        pending[d].pop_front();
+        moved[{t, sub.signal}] = next++;
+        batch.push_back({sub.cb, std::move(waits), sub.activity});
+        pending[t].pop_front();
       }
       if (batch.empty()) continue;
-      last[d] = rt_->resubmit_batch(d, batch).back();
+      last[t] = rt_->resubmit_batch(t, batch).back();
       remaining -= batch.size();
       progressed = true;
     }
@@ -117,9 +123,11 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
       outputs_[i].shards[k]->written_by(written);
     }
   std::vector<ShardedValue> out = outputs_;
-  for (int d = 0; d < n; ++d)
-    if (!last[d].none()) last_replay_[d] = last[d];
-    else if (!refreshed[d].none()) last_replay_[d] = refreshed[d];
+  for (int t = 0; t < timelines; ++t)
+    if (!last[t].none())
+      last_replay_[t] = last[t];
+    else if (t < n && !refreshed[t].none())
+      last_replay_[t] = refreshed[t];
   return out;
 }
 

@@ -29,7 +29,7 @@ class Program {
   std::shared_ptr<detail::RuntimeState> rt_;
   std::unique_ptr<detail::Capture> capture_;
   std::vector<ShardedValue> inputs_, outputs_;
-  std::vector<detail::Fence> last_replay_;  // per device: where the previous replay ended
+  std::vector<detail::Fence> last_replay_;  // per timeline: where the previous replay ended
   std::vector<std::vector<detail::Fence>> output_written_;  // traced fence that wrote each output piece
 };
 

@@ -173,7 +173,9 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
     if (shared) continue;
 
     auto buffer = rt.allocate(dst.device, piece_bytes(dst.index));
-    Recording rec = rt.begin(dst.device);
+    // Only copies: on the device's transfer stream, where it has one, to overlap its kernels.
+    const detail::ActivityScope activity("reshard");
+    Recording rec = rt.begin_transfer(dst.device);
     std::vector<DeviceBuffer*> sources;
     for (const auto& [index, holders] : pieces) {
       const auto overlap = intersect(index, dst.index);
@@ -192,7 +194,7 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
       uint64_t bytes = 0;
       for (const auto& r : regions) bytes += r.size;
       const profile::DeviceSpan span(rec.profile.get(), "reshard", bytes,  // profile hook
-                                     {src.device(), src.ready().value});
+                                     {src.ready().timeline, src.ready().value});
       vkCmdCopyBuffer(rec.cb, src.vk_buffer(), buffer->vk_buffer(),
                       static_cast<uint32_t>(regions.size()), regions.data());
       (src.device() == dst.device ? local : moved) += bytes;

@@ -7,6 +7,7 @@
 
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
+#include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
 #include "io/host_array.hpp"
 #include "meshvk/error.hpp"
@@ -72,6 +73,7 @@ Array from_host(std::span<const T> values, std::optional<Shape> shape) {
                 shape_to_string(s) + ", which holds " + std::to_string(shape_size(s)));
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
+  const detail::PartOpScope op_scope("array");  // profile hook
   const Mesh* mesh = constant_mesh();
   auto value = exec::upload(*rt, values.data(), s, dtype_of<T>(),
                             mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
@@ -83,6 +85,7 @@ Array filled(Shape shape, DType dtype, uint32_t word) {
     if (d < 0) throw Error("full: shape " + shape_to_string(shape) + " has a negative dimension");
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
+  const detail::PartOpScope op_scope("full");  // profile hook
   const Mesh* mesh = constant_mesh();
   auto value = exec::fill(*rt, shape, dtype, word, mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
   return made(rt, std::move(value));
@@ -101,6 +104,7 @@ Array ranged(double start, double stop, double step, DType dtype) {
   const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
+  const detail::PartOpScope op_scope("arange");  // profile hook
   if (const Mesh* mesh = constant_mesh()) {
     exec::ShardedValue value{Shape{count}, dtype, NamedSharding(*mesh, PartitionSpec()), {}};
     for (const int d : mesh->device_ids())
@@ -131,6 +135,7 @@ void Array::copy_to_host(void* dst, DType expected) const {
   if (a.runtime->capture())
     throw Error("to_host: values cannot be read while jit traces a function; return them from the function instead");
   std::lock_guard lock(a.runtime->mutex());
+  const detail::PartOpScope op_scope("to_host");  // profile hook
   exec::download(*a.runtime, detail::materialized(*this), dst);
 }
 
@@ -190,6 +195,7 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
     // Pieces of a sharded array are not pieces of the reshaped one: gather a full copy on each
     // of its devices (device to device) and reshape that.
     const NamedSharding& n = *v.sharding.named();
+    const detail::OpScope op_scope("reshard");  // profile hook: the line exec::reshard prints
     v = exec::reshard(*a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()));
   }
   if (const NamedSharding* n = v.sharding.named()) v.sharding = NamedSharding(n->mesh(), PartitionSpec());
@@ -230,6 +236,7 @@ Array zeros(Shape shape, DType dtype, const Sharding& sharding) {
   sharding.check_shape(shape);
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
+  const detail::PartOpScope op_scope("full");  // profile hook
   return detail::make_array(rt, exec::fill(*rt, shape, dtype, 0, sharding), true);
 }
 
@@ -237,12 +244,14 @@ Array full(Shape shape, float value, const Sharding& sharding) {
   sharding.check_shape(shape);
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
+  const detail::PartOpScope op_scope("full");  // profile hook
   return detail::make_array(rt, exec::fill(*rt, shape, DType::float32, bits(value), sharding), true);
 }
 
 Array copy(const Array& x) {
   const ArrayImpl& a = impl_of(x);
   std::lock_guard lock(a.runtime->mutex());
+  const detail::PartOpScope op_scope("copy");  // profile hook
   const Array r = detail::make_array(a.runtime, exec::copy_value(*a.runtime, detail::materialized(x)), a.committed, a.varying);
   return detail::on_tape(r, {x}, [](const Array& ct) { return std::vector<Array>{ct}; });
 }
@@ -271,7 +280,11 @@ Array device_put(const Array& x, const Sharding& sharding) {
   });
 }
 
+// Tagged "reshard", the line exec::reshard prints, inside any other op too
+// (with_sharding_constraint, jit's reshard and out_shardings print a line of their own before it,
+// naming the same move).
 Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt) {
+  const detail::OpScope op_scope("reshard");  // profile hook
   const exec::ShardedValue& current = detail::materialized(x);
   // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
   exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())
@@ -289,6 +302,7 @@ Array put_host(std::span<const T> values, Shape shape, const Sharding& sharding)
   sharding.check_shape(shape);
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
+  const detail::PartOpScope op_scope("device_put");  // profile hook: an upload, no line
   auto value = exec::upload(*rt, values.data(), shape, dtype_of<T>(), sharding);
   return detail::make_array(rt, std::move(value), true);
 }

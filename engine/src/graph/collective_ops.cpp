@@ -6,11 +6,12 @@
 #include <numeric>
 
 #include "collectives/collectives.hpp"
+#include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
+#include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
-#include "exec/program_log.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/shard_map.hpp"
@@ -90,7 +91,10 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
                             true, std::move(varying));
 }
 
+// Each collective's work (and its local transposes and reshapes) is tagged with the HLO name its
+// program-text line starts with; see graph/op_scope.hpp.
 Array reduce_over(const char* op, const Array& input, const AxisNames& axes, collectives::Reduction kind) {
+  const detail::OpScope op_scope("all-reduce");  // profile hook
   const Mesh& mesh = bound_mesh(op, axes);
   const Array x = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
   const Groups g = groups_of(mesh, axes.names);
@@ -138,6 +142,7 @@ int axis_size(const AxisNames& axis_name) {
 
 Array axis_index(const AxisNames& axis_name) {
   const Mesh& mesh = bound_mesh("axis_index", axis_name);
+  const detail::PartOpScope op_scope("axis_index");  // profile hook
   const Groups g = groups_of(mesh, axis_name.names);
   auto rt = Runtime::current().state();
   std::lock_guard lock(rt->mutex());
@@ -152,6 +157,7 @@ Array axis_index(const AxisNames& axis_name) {
 }
 
 static Array all_gather_untaped(const Array& input, const AxisNames& axis_name, int axis, bool tiled) {
+  const detail::OpScope op_scope("all-gather");  // profile hook
   const Mesh& mesh = bound_mesh("all_gather", axis_name);
   const Array x = on_mesh(input, mesh);
   const int rank = static_cast<int>(x.ndim());
@@ -173,6 +179,7 @@ static Array all_gather_untaped(const Array& input, const AxisNames& axis_name, 
 }
 
 static Array psum_scatter_untaped(const Array& input, const AxisNames& axis_name, int scatter_dimension, bool tiled) {
+  const detail::OpScope op_scope("reduce-scatter");  // profile hook
   const Mesh& mesh = bound_mesh("psum_scatter", axis_name);
   const Array x0 = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
   const int rank = static_cast<int>(x0.ndim());
@@ -201,6 +208,7 @@ static Array psum_scatter_untaped(const Array& input, const AxisNames& axis_name
 }
 
 static Array ppermute_untaped(const Array& input, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm) {
+  const detail::OpScope op_scope("collective-permute");  // profile hook
   const Mesh& mesh = bound_mesh("ppermute", axis_name);
   const Array x = on_mesh(input, mesh);
   const Groups g = groups_of(mesh, axis_name.names);
@@ -220,6 +228,7 @@ static Array ppermute_untaped(const Array& input, const AxisNames& axis_name, co
 }
 
 static Array pbroadcast_untaped(const Array& input, const AxisNames& axis_name, int source) {
+  const detail::OpScope op_scope("collective-broadcast");  // profile hook
   const Mesh& mesh = bound_mesh("pbroadcast", axis_name);
   const Array x = on_mesh(input, mesh);
   const Groups g = groups_of(mesh, axis_name.names);
@@ -231,6 +240,7 @@ static Array pbroadcast_untaped(const Array& input, const AxisNames& axis_name, 
 }
 
 static Array all_to_all_untaped(const Array& input, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled) {
+  const detail::OpScope op_scope("all-to-all");  // profile hook
   const Mesh& mesh = bound_mesh("all_to_all", axis_name);
   const Array x0 = on_mesh(input, mesh);
   const int rank = static_cast<int>(x0.ndim());

@@ -8,6 +8,7 @@
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -369,6 +370,8 @@ const exec::ShardedValue& materialized(const Array& x) {
   RuntimeState& rt = *impl.runtime;
   std::lock_guard lock(rt.mutex());
   if (!impl.pending) return impl.value;
+  // The chain runs now, not where its ops were called: its dispatches are the "fusion" line.
+  const OpScope op_scope("fusion");  // profile hook
   const PendingElementwise& p = *impl.pending;
   exec::ShardedValue& out = impl.value;
   const auto pieces = out.sharding.devices_indices_map(out.shape);

@@ -10,6 +10,7 @@
 #include "exec/program.hpp"
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/op_scope.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/runtime.hpp"
 #include "profile/hooks.hpp"
@@ -149,9 +150,15 @@ std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   auto rt = Runtime::current().state();
   std::lock_guard rt_lock(rt->mutex());
   const profile::JitScope profiled(rt->profiler(), state_->options.name, false);  // profile hook
-  it->second.detach_lent(*rt);
+  {
+    const detail::OpScope op_scope("copy");  // profile hook: last call's results move out
+    it->second.detach_lent(*rt);
+  }
   std::vector<exec::ShardedValue> inputs;
   for (const Array& a : placed) inputs.push_back(detail::materialized(a));
+  // The replay records only the copies of the new inputs; the replayed spans keep the ops they
+  // were traced with.
+  const detail::OpScope op_scope("jit input");  // profile hook
   return it->second.lend(rt, it->second.program->replay(inputs));
 }
 

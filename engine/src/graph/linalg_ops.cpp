@@ -12,6 +12,7 @@
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
+#include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
 #include "kernels/matmul.hpp"
 #include "meshvk/error.hpp"
@@ -36,6 +37,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
 // a separate transpose pass.
 Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding,
                      bool apply_out, bool ta, bool tb) {
+  const detail::OpScope op_scope("dot_general");  // profile hook: the line this prints
   const DType dtype = (a0.dtype() == DType::float32 || b0.dtype() == DType::float32) ? DType::float32 : DType::int32;
   Array a = astype(a0, dtype), b = astype(b0, dtype);
   const size_t ra = a.ndim(), rb = b.ndim();
@@ -207,6 +209,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
 Array matmul(const Array& a, const Array& b) { return matmul(a, b, std::nullopt); }
 
 Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding) {
+  const detail::OpScope op_scope("dot_general");  // profile hook: its broadcasts and reshapes too
   if (a.ndim() == 0 || b.ndim() == 0)
     throw Error("matmul: operands must not be scalars (shapes " + shape_to_string(a.shape()) + " and " +
                 shape_to_string(b.shape()) + "); use multiply for scalars");
@@ -326,6 +329,7 @@ Array einsum(const std::string& subscripts, const Array& a0, const Array& b0) {
 }
 
 Array einsum(const std::string& subscripts, const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding) {
+  const detail::OpScope op_scope("dot_general");  // profile hook: its transposes and reshapes too
   const EinsumSpec s = parse_einsum(subscripts, 2);
   std::string la = s.inputs[0], lb = s.inputs[1];
   if (la.size() != a0.ndim() || lb.size() != b0.ndim())

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "exec/program_log.hpp"
+#include "graph/op_scope.hpp"
 
 namespace meshvk::detail {
 
@@ -57,6 +58,7 @@ std::string bytes_text(uint64_t bytes) {
 collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const std::vector<std::string>& axes,
                                      const collectives::Buffers& buffers, uint64_t count, DType dtype,
                                      collectives::Reduction op) {
+  const OpScope op_scope("all-reduce");  // profile hook
   const MeshGroups g = mesh_groups(mesh, axes);
   const auto algorithm = collectives::choose_algorithm(count * 4);
   static const char* names[] = {"sum", "max", "min"};

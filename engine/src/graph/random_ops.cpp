@@ -26,6 +26,7 @@
 
 #include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/op_scope.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
 
@@ -186,6 +187,7 @@ void record_random(RuntimeState& rt, Recording& rec, Params params, uint64_t ite
 // Runs `r` with `key` (and `aux`, when the mode reads one) copied device to device onto every
 // device of the output, each device filling its own piece.
 Array generate(const Request& r, const Array& key, const Array* aux = nullptr) {
+  const detail::PartOpScope op_scope(r.op);  // profile hook: no line of its own
   auto rt = key.impl()->runtime;
   std::lock_guard lock(rt->mutex());
   exec::check_devices(*rt, r.sharding);

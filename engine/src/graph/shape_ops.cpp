@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "graph/array_impl.hpp"
+#include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
 #include "kernels/strided_copy.hpp"
 #include "kernels/take.hpp"
@@ -63,6 +64,7 @@ using PieceFn = std::function<void(Recording&, const std::vector<const DeviceBuf
 // output piece from the pieces the inputs hold there.
 Array on_each_device(const char* op, const std::vector<Array>& inputs, Shape shape, DType dtype,
                      const Sharding& sharding, const PieceFn& record) {
+  const detail::PartOpScope op_scope(op);  // profile hook: no line of its own
   auto rt = inputs.front().impl()->runtime;
   std::lock_guard lock(rt->mutex());
   std::vector<const exec::ShardedValue*> values;
@@ -379,6 +381,7 @@ static Array take_untaped(const Array& x, const Array& indices, int axis) {
 }
 
 Array one_hot(const Array& x, int num_classes, DType dtype) {
+  const detail::PartOpScope op_scope("one_hot");  // profile hook
   if (num_classes < 0) throw Error("one_hot: num_classes must not be negative");
   Shape expanded = x.shape();
   expanded.push_back(1);
@@ -386,6 +389,7 @@ Array one_hot(const Array& x, int num_classes, DType dtype) {
 }
 
 Array argsort(const Array& x, int axis) {
+  const detail::PartOpScope op_scope("argsort");  // profile hook: its transposes too
   if (x.ndim() == 0) return reshape(arange(1), {});
   axis = normalize_axis(axis, x.ndim(), "argsort");
   const int last = static_cast<int>(x.ndim()) - 1;

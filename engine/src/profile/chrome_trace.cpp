@@ -24,20 +24,21 @@ namespace meshvk::profile {
 
 namespace {
 
-// Lanes in a runtime's process: devices are threads 0..n-1, host threads 1000 + the order in
-// which they first recorded a host span, and the recording of each device's command buffers
-// 2000 + the device. Recording gets lanes of its own because several recordings may be open at
-// once (a collective records every member's step before submitting them) and spans sharing a
-// lane must nest.
+// Lanes in a runtime's process: devices are threads 0..n-1 (their transfer streams 3000 + the
+// device), host threads 1000 + the order in which they first recorded a host span, and the
+// recording of each device's command buffers 2000 + the device. Recording gets lanes of its own
+// because several recordings may be open at once (a collective records every member's step before
+// submitting them) and spans sharing a lane must nest.
 constexpr int kHostTid = 1000;
 constexpr int kRecordTid = 2000;
+constexpr int kTransferTid = 3000;
 
 bool is_record(const Span& s) {
   return s.device < 0 && std::strcmp(s.name, "record") == 0 && s.peer >= 0;
 }
 
 int tid_of(const Span& s) {
-  if (s.device >= 0) return s.device;
+  if (s.device >= 0) return s.transfer ? kTransferTid + s.device : s.device;
   return is_record(s) ? kRecordTid + s.peer : kHostTid + s.queue;
 }
 
@@ -107,11 +108,14 @@ void append_lane_metadata(std::string& out, const RuntimeLanes& l, const std::se
   for (const int tid : host_tids)
     if (tid >= kRecordTid) {
       const int d = tid - kRecordTid;
-      lane(tid, "host: record " + l.platform + " " + std::to_string(d), n + d);
+      lane(tid, "host: record " + l.platform + " " + std::to_string(d), 2 * n + d);
     } else if (tid != kHostTid) {
       lane(tid, "host thread " + std::to_string(tid - kHostTid), -1000 + tid - kHostTid);
     }
-  for (int d = 0; d < n; ++d) lane(d, l.platform + " " + std::to_string(d), d);
+  for (int d = 0; d < n; ++d) lane(d, l.platform + " " + std::to_string(d), 2 * d);
+  for (size_t d = 0; d < l.transfer_queues.size(); ++d)
+    lane(kTransferTid + static_cast<int>(d), l.platform + " " + std::to_string(d) + " transfer",
+         2 * static_cast<int>(d) + 1);
 }
 
 }  // namespace
@@ -161,6 +165,7 @@ std::string chrome_trace_json() {
       append_us(out, s->end_ns - s->start_ns);
       out += ",\"args\":{\"id\":" + std::to_string(s->id);
       if (s->device >= 0) out += ",\"queue\":" + std::to_string(s->queue);
+      if (s->transfer) out += ",\"transfer\":true";
       if (*s->op) {
         out += ",\"op\":";
         append_string(out, s->op);

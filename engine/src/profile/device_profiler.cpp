@@ -85,13 +85,16 @@ DeviceProfiler::DeviceProfiler(Setup setup)
   lanes.platform = setup.platform;
   lanes.adapter = device_.adapter().name;
   lanes_ = std::vector<Lane>(setup.streams.size());  // built in place: a Lane does not move
-  for (size_t d = 0; d < setup.streams.size(); ++d) {
-    lanes_[d].timeline = setup.streams[d].first;
-    lanes_[d].queue = static_cast<int>(setup.streams[d].second->index);
-    lanes.queues.push_back(lanes_[d].queue);
+  for (size_t l = 0; l < setup.streams.size(); ++l) {
+    const Setup::Stream& s = setup.streams[l];
+    lanes_[l].timeline = s.timeline;
+    lanes_[l].queue = static_cast<int>(s.queue->index);
+    lanes_[l].device = s.device;
+    lanes_[l].transfer = s.transfer;
+    (s.transfer ? lanes.transfer_queues : lanes.queues).push_back(lanes_[l].queue);
   }
   calibrator_ =
-      std::make_unique<Calibrator>(instance_, device_, *setup.streams.at(0).second, valid_bits_);
+      std::make_unique<Calibrator>(instance_, device_, *setup.streams.at(0).queue, valid_bits_);
   Recorder& rec = Recorder::get();
   runtime_ = rec.add_runtime(this, std::move(lanes));
   rec.start_from_environment();
@@ -138,10 +141,10 @@ void DeviceProfiler::give_back(Slice& slice) {
   lane.free_blocks.insert(lane.free_blocks.end(), slice.blocks_.begin(), slice.blocks_.end());
 }
 
-std::shared_ptr<Slice> DeviceProfiler::begin(int device, VkCommandBuffer cb) {
+std::shared_ptr<Slice> DeviceProfiler::begin(int lane, VkCommandBuffer cb) {
   if (valid_bits_ == 0) return nullptr;  // the queue family cannot write timestamps
   if (clock_.source.empty()) setup_clock();
-  auto slice = std::make_shared<Slice>(*this, device, cb);
+  auto slice = std::make_shared<Slice>(*this, lane, cb);
   const Context& ctx = context();
   slice->program_ = ctx.program;
   slice->op_ = ctx.op;
@@ -151,7 +154,7 @@ std::shared_ptr<Slice> DeviceProfiler::begin(int device, VkCommandBuffer cb) {
 }
 
 void DeviceProfiler::close(const std::shared_ptr<Slice>& slice, bool captured) {
-  host_span("record", slice->recording_since_, now_ns(), slice->device_, 0);
+  host_span("record", slice->recording_since_, now_ns(), device_of(slice->device_), 0);
   if (slice->used_ == 0) return;  // no span, no timestamp: nothing to read back
   slice->captured_ = captured;
   if (captured)
@@ -177,8 +180,9 @@ DeviceProfiler::Submitted* DeviceProfiler::find(int device, uint64_t value) {
   return nullptr;
 }
 
-void DeviceProfiler::submitting(int device, VkCommandBuffer cb, uint64_t signal,
+void DeviceProfiler::submitting(int lane, VkCommandBuffer cb, uint64_t signal,
                                 std::span<const uint64_t> need) {
+  const int device = lane;
   poll_device(device);
   std::shared_ptr<Slice> slice;
   if (staged_ && staged_->cb_ == cb) {
@@ -204,12 +208,12 @@ void DeviceProfiler::submitting(int device, VkCommandBuffer cb, uint64_t signal,
   lanes_[device].in_flight.push_back(std::move(s));
 }
 
-void DeviceProfiler::save(VkCommandBuffer cb, int device, uint64_t signal,
-                          VkCommandBuffer captured) {
+void DeviceProfiler::save(VkCommandBuffer cb, int lane, uint64_t signal, VkCommandBuffer captured) {
   const auto it = captured_.find(captured);
   if (it == captured_.end() || !it->second->in_pools_) return;
   Slice& slice = *it->second;
-  Submitted* run = find(device, slice.in_pools_);
+  // The captured buffer may have run on another lane of the device (its transfer stream).
+  Submitted* run = find(slice.device_, slice.in_pools_);
   slice.in_pools_ = 0;
   --unsaved_;
   if (!run) return;  // already read back
@@ -220,11 +224,12 @@ void DeviceProfiler::save(VkCommandBuffer cb, int device, uint64_t signal,
   }
   slice.slot_used_[k] = 1;
   run->slot = k;
+  run->saved_on = lane;
   run->saved_by = signal;
   for (size_t b = 0; b < slice.blocks_.size(); ++b) {
     const uint32_t first = static_cast<uint32_t>(b) * kBlockQueries;
     const uint32_t n = std::min(kBlockQueries, slice.used_ - first);
-    vkCmdCopyQueryPoolResults(cb, lanes_[device].blocks[slice.blocks_[b]]->handle(), 0, n,
+    vkCmdCopyQueryPoolResults(cb, lanes_[slice.device_].blocks[slice.blocks_[b]]->handle(), 0, n,
                               slice.slots_[k]->handle(), uint64_t{first} * 8, 8,
                               VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
   }
@@ -263,7 +268,7 @@ void DeviceProfiler::host_span(const char* name, int64_t start, int64_t end, int
 WaitHook::~WaitHook() {
   if (!start_) [[likely]]
     return;
-  profiler_.host_span("wait", start_, now_ns(), device_, value_);
+  profiler_.host_span("wait", start_, now_ns(), profiler_.device_of(device_), value_);
   try {
     profiler_.poll_if_idle();
   } catch (const std::exception&) {

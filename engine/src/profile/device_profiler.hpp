@@ -100,8 +100,15 @@ class DeviceProfiler {
     vk::Device& device;
     std::recursive_mutex& mutex;  // the runtime's: guards every hook below
     std::string platform;
-    // Per virtual device: its timeline semaphore and the queue its stream submits to.
-    std::vector<std::pair<const vk::TimelineSemaphore*, vk::Queue*>> streams;
+    // Per stream (devices' compute streams, then their transfer streams): its timeline
+    // semaphore, the queue it submits to and its virtual device. Lanes are numbered like them.
+    struct Stream {
+      const vk::TimelineSemaphore* timeline;
+      vk::Queue* queue;
+      int device;
+      bool transfer;
+    };
+    std::vector<Stream> streams;
   };
   explicit DeviceProfiler(Setup setup);
   ~DeviceProfiler();  // reads back what is in flight and writes the trace when one is asked for
@@ -109,22 +116,23 @@ class DeviceProfiler {
   DeviceProfiler& operator=(const DeviceProfiler&) = delete;
 
   int runtime() const { return runtime_; }
+  int device_of(int lane) const { return lane < 0 ? lane : lanes_[lane].device; }
 
   // Hooks, called with the runtime's mutex held.
-  // A recording begins: its slice, with the start timestamp written; null when timestamps are
-  // not available.
-  std::shared_ptr<Slice> begin(int device, VkCommandBuffer cb);
+  // A recording for stream `lane` begins: its slice, with the start timestamp written; null when
+  // timestamps are not available.
+  std::shared_ptr<Slice> begin(int lane, VkCommandBuffer cb);
   // A recording ends (before vkEndCommandBuffer): the end timestamp and the "record" host span.
   void close(const std::shared_ptr<Slice>& slice, bool captured);
-  // A command buffer is about to be submitted with `signal`, waiting for need[d] from each
-  // device d.
-  void submitting(int device, VkCommandBuffer cb, uint64_t signal, std::span<const uint64_t> need);
+  // A command buffer is about to be submitted to stream `lane` with `signal`, waiting for
+  // need[l] from each stream l.
+  void submitting(int lane, VkCommandBuffer cb, uint64_t signal, std::span<const uint64_t> need);
   // Whether some captured buffer's last run is still only in its query pools.
   bool saving() const { return unsaved_ > 0; }
-  // Records into `cb`, a recording on `device` that will be submitted with timeline value
+  // Records into `cb`, a recording on stream `lane` that will be submitted with timeline value
   // `signal` and runs after the last run of `captured` finished and before its next one, a
   // copy of that last run's ticks into a host-visible slot.
-  void save(VkCommandBuffer cb, int device, uint64_t signal, VkCommandBuffer captured);
+  void save(VkCommandBuffer cb, int lane, uint64_t signal, VkCommandBuffer captured);
   // A captured command buffer is freed.
   void release(VkCommandBuffer cb);
   // Reads back finished submissions if the runtime is not busy on another thread.
@@ -144,7 +152,8 @@ class DeviceProfiler {
     bool replay;  // a captured buffer submitted again: sources are found through `waits`
     std::vector<std::pair<int, uint64_t>> waits;  // other devices' timeline values it waited for
     int slot = -1;          // where save() copied the ticks; -1: still in the query pools
-    uint64_t saved_by = 0;  // the timeline value at which that copy is done
+    int saved_on = -1;      // the lane whose ...
+    uint64_t saved_by = 0;  // ... timeline value marks that copy done
     bool lost = false;      // run again before save() copied its ticks: dropped
   };
   struct PendingFlow {
@@ -156,6 +165,8 @@ class DeviceProfiler {
   struct Lane {
     const vk::TimelineSemaphore* timeline;
     int queue;
+    int device;
+    bool transfer;
     std::vector<std::unique_ptr<QueryPool>> blocks;
     std::vector<uint32_t> free_blocks;
     std::deque<Submitted> in_flight;

@@ -20,9 +20,9 @@ struct Context {
 };
 Context& context();
 
-// Where a copy reads from: a buffer of `device`, written by its submission `value`.
+// Where a copy reads from: a buffer written by submission `value` of stream `timeline`.
 struct From {
-  int device = -1;
+  int timeline = -1;
   uint64_t value = 0;
 };
 
@@ -39,7 +39,7 @@ class DeviceSpan {
   DeviceSpan(Slice* slice, std::string_view name, uint64_t bytes, const From& from)
       : slice_(slice) {
     if (slice_) [[unlikely]]
-      index_ = slice_->open(Kind::copy, name, bytes, 0, from.device, from.value);
+      index_ = slice_->open(Kind::copy, name, bytes, 0, from.timeline, from.value);
   }
   ~DeviceSpan() {
     if (slice_) [[unlikely]]
@@ -131,7 +131,7 @@ class SubmitHook {
   }
   ~SubmitHook() {
     if (start_) [[unlikely]]
-      profiler_.host_span("submit", start_, now_ns(), device_, signal_);
+      profiler_.host_span("submit", start_, now_ns(), profiler_.device_of(device_), signal_);
   }
   SubmitHook(const SubmitHook&) = delete;
   SubmitHook& operator=(const SubmitHook&) = delete;
@@ -147,13 +147,14 @@ class SubmitHook {
 // `signal`; it runs after the previous replay and before this one): saves the previous run's
 // timestamps of each of the program's `captured` submissions on that device. Runs while
 // profiling is off too, as long as a run is unsaved, so no run's ticks are overwritten unseen.
-template <class Submissions>
+// `on_device(timeline)` says whether a captured submission's stream belongs to that device.
+template <class Submissions, class OnDevice>
 void save_replayed(DeviceProfiler& profiler, VkCommandBuffer cb, int device, uint64_t signal,
-                   const Submissions& captured) {
+                   const Submissions& captured, const OnDevice& on_device) {
   if (!profiler.saving()) [[likely]]
     return;
   for (const auto& s : captured)
-    if (s.device == device) profiler.save(cb, device, signal, s.cb);
+    if (on_device(s.timeline)) profiler.save(cb, device, signal, s.cb);
 }
 
 // A host wait on a device's timeline: the "wait" host span (which device, which value, how

@@ -34,9 +34,17 @@ void DeviceProfiler::flush() {
   for (size_t d = 0; d < lanes_.size(); ++d) {
     Lane& lane = lanes_[d];
     uint64_t last = 0;
-    for (const Submitted& s : lane.in_flight) last = std::max({last, s.value, s.saved_by});
+    for (const Submitted& s : lane.in_flight) {
+      last = std::max(last, s.value);
+      // Ticks saved by another lane's submission (the device's compute stream) wait for it.
+      if (s.saved_on >= 0 && !lanes_[s.saved_on].timeline->wait(s.saved_by, kFlushTimeoutNs))
+        throw Error("profile: device " + std::to_string(lane.device) +
+                    " did not reach timeline value " + std::to_string(s.saved_by) +
+                    " within 60 s while reading back timestamps");
+    }
     if (last && !lane.timeline->wait(last, kFlushTimeoutNs))
-      throw Error("profile: device " + std::to_string(d) + " did not reach timeline value " +
+      throw Error("profile: device " + std::to_string(lane.device) +
+                  (lane.transfer ? "'s transfer stream" : "") + " did not reach timeline value " +
                   std::to_string(last) + " within 60 s while reading back timestamps");
     poll_device(static_cast<int>(d));
   }
@@ -51,7 +59,8 @@ void DeviceProfiler::poll_device(int device) {
     const uint64_t reached = lane.timeline->value();
     while (!lane.in_flight.empty() && lane.in_flight.front().value <= reached) {
       const Submitted& s = lane.in_flight.front();
-      if (s.slot >= 0 && s.saved_by > reached) break;  // its ticks are still being copied out
+      if (s.slot >= 0 && s.saved_by > lanes_[s.saved_on].timeline->value())
+        break;  // its ticks are still being copied out
       if (!publish(device, s)) break;
       lane.in_flight.pop_front();
     }
@@ -89,8 +98,9 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
   auto at = [&](uint32_t q) { return clock_.to_host(ticks_[q]); };
   Span base;
   base.runtime = runtime_;
-  base.device = device;
+  base.device = lanes_[device].device;
   base.queue = lanes_[device].queue;
+  base.transfer = lanes_[device].transfer;
   base.program = slice.program_;
 
   uint64_t first = 0, last = 0;
@@ -129,16 +139,25 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
     rec.emit(span);
     if (!first) first = span.id;
     if (!*slice.collective_) last = span.id;
-    if (r.src_device < 0 || r.src_device == device) continue;
+    // A transfer flow links devices; a copy of the device's own data shows as a wait flow.
+    if (r.src_device < 0 || lanes_[r.src_device].device == lanes_[device].device) continue;
+    int from_lane = r.src_device;
     uint64_t from_value = r.src_value;
     if (s.replay) {
-      // The traced value means nothing in a replay; the submission's wait on that device does.
+      // The traced value means nothing in a replay; the submission's wait on that lane does, or
+      // on another lane of the device (a replay waits for work from before the trace through
+      // the refresh on the device's compute stream).
       from_value = 0;
-      for (const auto& [d, v] : s.waits)
-        if (d == r.src_device) from_value = v;
+      for (const auto& [l, v] : s.waits)
+        if (l == r.src_device) from_value = v;
+      for (const auto& [l, v] : s.waits)
+        if (!from_value && lanes_[l].device == lanes_[r.src_device].device) {
+          from_lane = l;
+          from_value = v;
+        }
     }
-    if (from_value) flows_.push_back({r.src_device, from_value, span.id, FlowKind::transfer});
-    sent_from.push_back(r.src_device);
+    if (from_value) flows_.push_back({from_lane, from_value, span.id, FlowKind::transfer});
+    sent_from.push_back(from_lane);
   }
   if (first)
     for (const auto& [d, v] : s.waits)

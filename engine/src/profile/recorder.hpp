@@ -27,7 +27,8 @@ struct RuntimeLanes {
   int runtime = 0;
   std::string platform;  // "CPU" or "GPU"
   std::string adapter;
-  std::vector<int> queues;  // per device
+  std::vector<int> queues;           // per device: its compute stream's queue
+  std::vector<int> transfer_queues;  // per device: its transfer stream's queue; empty: none
   std::string clock;        // how device timestamps reach the host clock; "" until calibrated
 };
 

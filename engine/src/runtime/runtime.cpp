@@ -55,6 +55,9 @@ std::vector<DeviceInfo> Runtime::devices() const {
 }
 void Runtime::synchronize() { state_->wait_all("Runtime::synchronize"); }
 uint64_t Runtime::validation_messages() const { return state_->instance().validation_messages(); }
+uint64_t Runtime::validation_messages_in_process() {
+  return vk::Instance::validation_messages_in_process();
+}
 bool Runtime::validation_enabled() const { return state_->instance().validation_enabled(); }
 
 std::vector<DeviceInfo> devices() { return Runtime::current().devices(); }

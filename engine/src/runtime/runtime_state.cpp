@@ -36,8 +36,17 @@ std::string mib(uint64_t bytes) {
 
 }  // namespace
 
-Stream::Stream(vk::Device& device, vk::Queue& q)
-    : queue(q), pool(device.handle(), q.family), semaphore(device.handle()) {}
+Stream::Stream(vk::Device& device, vk::Queue& q, int virtual_device, bool is_transfer)
+    : queue(q),
+      pool(device.handle(), q.family),
+      semaphore(device.handle()),
+      device(virtual_device),
+      transfer(is_transfer) {}
+
+const char*& current_activity() {
+  thread_local const char* activity = nullptr;
+  return activity;
+}
 
 DeviceBuffer::DeviceBuffer(std::shared_ptr<RuntimeState> runtime, int device,
                            runtime::Allocation allocation, uint64_t bytes)
@@ -45,7 +54,7 @@ DeviceBuffer::DeviceBuffer(std::shared_ptr<RuntimeState> runtime, int device,
       device_(device),
       allocation_(allocation),
       bytes_(bytes),
-      last_use_(runtime_->num_devices(), 0) {}
+      last_use_(runtime_->num_timelines(), 0) {}
 
 DeviceBuffer::~DeviceBuffer() {
   std::lock_guard lock(runtime_->mutex());
@@ -58,7 +67,7 @@ void DeviceBuffer::written_by(const Fence& f) {
 }
 
 void DeviceBuffer::used_by(const Fence& f) {
-  if (!f.none()) last_use_[f.device] = std::max(last_use_[f.device], f.value);
+  if (!f.none()) last_use_[f.timeline] = std::max(last_use_[f.timeline], f.value);
   // A captured program reads and writes this buffer again on every replay.
   if (Capture* c = runtime_->capture()) c->retain(shared_from_this());
 }
@@ -79,6 +88,12 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   if (const std::string e = env("MESHVK_VALIDATION"); !e.empty()) validation = e == "1";
   std::string adapter = options.adapter;
   if (const std::string e = env("MESHVK_ADAPTER"); !e.empty()) adapter = e;
+  std::optional<bool> transfer = options.transfer_queue;
+  if (const std::string e = env("MESHVK_TRANSFER_QUEUE"); !e.empty()) {
+    if (e != "0" && e != "1")
+      throw Error("MESHVK_TRANSFER_QUEUE=" + e + " is not a switch; give 0 or 1");
+    transfer = e == "1";
+  }
   const std::string timeout = env("MESHVK_WAIT_TIMEOUT_MS");
   wait_timeout_ns_ = (timeout.empty() ? 120000ull : std::strtoull(timeout.c_str(), nullptr, 10)) * 1000000ull;
 
@@ -95,13 +110,23 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
       heap = std::max<uint64_t>(heap, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / 2);
     budget = std::min<uint64_t>(heap / n, 4ull << 30);
   }
+  num_devices_ = n;
+  const int queues = static_cast<int>(device_->queue_count());
   for (int d = 0; d < n; ++d) {
     pools_.push_back(std::make_unique<runtime::MemoryPool>(*device_, d, budget));
-    streams_.push_back(std::make_unique<Stream>(*device_, device_->queue(d % device_->queue_count())));
+    streams_.push_back(std::make_unique<Stream>(*device_, device_->queue(d % queues), d, false));
   }
-  // profile hook: the profiler reads each device's timeline and may calibrate on its queue.
+  // Transfer streams take the queues the compute streams left; forced on without any, they
+  // share their device's queue.
+  const int spare = queues - n;
+  if (transfer.value_or(spare > 0))
+    for (int d = 0; d < n; ++d)
+      streams_.push_back(std::make_unique<Stream>(
+          *device_, device_->queue(spare > 0 ? n + d % spare : d % queues), d, true));
+  // profile hook: the profiler reads each stream's timeline and may calibrate on a queue.
   profile::DeviceProfiler::Setup profiled{instance_->handle(), *device_, mutex_, platform_, {}};
-  for (auto& s : streams_) profiled.streams.push_back({&s->semaphore, &s->queue});
+  for (auto& s : streams_)
+    profiled.streams.push_back({&s->semaphore, &s->queue, s->device, s->transfer});
   profiler_ = std::make_unique<profile::DeviceProfiler>(std::move(profiled));
 }
 
@@ -120,6 +145,8 @@ std::vector<DeviceInfo> RuntimeState::devices() {
     info.adapter = adapter_name();
     info.queue_family = static_cast<int>(streams_[d]->queue.family);
     info.queue_index = static_cast<int>(streams_[d]->queue.index);
+    if (has_transfer_streams())
+      info.transfer_queue_index = static_cast<int>(streams_[transfer_timeline(d)]->queue.index);
     info.memory_budget = pools_[d]->budget();
     info.memory_used = pools_[d]->used();
     list.push_back(std::move(info));
@@ -189,11 +216,20 @@ void RuntimeState::recycle(Stream& s) {
 }
 
 Recording RuntimeState::begin(int device) {
+  return begin_on(device);
+}
+
+Recording RuntimeState::begin_transfer(int device) {
+  return begin_on(transfer_timeline(device));
+}
+
+Recording RuntimeState::begin_on(int timeline) {
   std::lock_guard lock(mutex_);
-  Stream& s = *streams_[device];
+  Stream& s = *streams_[timeline];
   recycle(s);
   Recording r;
-  r.device = device;
+  r.device = s.device;
+  r.timeline = timeline;
   if (s.idle.empty()) {
     r.cb = s.pool.allocate();
   } else {
@@ -205,7 +241,7 @@ Recording RuntimeState::begin(int device) {
   // Captured buffers are submitted again on replay, possibly while the previous one is pending.
   begin.flags = r.captured ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk::check(vkBeginCommandBuffer(r.cb, &begin), "vkBeginCommandBuffer");
-  if (profile::on()) r.profile = profiler_->begin(device, r.cb);  // profile hook
+  if (profile::on()) r.profile = profiler_->begin(timeline, r.cb);  // profile hook
   return r;
 }
 
@@ -213,25 +249,25 @@ Fence RuntimeState::submit(Recording&& r) {
   std::lock_guard lock(mutex_);
   if (r.profile) profiler_->close(r.profile, r.captured && capture_);  // profile hook
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
-  const Fence f = submit_command_buffer(r.device, r.cb, r.waits);
+  const Fence f = submit_command_buffer(r.timeline, r.cb, r.waits, current_activity());
   if (r.captured && capture_) {
-    capture_->submissions.push_back({r.device, r.cb, r.waits, f.value});
+    capture_->submissions.push_back({r.timeline, r.cb, r.waits, f.value, current_activity()});
     for (auto& k : r.keep_alive) capture_->keep_alive.push_back(std::move(k));
   } else {
-    streams_[r.device]->in_flight.push_back({f.value, r.cb, std::move(r.keep_alive)});
+    streams_[r.timeline]->in_flight.push_back({f.value, r.cb, std::move(r.keep_alive)});
   }
   return f;
 }
 
-Fence RuntimeState::resubmit(int device, VkCommandBuffer cb, const std::vector<Fence>& waits) {
+Fence RuntimeState::resubmit(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits) {
   std::lock_guard lock(mutex_);
-  return submit_command_buffer(device, cb, waits);
+  return submit_command_buffer(timeline, cb, waits, nullptr);
 }
 
-std::vector<Fence> RuntimeState::resubmit_batch(int device,
-                                               const std::vector<std::pair<VkCommandBuffer, std::vector<Fence>>>& entries) {
+std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
+                                                const std::vector<Resubmission>& entries) {
   std::lock_guard lock(mutex_);
-  Stream& s = *streams_[device];
+  Stream& s = *streams_[timeline];
   const size_t count = entries.size();
   // Storage the VkSubmitInfos point into, sized up front so nothing moves.
   std::vector<std::vector<VkSemaphore>> semaphores(count);
@@ -245,8 +281,8 @@ std::vector<Fence> RuntimeState::resubmit_batch(int device,
   std::vector<Fence> fences;
   for (size_t i = 0; i < count; ++i) {
     std::vector<uint64_t> need(streams_.size(), 0);
-    for (const Fence& f : entries[i].second)
-      if (!f.none()) need[f.device] = std::max(need[f.device], f.value);
+    for (const Fence& f : entries[i].waits)
+      if (!f.none()) need[f.timeline] = std::max(need[f.timeline], f.value);
     for (size_t d = 0; d < need.size(); ++d) {
       if (!need[d]) continue;
       semaphores[i].push_back(streams_[d]->semaphore.handle());
@@ -254,7 +290,7 @@ std::vector<Fence> RuntimeState::resubmit_batch(int device,
       stages[i].push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
     }
     signals[i] = s.last_submitted + 1 + i;
-    hooks.emplace_back(*profiler_, device, entries[i].first, signals[i], need);
+    hooks.emplace_back(*profiler_, timeline, entries[i].cb, signals[i], need);
     timelines[i] = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     timelines[i].waitSemaphoreValueCount = static_cast<uint32_t>(values[i].size());
     timelines[i].pWaitSemaphoreValues = values[i].data();
@@ -265,24 +301,25 @@ std::vector<Fence> RuntimeState::resubmit_batch(int device,
     submits[i].waitSemaphoreCount = static_cast<uint32_t>(semaphores[i].size());
     submits[i].pWaitSemaphores = semaphores[i].data();
     submits[i].pWaitDstStageMask = stages[i].data();
-    submits[i].commandBufferCount = entries[i].first ? 1 : 0;
-    submits[i].pCommandBuffers = &entries[i].first;
+    submits[i].commandBufferCount = entries[i].cb ? 1 : 0;
+    submits[i].pCommandBuffers = &entries[i].cb;
     submits[i].signalSemaphoreCount = 1;
     submits[i].pSignalSemaphores = &signal_semaphore;
-    fences.push_back(Fence{device, signals[i]});
+    fences.push_back(Fence{timeline, signals[i]});
   }
   if (count) {
     std::lock_guard queue_lock(s.queue.submit_mutex);
     vk::check(vkQueueSubmit(s.queue.handle, static_cast<uint32_t>(count), submits.data(), VK_NULL_HANDLE), "vkQueueSubmit");
   }
   s.last_submitted += count;
+  for (size_t i = 0; i < count; ++i) remember(s, signals[i], entries[i].activity, entries[i].waits);
   return fences;
 }
 
-void RuntimeState::release_command_buffer(int device, VkCommandBuffer cb) {
+void RuntimeState::release_command_buffer(int timeline, VkCommandBuffer cb) {
   std::lock_guard lock(mutex_);
   profiler_->release(cb);  // profile hook
-  streams_[device]->pool.free(cb);
+  streams_[timeline]->pool.free(cb);
 }
 
 void RuntimeState::begin_capture(Capture* capture) {
@@ -297,12 +334,13 @@ void RuntimeState::end_capture() {
   capture_ = nullptr;
 }
 
-Fence RuntimeState::submit_command_buffer(int device, VkCommandBuffer cb, const std::vector<Fence>& waits) {
-  Stream& s = *streams_[device];
-  // One wait per device, on the highest value needed from it.
+Fence RuntimeState::submit_command_buffer(int timeline, VkCommandBuffer cb,
+                                          const std::vector<Fence>& waits, const char* activity) {
+  Stream& s = *streams_[timeline];
+  // One wait per timeline, on the highest value needed from it.
   std::vector<uint64_t> need(streams_.size(), 0);
   for (const Fence& f : waits)
-    if (!f.none()) need[f.device] = std::max(need[f.device], f.value);
+    if (!f.none()) need[f.timeline] = std::max(need[f.timeline], f.value);
   std::vector<VkSemaphore> wait_semaphores;
   std::vector<uint64_t> wait_values;
   std::vector<VkPipelineStageFlags> wait_stages;
@@ -314,15 +352,15 @@ Fence RuntimeState::submit_command_buffer(int device, VkCommandBuffer cb, const 
   }
   const uint64_t signal = s.last_submitted + 1;
   const VkSemaphore signal_semaphore = s.semaphore.handle();
-  const profile::SubmitHook profiled(*profiler_, device, cb, signal, need);  // profile hook
+  const profile::SubmitHook profiled(*profiler_, timeline, cb, signal, need);  // profile hook
 
-  VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
-  timeline.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
-  timeline.pWaitSemaphoreValues = wait_values.data();
-  timeline.signalSemaphoreValueCount = 1;
-  timeline.pSignalSemaphoreValues = &signal;
+  VkTimelineSemaphoreSubmitInfo timeline_info{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  timeline_info.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
+  timeline_info.pWaitSemaphoreValues = wait_values.data();
+  timeline_info.signalSemaphoreValueCount = 1;
+  timeline_info.pSignalSemaphoreValues = &signal;
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  submit.pNext = &timeline;
+  submit.pNext = &timeline_info;
   submit.waitSemaphoreCount = static_cast<uint32_t>(wait_semaphores.size());
   submit.pWaitSemaphores = wait_semaphores.data();
   submit.pWaitDstStageMask = wait_stages.data();
@@ -335,27 +373,87 @@ Fence RuntimeState::submit_command_buffer(int device, VkCommandBuffer cb, const 
     vk::check(vkQueueSubmit(s.queue.handle, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
   }
   s.last_submitted = signal;
-  return Fence{device, signal};
+  remember(s, signal, activity, waits);
+  return Fence{timeline, signal};
+}
+
+void RuntimeState::remember(Stream& s, uint64_t value, const char* activity,
+                            const std::vector<Fence>& waits) {
+  constexpr size_t kRecent = 256;
+  if (s.recent.size() == kRecent) s.recent.pop_front();
+  s.recent.push_back({value, activity, waits});
+}
+
+std::string RuntimeState::describe(int timeline) const {
+  const Stream& s = *streams_[timeline];
+  return "device " + std::to_string(s.device) + (s.transfer ? "'s transfer stream" : "");
+}
+
+Fence RuntimeState::signal_from_host(int timeline) {
+  std::lock_guard lock(mutex_);
+  Stream& s = *streams_[timeline];
+  s.semaphore.signal(++s.last_submitted);
+  return Fence{timeline, s.last_submitted};
 }
 
 bool RuntimeState::reached(const Fence& f) {
-  return f.none() || streams_[f.device]->semaphore.value() >= f.value;
+  return f.none() || streams_[f.timeline]->semaphore.value() >= f.value;
 }
 
 void RuntimeState::wait(const Fence& f, const std::string& during) {
   if (f.none()) return;
-  const Stream& s = *streams_[f.device];
-  const profile::WaitHook profiled(*profiler_, f.device, f.value);  // profile hook
+  const Stream& s = *streams_[f.timeline];
+  const profile::WaitHook profiled(*profiler_, f.timeline, f.value);  // profile hook
   if (s.semaphore.wait(f.value, wait_timeout_ns_)) return;
-  throw Error("timed out after " + std::to_string(wait_timeout_ns_ / 1000000) +
-              " ms during " + during + ": device " + std::to_string(f.device) +
-              " did not reach timeline value " + std::to_string(f.value) + " (it is at " +
-              std::to_string(s.semaphore.value()) +
-              "); set MESHVK_WAIT_TIMEOUT_MS to wait longer");
+  throw Error("timed out after " + std::to_string(wait_timeout_ns_ / 1000000) + " ms during " +
+              during + ": " + explain_stall(f) + "; set MESHVK_WAIT_TIMEOUT_MS to wait longer");
+}
+
+std::string RuntimeState::explain_stall(const Fence& f) {
+  std::lock_guard lock(mutex_);
+  auto submitted = [](const Stream& s, uint64_t value) -> const Stream::Submitted* {
+    for (const auto& r : s.recent)
+      if (r.value == value) return &r;
+    return nullptr;
+  };
+  const Stream& s = *streams_[f.timeline];
+  std::string text =
+      describe(f.timeline) + " did not reach timeline value " + std::to_string(f.value);
+  if (const auto* target = submitted(s, f.value); target && target->activity)
+    text += std::string(", the end of its ") + target->activity;
+  text += " (it is at " + std::to_string(s.semaphore.value()) + ")";
+  // From the first submission the stream has not finished, follow unmet waits to a stream that
+  // is not waiting on another: the signal that never came is missing there.
+  int timeline = f.timeline;
+  for (int hops = 0; hops < num_timelines(); ++hops) {
+    const Stream& t = *streams_[timeline];
+    const uint64_t next = t.semaphore.value() + 1;
+    const Stream::Submitted* stuck = submitted(t, next);
+    if (!stuck) break;
+    text += "; " + describe(timeline) + "'s submission " + std::to_string(next) + " (" +
+            (stuck->activity ? stuck->activity : "no collective") + ")";
+    int unmet = -1;
+    std::string waits;
+    for (const Fence& w : stuck->waits) {
+      if (w.none()) continue;
+      const uint64_t at = streams_[w.timeline]->semaphore.value();
+      if (at >= w.value) continue;
+      waits += (waits.empty() ? " " : ", ") + describe(w.timeline) + " value " +
+               std::to_string(w.value) + " (at " + std::to_string(at) + ")";
+      if (unmet < 0) unmet = w.timeline;
+    }
+    if (unmet < 0) {
+      text += " has what it waits for: it is running, or queued behind other work on its queue";
+      break;
+    }
+    text += " waits for" + waits;
+    timeline = unmet;
+  }
+  return text;
 }
 
 void RuntimeState::wait_all(const std::string& during) {
-  for (int d = 0; d < num_devices(); ++d) wait(Fence{d, streams_[d]->last_submitted}, during);
+  for (int t = 0; t < num_timelines(); ++t) wait(Fence{t, streams_[t]->last_submitted}, during);
   std::lock_guard lock(mutex_);
   for (auto& s : streams_) recycle(*s);
   reclaim(false);

@@ -1,6 +1,8 @@
 #pragma once
 // Internal side of meshvk::Runtime: the adapter split into virtual devices, each with a memory
-// pool, a command stream on one of the adapter's queues and a timeline semaphore.
+// pool, a command stream on one of the adapter's queues and a timeline semaphore, and, where the
+// adapter has queues to spare, a transfer stream on a queue of its own for the copies of
+// collectives, so they run while the device's kernels do.
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -26,17 +28,19 @@ class Slice;
 
 namespace meshvk::detail {
 
-// "Device `device` has finished its submission number `value`".
+// "Timeline `timeline` has finished its submission number `value`". Timelines 0..n-1 are the
+// devices' compute streams, n..2n-1 their transfer streams (when the runtime has them).
 struct Fence {
-  int device = -1;
+  int timeline = -1;
   uint64_t value = 0;
-  bool none() const { return device < 0 || value == 0; }
+  bool none() const { return timeline < 0 || value == 0; }
 };
 
 // Commands being recorded for one virtual device, with what they must wait for and what must
 // stay alive until they finish.
 struct Recording {
   int device = 0;
+  int timeline = 0;       // the stream it is submitted to
   bool captured = false;  // recorded while a Capture is active: kept for replay
   VkCommandBuffer cb = VK_NULL_HANDLE;
   std::vector<Fence> waits;
@@ -47,10 +51,12 @@ struct Recording {
   }
 };
 
-// One virtual device's command stream: a command pool, a queue and its timeline semaphore.
+// One command stream of a virtual device: a command pool, a queue and its timeline semaphore.
 struct Stream {
-  Stream(vk::Device& device, vk::Queue& queue);
+  Stream(vk::Device& device, vk::Queue& queue, int virtual_device, bool transfer);
   vk::Queue& queue;
+  int device;     // the virtual device it belongs to
+  bool transfer;  // the device's transfer stream
   vk::CommandPool pool;
   vk::TimelineSemaphore semaphore;
   uint64_t last_submitted = 0;
@@ -61,6 +67,29 @@ struct Stream {
   };
   std::deque<InFlight> in_flight;
   std::vector<VkCommandBuffer> idle;
+  // The latest submissions, for naming what a timed-out wait was stuck on.
+  struct Submitted {
+    uint64_t value;
+    const char* activity;
+    std::vector<Fence> waits;
+  };
+  std::deque<Submitted> recent;
+};
+
+// What the current thread is recording ("all_gather(ring)"), or null: timeout errors name the
+// submission a device is stuck on by it.
+const char*& current_activity();
+class ActivityScope {
+ public:
+  explicit ActivityScope(const char* activity) : saved_(current_activity()) {
+    current_activity() = activity;
+  }
+  ~ActivityScope() { current_activity() = saved_; }
+  ActivityScope(const ActivityScope&) = delete;
+  ActivityScope& operator=(const ActivityScope&) = delete;
+
+ private:
+  const char* saved_;
 };
 
 class RuntimeState;
@@ -70,15 +99,16 @@ class DeviceBuffer;
 // fences they waited for and signalled, and every buffer they touched, kept for replay.
 struct Capture {
   struct Submission {
-    int device;
+    int timeline;
     VkCommandBuffer cb;
     std::vector<Fence> waits;
     uint64_t signal;
+    const char* activity;
   };
   std::vector<Submission> submissions;
   std::vector<std::shared_ptr<const void>> keep_alive;
   std::vector<std::shared_ptr<DeviceBuffer>> buffers;
-  std::vector<uint64_t> start_values;  // each device's last submitted value when the trace began
+  std::vector<uint64_t> start_values;  // each timeline's last submitted value when the trace began
   void retain(std::shared_ptr<DeviceBuffer> buffer);
 };
 
@@ -112,7 +142,7 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   runtime::Allocation allocation_;
   uint64_t bytes_;
   Fence ready_;
-  std::vector<uint64_t> last_use_;  // per device
+  std::vector<uint64_t> last_use_;  // per timeline
   friend class RuntimeState;
 };
 
@@ -121,7 +151,16 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   explicit RuntimeState(const RuntimeOptions& options);
   ~RuntimeState();
 
-  int num_devices() const { return static_cast<int>(streams_.size()); }
+  int num_devices() const { return num_devices_; }
+  // Compute streams first (timeline d is device d's), then transfer streams, if any.
+  int num_timelines() const { return static_cast<int>(streams_.size()); }
+  int device_of(int timeline) const { return streams_[timeline]->device; }
+  // Whether each device has a transfer stream of its own (else transfer work goes on its
+  // compute stream); see RuntimeOptions::transfer_queue.
+  bool has_transfer_streams() const { return num_timelines() > num_devices_; }
+  int transfer_timeline(int device) const {
+    return has_transfer_streams() ? num_devices_ + device : device;
+  }
   const std::string& platform() const { return platform_; }
   const std::string& adapter_name() const { return device_->adapter().name; }
   vk::Device& device() { return *device_; }
@@ -136,13 +175,19 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // and the budget when it does not fit, after waiting for memory still in use by the GPU.
   std::shared_ptr<DeviceBuffer> allocate(int device, uint64_t bytes);
 
+  // A recording on the device's compute stream, or on its transfer stream (the compute stream
+  // when it has none), which may hold copies and fills but no dispatch.
   Recording begin(int device);
+  Recording begin_transfer(int device);
   // Submits the recording; returns the fence its completion signals.
   Fence submit(Recording&& recording);
   // Waits on the host; throws Error naming the device and `during` on timeout.
   void wait(const Fence& fence, const std::string& during);
   void wait_all(const std::string& during);
   bool reached(const Fence& fence);
+  // Signals the stream's next timeline value from the host, as if an empty submission ran:
+  // what a test uses to release a device it made wait for a signal that never comes.
+  Fence signal_from_host(int timeline);
 
   // The compute pipeline cached under `key`, built by `make` the first time it is asked for.
   vk::ComputePipeline& pipeline(const std::string& key,
@@ -159,13 +204,18 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   void end_capture();
   Capture* capture() const { return capture_; }
   // Submits a captured command buffer again, with new timeline values.
-  Fence resubmit(int device, VkCommandBuffer cb, const std::vector<Fence>& waits);
-  // Several captured command buffers of one device in one vkQueueSubmit, in order, each with its
-  // waits (which may name earlier entries of the batch); returns their fences.
-  std::vector<Fence> resubmit_batch(int device, const std::vector<std::pair<VkCommandBuffer, std::vector<Fence>>>& entries);
-  // Returns a captured command buffer to its device's pool.
-  void release_command_buffer(int device, VkCommandBuffer cb);
-  uint64_t last_submitted(int device) const { return streams_[device]->last_submitted; }
+  Fence resubmit(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits);
+  // Several captured command buffers of one timeline in one vkQueueSubmit, in order, each with
+  // its waits (which may name earlier entries of the batch); returns their fences.
+  struct Resubmission {
+    VkCommandBuffer cb;
+    std::vector<Fence> waits;
+    const char* activity = nullptr;
+  };
+  std::vector<Fence> resubmit_batch(int timeline, const std::vector<Resubmission>& entries);
+  // Returns a captured command buffer to its stream's pool.
+  void release_command_buffer(int timeline, VkCommandBuffer cb);
+  uint64_t last_submitted(int timeline) const { return streams_[timeline]->last_submitted; }
   profile::DeviceProfiler& profiler() { return *profiler_; }  // profile hook
 
  private:
@@ -179,6 +229,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::unique_ptr<vk::Instance> instance_;
   std::unique_ptr<vk::Device> device_;
   std::string platform_;
+  int num_devices_ = 0;
   std::vector<std::unique_ptr<runtime::MemoryPool>> pools_;
   std::vector<std::unique_ptr<Stream>> streams_;
   struct Retired {
@@ -191,7 +242,13 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::unordered_map<std::string, std::unique_ptr<vk::ComputePipeline>> pipelines_;
   uint64_t wait_timeout_ns_;
   Capture* capture_ = nullptr;
-  Fence submit_command_buffer(int device, VkCommandBuffer cb, const std::vector<Fence>& waits);
+  Fence submit_command_buffer(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits,
+                              const char* activity);
+  void remember(Stream& stream, uint64_t value, const char* activity,
+                const std::vector<Fence>& waits);
+  Recording begin_on(int timeline);
+  std::string describe(int timeline) const;       // "device 3" or "device 3's transfer stream"
+  std::string explain_stall(const Fence& fence);  // for timeout errors
   // profile hook; last, so it is destroyed before the streams whose timelines it reads
   std::unique_ptr<profile::DeviceProfiler> profiler_;
 };

@@ -79,10 +79,22 @@ Instance::~Instance() {
   if (instance_) vkDestroyInstance(instance_, nullptr);
 }
 
+namespace {
+std::atomic<uint64_t>& process_messages() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
+}  // namespace
+
+uint64_t Instance::validation_messages_in_process() {
+  return process_messages().load();
+}
+
 VKAPI_ATTR VkBool32 VKAPI_CALL Instance::on_message(
     VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
     const VkDebugUtilsMessengerCallbackDataEXT* data, void* self) {
   static_cast<Instance*>(self)->messages_.fetch_add(1);
+  process_messages().fetch_add(1);
   std::fprintf(stderr, "[vulkan validation %s] %s\n",
                severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "error" : "warning",
                data && data->pMessage ? data->pMessage : "");

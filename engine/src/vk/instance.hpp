@@ -18,6 +18,8 @@ class Instance {
   VkInstance handle() const { return instance_; }
   bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
   uint64_t validation_messages() const { return messages_.load(); }
+  // Messages reported to every Instance of the process.
+  static uint64_t validation_messages_in_process();
 
  private:
   static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,

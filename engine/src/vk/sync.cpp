@@ -23,6 +23,13 @@ uint64_t TimelineSemaphore::value() const {
   return v;
 }
 
+void TimelineSemaphore::signal(uint64_t value) {
+  VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
+  info.semaphore = semaphore_;
+  info.value = value;
+  check(vkSignalSemaphore(device_, &info), "vkSignalSemaphore");
+}
+
 bool TimelineSemaphore::wait(uint64_t value, uint64_t timeout_ns) const {
   VkSemaphoreWaitInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
   info.semaphoreCount = 1;

@@ -17,6 +17,7 @@ class TimelineSemaphore {
   uint64_t value() const;
   // True when `value` was reached within `timeout_ns`.
   bool wait(uint64_t value, uint64_t timeout_ns) const;
+  void signal(uint64_t value);  // from the host
 
  private:
   VkDevice device_;
