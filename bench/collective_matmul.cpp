@@ -112,7 +112,10 @@ std::vector<double> median_seconds_round_robin(int reps,
 // device runs one after another and nothing can overlap.
 int distinct_queues() {
   std::set<std::pair<int, int>> queues;
-  for (const DeviceInfo& d : devices()) queues.insert({d.queue_family, d.queue_index});
+  for (const DeviceInfo& d : devices()) {
+    queues.insert({d.queue_family, d.queue_index});
+    if (d.transfer_queue_index >= 0) queues.insert({d.queue_family, d.transfer_queue_index});
+  }
   return static_cast<int>(queues.size());
 }
 

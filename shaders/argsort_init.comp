@@ -5,7 +5,8 @@ layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer In { uint x[]; };
 layout(std430, binding = 1) writeonly buffer Keys { uint keys[]; };
 layout(std430, binding = 2) writeonly buffer Idx { uint idx[]; };
-layout(push_constant) uniform Params { uint rows; uint n; uint p; uint is_float; } pc;
+// in_off: where this dispatch's first row starts in the window of `x` bound.
+layout(push_constant) uniform Params { uint rows; uint n; uint p; uint is_float; uint in_off; } pc;
 
 uint orderable(uint bits) {
   if (pc.is_float == 0u) return bits ^ 0x80000000u;
@@ -20,6 +21,6 @@ void main() {
   const uint t = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + gl_LocalInvocationID.x;
   if (t >= pc.rows * pc.p) return;
   const uint r = t / pc.p, j = t % pc.p;
-  keys[t] = j < pc.n ? orderable(x[r * pc.n + j]) : 0xffffffffu;
+  keys[t] = j < pc.n ? orderable(x[pc.in_off + r * pc.n + j]) : 0xffffffffu;
   idx[t] = j;
 }

@@ -268,8 +268,11 @@ int run_devices() {
     for (const meshvk::DeviceInfo& d : devices) {
       std::cout << "  device " << d.id << ": " << d.repr() << ", platform " << d.platform
                 << ", adapter " << d.adapter << ", queue family " << d.queue_family << " index "
-                << d.queue_index << ", memory budget " << d.memory_budget / (1024 * 1024)
-                << " MiB\n";
+                << d.queue_index
+                << (d.transfer_queue_index >= 0
+                        ? ", transfer stream on queue " + std::to_string(d.transfer_queue_index)
+                        : std::string(", no transfer stream"))
+                << ", memory budget " << d.memory_budget / (1024 * 1024) << " MiB\n";
     }
     return 0;
   } catch (const std::exception& e) {

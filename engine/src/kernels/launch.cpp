@@ -1,6 +1,7 @@
 #include "kernels/launch.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/glsl_compiler.hpp"
@@ -29,11 +30,30 @@ Groups groups_for(const detail::RuntimeState& rt, uint64_t count) {
   return {static_cast<uint32_t>(x), static_cast<uint32_t>(y), 1};
 }
 
+WindowLimits window_limits(const detail::RuntimeState& rt) {
+  const auto& l = rt.device_limits();
+  WindowLimits w;
+  w.storage_bytes = l.maxStorageBufferRange;
+  w.texel_count = l.maxTexelBufferElements;
+  if (const char* e = std::getenv("MESHVK_TEST_BINDING_BYTES")) {
+    const uint64_t bytes = std::max<uint64_t>(std::strtoull(e, nullptr, 10), 64 << 10);
+    w.storage_bytes = std::min(w.storage_bytes, bytes);
+    w.texel_count = std::min(w.texel_count, bytes / 4);
+  }
+  w.align =
+      std::max<uint64_t>({16, l.minStorageBufferOffsetAlignment, l.minTexelBufferOffsetAlignment}) /
+      4;
+  w.align = (w.align + 3) / 4 * 4;
+  w.storage = w.storage_bytes / 4 - w.align;
+  w.texels = w.texel_count - w.align;
+  return w;
+}
+
 void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& kernel,
               std::span<const Binding> bindings, const void* push, uint32_t push_bytes,
               Groups groups, Cost cost) {
-  // Kernels that split their work (elementwise, matmul, iota, random) stay inside the binding
-  // limits; the others refuse pieces too large for one binding rather than bind past them.
+  // Kernels split their work (or bind windows) to stay inside the binding limits; any that still
+  // cannot refuse rather than bind past them.
   const auto& limits = rt.device_limits();
   for (const Binding& b : bindings) {
     const uint64_t texel_bytes = (b.format == VK_FORMAT_R32G32B32A32_UINT || b.format == VK_FORMAT_R32G32B32A32_SFLOAT ||

@@ -51,6 +51,29 @@ void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& ke
               std::span<const Binding> bindings, const void* push, uint32_t push_bytes,
               Groups groups, Cost cost = {});
 
+// Windows: sub-ranges of a buffer bound at an offset, for kernels whose per-device pieces are
+// larger than one binding may address. All counts are 4-byte words.
+struct WindowLimits {
+  // What one binding may address: bytes of a storage buffer, texels of a texel buffer. Pieces
+  // within these take a kernel's single-binding path.
+  uint64_t storage_bytes = 0;
+  uint64_t texel_count = 0;
+  // Every window starts at a multiple of this many words (a multiple of 4, so vec4 texel indices
+  // stay whole); buffers themselves start at multiples of it.
+  uint64_t align = 4;
+  // Words one storage binding, and texels one R32 texel binding, may address, less `align`, so
+  // a window whose start is rounded down to an aligned offset still fits.
+  uint64_t storage = 0;
+  uint64_t texels = 0;
+};
+// The adapter's limits, or smaller ones where MESHVK_TEST_BINDING_BYTES (at least 64 KiB) asks
+// for them, so that tests reach the windowed paths with small arrays.
+WindowLimits window_limits(const detail::RuntimeState& rt);
+// `words` rounded down to a multiple of `align`.
+inline uint64_t align_down(uint64_t words, uint64_t align) {
+  return words / align * align;
+}
+
 // Makes every earlier write in the command buffer visible to every later command.
 void barrier(VkCommandBuffer cb);
 // Makes transfer writes visible to the host after the submission finishes.

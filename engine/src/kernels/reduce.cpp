@@ -1,5 +1,6 @@
 #include "kernels/reduce.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <sstream>
 
@@ -17,8 +18,9 @@ constexpr int64_t kChunk = 4096;
 bool is_arg(ReduceOp op) { return op == ReduceOp::argmax || op == ReduceOp::argmin; }
 
 // One pass: invocation t reduces chunk t % chunks of row t / chunks. With `with_index`, the
-// input carries (value, index) pairs from an earlier pass.
-std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index) {
+// input carries (value, index) pairs from an earlier pass. A `windowed` pass runs invocations
+// [t0, t_end) over windows of its buffers starting at element in_off (input) and out_off (output).
+std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index, bool windowed) {
   const bool f = dtype == DType::float32;
   const std::string T = f ? "float" : "int";
   const std::string V = f ? "vec4" : "ivec4";
@@ -31,14 +33,20 @@ std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index) {
   if (with_index) g << "layout(binding = " << b++ << ") uniform isamplerBuffer src_index;\n";
   g << "layout(std430, binding = " << b++ << ") writeonly buffer Out { uint o[]; };\n";
   if (is_arg(op)) g << "layout(std430, binding = " << b++ << ") writeonly buffer OutIndex { int oi[]; };\n";
-  g << "layout(push_constant) uniform Params { uint rows; uint n; uint chunk; uint chunks; } pc;\n";
+  g << "layout(push_constant) uniform Params { uint rows; uint n; uint chunk; uint chunks;"
+    << (windowed ? " uint t0; uint t_end; uint in_off; uint out_off;" : "") << " } pc;\n";
   g << "void main() {\n"
-       "  const uint t = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + gl_LocalInvocationID.x;\n"
-       "  if (t >= pc.rows * pc.chunks) return;\n"
-       "  const uint row = t / pc.chunks, c = t % pc.chunks;\n"
+       "  const uint t = "
+    << (windowed ? "pc.t0 + " : "")
+    << "(gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
+       "gl_LocalInvocationID.x;\n"
+    << (windowed ? "  if (t >= pc.t_end) return;\n" : "  if (t >= pc.rows * pc.chunks) return;\n")
+    << "  const uint row = t / pc.chunks, c = t % pc.chunks;\n"
        "  const uint first = c * pc.chunk;\n"
        "  const uint len = min(pc.chunk, pc.n - first);\n"
-       "  const uint base = row * pc.n + first;\n";
+       "  const uint base = row * pc.n + first"
+    << (windowed ? " - pc.in_off" : "") << ";\n";
+  const std::string at = windowed ? "t - pc.out_off" : "t";
   if (op == ReduceOp::sum) {
     // Pairwise summation: blocks of 16 summed directly, block sums merged like a binary counter.
     g << "  " << T << " stack[24];\n  uint count = 0u;\n";
@@ -66,7 +74,7 @@ std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index) {
          "    stack[k] = s; ++count;\n  }\n"
       << "  " << T << " total = " << T << "(0);\n"
          "  for (uint k = 0u; k < 24u; ++k) if (((count >> k) & 1u) == 1u) total = stack[k] + total;\n";
-    g << "  o[t] = " << (f ? "floatBitsToUint(total)" : "uint(total)") << ";\n}\n";
+    g << "  o[" << at << "] = " << (f ? "floatBitsToUint(total)" : "uint(total)") << ";\n}\n";
     return g.str();
   }
   // max / min / argmax / argmin: a running best; NaN wins and stays, ties keep the first.
@@ -81,8 +89,8 @@ std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index) {
   } else {
     g << "    if (best_i < 0 || v " << better << " best) { best = v; best_i = i; }\n";
   }
-  g << "  }\n  o[t] = " << (f ? "floatBitsToUint(best)" : "uint(best)") << ";\n";
-  if (is_arg(op)) g << "  oi[t] = best_i;\n";
+  g << "  }\n  o[" << at << "] = " << (f ? "floatBitsToUint(best)" : "uint(best)") << ";\n";
+  if (is_arg(op)) g << "  oi[" << at << "] = best_i;\n";
   g << "}\n";
   return g.str();
 }
@@ -119,20 +127,64 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       if (indices) rec.keep_alive.push_back(indices);
     }
     const bool vec4 = op == ReduceOp::sum && !with_index && length % 4 == 0 && kChunk % 4 == 0;
-    std::vector<Binding> bindings{
-        Binding::texels(*src, vec4 ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, 0,
-                        vec4 ? src->capacity() / 16 * 16 : src->capacity() / 4 * 4)};
-    if (with_index) bindings.push_back(Binding::texels(*src_index, VK_FORMAT_R32_SINT, 0, src_index->capacity() / 4 * 4));
-    if (is_arg(op)) {
-      bindings.push_back(Binding::storage(last ? *values : *values));
-      bindings.push_back(Binding::storage(last ? out : *indices));
+    // Where this pass writes: values (and indices), or the result.
+    const detail::DeviceBuffer& out_values = is_arg(op) ? *values : *dst;
+    const detail::DeviceBuffer* out_indices = is_arg(op) ? (last ? &out : indices.get()) : nullptr;
+    const uint64_t invocations = static_cast<uint64_t>(rows * chunks);
+    const WindowLimits w = window_limits(rt);
+    const uint64_t texel_bytes = vec4 ? 16 : 4;
+    const bool fits = src->capacity() / texel_bytes <= w.texel_count &&
+                      (!with_index || src_index->capacity() / 4 <= w.texel_count) &&
+                      out_values.capacity() <= w.storage_bytes &&
+                      (!out_indices || out_indices->capacity() <= w.storage_bytes);
+    if (fits) {
+      std::vector<Binding> bindings{
+          Binding::texels(*src, vec4 ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, 0,
+                          vec4 ? src->capacity() / 16 * 16 : src->capacity() / 4 * 4)};
+      if (with_index)
+        bindings.push_back(
+            Binding::texels(*src_index, VK_FORMAT_R32_SINT, 0, src_index->capacity() / 4 * 4));
+      bindings.push_back(Binding::storage(out_values));
+      if (out_indices) bindings.push_back(Binding::storage(*out_indices));
+      const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
+                                  static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
+      dispatch(rt, rec, {"reduce", pass_kernel(op, dtype, vec4, with_index, false)}, bindings,
+               params, sizeof params, groups_for(rt, (invocations + 63) / 64));
     } else {
-      bindings.push_back(Binding::storage(*dst));
+      // Pieces larger than one binding: runs of consecutive invocations, each reading one window
+      // of the input (its chunks are contiguous there) and writing one window of the output.
+      const uint64_t in_words = vec4 ? w.texels * 4 : w.texels;
+      const uint64_t len = static_cast<uint64_t>(length);
+      const uint64_t run =
+          std::min<uint64_t>(w.storage, in_words / std::min<uint64_t>(len, kChunk));
+      if (run == 0) throw Error("internal: a reduction chunk does not fit one binding");
+      const std::string glsl = pass_kernel(op, dtype, vec4, with_index, true);
+      for (uint64_t t0 = 0; t0 < invocations; t0 += run) {
+        const uint64_t t1 = std::min(invocations, t0 + run);
+        const uint64_t first = t0 / chunks * len + t0 % chunks * kChunk;
+        const uint64_t end =
+            (t1 - 1) / chunks * len + std::min<uint64_t>(len, ((t1 - 1) % chunks + 1) * kChunk);
+        const uint64_t in_start = align_down(first, w.align);
+        const uint64_t out_start = align_down(t0, w.align);
+        // Vector reads end at a multiple of 4 elements: rows are.
+        std::vector<Binding> bindings{
+            Binding::texels(*src, vec4 ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT,
+                            in_start * 4, (end - in_start) * 4)};
+        if (with_index)
+          bindings.push_back(
+              Binding::texels(*src_index, VK_FORMAT_R32_SINT, in_start * 4, (end - in_start) * 4));
+        bindings.push_back(Binding::storage(out_values, out_start * 4, (t1 - out_start) * 4));
+        if (out_indices)
+          bindings.push_back(Binding::storage(*out_indices, out_start * 4, (t1 - out_start) * 4));
+        const uint32_t params[8] = {
+            static_cast<uint32_t>(rows),     static_cast<uint32_t>(length),
+            static_cast<uint32_t>(kChunk),   static_cast<uint32_t>(chunks),
+            static_cast<uint32_t>(t0),       static_cast<uint32_t>(t1),
+            static_cast<uint32_t>(in_start), static_cast<uint32_t>(out_start)};
+        dispatch(rt, rec, {"reduce", glsl}, bindings, params, sizeof params,
+                 groups_for(rt, (t1 - t0 + 63) / 64));
+      }
     }
-    const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
-                                static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
-    dispatch(rt, rec, {"reduce", pass_kernel(op, dtype, vec4, with_index)}, bindings, params, sizeof params,
-             groups_for(rt, (static_cast<uint64_t>(rows * chunks) + 63) / 64));
     barrier(rec.cb);
     if (last) return;
     src = values.get();

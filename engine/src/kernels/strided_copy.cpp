@@ -1,10 +1,13 @@
 #include "kernels/strided_copy.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
+#include <utility>
 
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
+#include "profile/hooks.hpp"
 
 namespace meshvk::kernels {
 
@@ -50,6 +53,126 @@ std::string copy_kernel(const StridedCopy& c) {
   return g.str();
 }
 
+// The copy of one tile (a sub-box whose extents come as push constants) between windows of the
+// input and output: strides are compiled in, offsets are relative to the windows.
+std::string tiled_kernel(const StridedCopy& c) {
+  std::ostringstream g;
+  g << "#version 450\nlayout(local_size_x = 64) in;\n"
+       "layout(binding = 0) uniform usamplerBuffer src;\n"
+       "layout(std430, binding = 1) writeonly buffer Out { uint o[]; };\n"
+       "layout(push_constant) uniform Params { uint n; int in_offset; int out_offset; uint ext["
+    << c.box.size()
+    << "]; } pc;\n"
+       "void main() {\n"
+       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
+       "gl_LocalInvocationID.x;\n"
+       "  if (i >= pc.n) return;\n"
+       "  uint rest = i;\n  int si = pc.in_offset;\n  int so = pc.out_offset;\n";
+  for (size_t d = c.box.size(); d-- > 0;) {
+    g << "  { const int k = int(rest % pc.ext[" << d << "]); rest /= pc.ext[" << d
+      << "]; si += k * (" << c.in_strides[d] << "); so += k * (" << c.out_strides[d] << "); }\n";
+  }
+  g << "  o[so] = texelFetch(src, si).x;\n}\n";
+  return g.str();
+}
+
+// Lowest and highest element a box of extents `ext` from `offset` touches.
+std::pair<int64_t, int64_t> reach(const std::vector<int64_t>& ext,
+                                  const std::vector<int64_t>& strides, int64_t offset) {
+  int64_t lo = offset, hi = offset;
+  for (size_t d = 0; d < ext.size(); ++d) {
+    const int64_t v = (ext[d] - 1) * strides[d];
+    (v < 0 ? lo : hi) += v;
+  }
+  return {lo, hi};
+}
+
+// Pieces larger than one binding: the box is cut into equal tiles whose input and output each
+// fit one window, and each tile is one dispatch binding just those windows. Tiles shrink the
+// dimension that spreads the offending side most, so a transpose cuts both axes into blocks.
+void record_tiled_copy(detail::RuntimeState& rt, detail::Recording& rec, const StridedCopy& c,
+                       const WindowLimits& w, const detail::DeviceBuffer& in,
+                       const detail::DeviceBuffer& out) {
+  const size_t rank = c.box.size();
+  // Push constants: 3 words and one extent per dimension within the guaranteed 128 bytes.
+  if (rank > 29)
+    throw Error("internal: a layout change of " + std::to_string(rank) +
+                " dimensions is too deep to tile");
+  // Each tile's invocation count also stays well inside a 32-bit index.
+  const int64_t max_tile = int64_t{1} << 30;
+  std::vector<int64_t> tile = c.box;
+  for (;;) {
+    int64_t size = 1;
+    for (const int64_t t : tile) size *= t;
+    const auto [in_lo, in_hi] = reach(tile, c.in_strides, 0);
+    const auto [out_lo, out_hi] = reach(tile, c.out_strides, 0);
+    const bool in_over = in_hi - in_lo + 1 > static_cast<int64_t>(w.texels);
+    const bool out_over = out_hi - out_lo + 1 > static_cast<int64_t>(w.storage);
+    if (!in_over && !out_over) {
+      if (size <= max_tile) break;
+      *std::max_element(tile.begin(), tile.end()) /= 2;
+      continue;
+    }
+    const std::vector<int64_t>& strides = in_over ? c.in_strides : c.out_strides;
+    const int64_t width = in_over ? in_hi - in_lo + 1 : out_hi - out_lo + 1;
+    const int64_t limit = static_cast<int64_t>(in_over ? w.texels : w.storage);
+    // The dimension spreading this side most gets as long as the others leave room for.
+    size_t d = 0;
+    int64_t spread = -1;
+    for (size_t k = 0; k < rank; ++k) {
+      const int64_t v = (tile[k] - 1) * std::abs(strides[k]);
+      if (v > spread) {
+        spread = v;
+        d = k;
+      }
+    }
+    const int64_t others = width - spread;
+    const int64_t fits = others <= limit ? (limit - others) / std::abs(strides[d]) + 1 : 1;
+    tile[d] = std::clamp<int64_t>(fits, 1, tile[d] - 1);
+  }
+
+  const std::string glsl = tiled_kernel(c);
+  struct Params {
+    uint32_t n;
+    int32_t in_offset, out_offset;
+    uint32_t ext[29];
+  } p{};
+  const uint32_t push_bytes = 12 + 4 * static_cast<uint32_t>(rank);
+  std::vector<int64_t> origin(rank, 0), ext(rank);
+  for (;;) {
+    int64_t in_at = c.in_offset, out_at = c.out_offset, n = 1;
+    for (size_t d = 0; d < rank; ++d) {
+      ext[d] = std::min(tile[d], c.box[d] - origin[d]);
+      in_at += origin[d] * c.in_strides[d];
+      out_at += origin[d] * c.out_strides[d];
+      n *= ext[d];
+      p.ext[d] = static_cast<uint32_t>(ext[d]);
+    }
+    const auto [in_lo, in_hi] = reach(ext, c.in_strides, in_at);
+    const auto [out_lo, out_hi] = reach(ext, c.out_strides, out_at);
+    const uint64_t in_start = align_down(static_cast<uint64_t>(in_lo), w.align);
+    const uint64_t out_start = align_down(static_cast<uint64_t>(out_lo), w.align);
+    p.n = static_cast<uint32_t>(n);
+    p.in_offset = static_cast<int32_t>(in_at - static_cast<int64_t>(in_start));
+    p.out_offset = static_cast<int32_t>(out_at - static_cast<int64_t>(out_start));
+    const Binding bindings[] = {
+        Binding::texels(in, VK_FORMAT_R32_UINT, in_start * 4,
+                        (static_cast<uint64_t>(in_hi) + 1 - in_start) * 4),
+        Binding::storage(out, out_start * 4, (static_cast<uint64_t>(out_hi) + 1 - out_start) * 4)};
+    dispatch(rt, rec, {"strided_copy", glsl}, bindings, &p, push_bytes,
+             groups_for(rt, (static_cast<uint64_t>(n) + 63) / 64));
+    // The next tile origin, last dimension fastest.
+    size_t d = rank;
+    while (d-- > 0) {
+      origin[d] += tile[d];
+      if (origin[d] < c.box[d]) break;
+      origin[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) break;
+  }
+  barrier(rec.cb);
+}
+
 }  // namespace
 
 void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const StridedCopy& copy,
@@ -58,18 +181,22 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   for (const int64_t b : copy.box) count *= b;
   if (count == 0) return;
   const StridedCopy c = simplify(copy);
-  const uint64_t max_texels = rt.device_limits().maxTexelBufferElements;
-  if (in.capacity() / 4 > max_texels || out.capacity() > rt.device_limits().maxStorageBufferRange)
-    throw Error("this layout change moves a piece of " + std::to_string(std::max(in.capacity(), out.capacity()) >> 20) +
-                " MiB on one device, over the adapter's limit for one binding (" +
-                std::to_string(rt.device_limits().maxStorageBufferRange >> 20) +
-                " MiB); shard the array over more devices so each piece is smaller");
-  // A contiguous copy is a plain transfer.
+  // A contiguous copy is a plain transfer, which no binding limit applies to.
   if (c.box.size() == 1 && c.in_strides[0] == 1 && c.out_strides[0] == 1) {
     const VkBufferCopy region{in.offset() + c.in_offset * 4, out.offset() + c.out_offset * 4,
                               static_cast<uint64_t>(count) * 4};
-    vkCmdCopyBuffer(rec.cb, in.vk_buffer(), out.vk_buffer(), 1, &region);
+    {
+      const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy,
+                                     "copy",  // profile hook
+                                     region.size);
+      vkCmdCopyBuffer(rec.cb, in.vk_buffer(), out.vk_buffer(), 1, &region);
+    }
     barrier(rec.cb);
+    return;
+  }
+  const WindowLimits w = window_limits(rt);
+  if (in.capacity() / 4 > w.texel_count || out.capacity() > w.storage_bytes) {
+    record_tiled_copy(rt, rec, c, w, in, out);
     return;
   }
   struct Params {
