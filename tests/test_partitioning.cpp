@@ -174,3 +174,49 @@ TEST(Partitioning, BadInput) {
   EXPECT_THROW(bad(mv::arange(8.f)), mv::Error);
   EXPECT_EQ(bad.function().cache_size(), 0u);
 }
+
+TEST(Partitioning, ShapeOpsAlongUnsplitDimensionsKeepTheShardingAndMoveNothing) {
+  const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  const mv::NamedSharding sharded(mesh, P("a", mv::None, "b"));
+  const auto xs = random_floats(16 * 12 * 10, 21), ys = random_floats(16 * 5 * 10, 22);
+  const Array x = put(xs, {16, 12, 10}, sharded), y = put(ys, {16, 5, 10}, sharded);
+  const Array x1 = host_array(xs, {16, 12, 10}), y1 = host_array(ys, {16, 5, 10});  // one device
+  const std::vector<int32_t> picks{3, 0, 11, 3, 7, 20, -4};  // out of range clamps
+  const Array idx = mv::device_put(mv::array(std::span<const int32_t>(picks), mv::Shape{7}),
+                                   mv::NamedSharding(mesh, P()));
+
+  using Op = std::function<Array(const Array&, const Array&)>;
+  const std::vector<std::pair<const char*, Op>> ops{
+      {"slice",
+       [](const Array& a, const Array&) {
+         return mv::slice(a, {0, 2, 0}, {16, 11, 10}, {1, 3, 1});
+       }},
+      {"pad",
+       [](const Array& a, const Array&) {
+         return mv::pad(a, {{0, 0}, {1, 2}, {0, 0}}, -7.f);
+       }},
+      {"roll", [](const Array& a, const Array&) { return mv::roll(a, 5, 1); }},
+      {"concatenate",
+       [](const Array& a, const Array& b) {
+         return mv::concatenate({a, b, a}, 1);
+       }},
+      {"take", [&](const Array& a, const Array&) { return mv::take(a, idx, 1); }},
+      {"argsort", [](const Array& a,
+                     const Array&) { return mv::astype(mv::argsort(a, 1), mv::DType::float32); }},
+  };
+  for (const auto& [name, op] : ops) {
+    const auto want = op(x1, y1).to_host<float>();
+    const Array got = op(x, y);
+    EXPECT_EQ(got.sharding(), mv::Sharding(sharded)) << name;
+    EXPECT_EQ(got.to_host<float>(), want) << name;
+    const auto lowered = mv::jit(op).lower(x, y);
+    EXPECT_TRUE(lowered.collective_counts().empty()) << name << "\n" << lowered.as_text();
+    EXPECT_EQ(mv::jit(op)(x, y).to_host<float>(), want) << name;
+  }
+  // Along a split dimension the ops still give the unsharded values (gathering first).
+  EXPECT_EQ(mv::slice(x, {3, 0, 0}, {13, 12, 10}, {2, 1, 1}).to_host<float>(),
+            mv::slice(x1, {3, 0, 0}, {13, 12, 10}, {2, 1, 1}).to_host<float>());
+  EXPECT_EQ(mv::roll(x, -3, 2).to_host<float>(), mv::roll(x1, -3, 2).to_host<float>());
+  EXPECT_EQ(mv::take(x, idx, 0).to_host<float>(), mv::take(x1, idx, 0).to_host<float>());
+  EXPECT_EQ(mv::argsort(x, 0).to_host<int32_t>(), mv::argsort(x1, 0).to_host<int32_t>());
+}

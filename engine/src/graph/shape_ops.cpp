@@ -1,7 +1,8 @@
 // Shape and data-movement operations. Each runs per device on the pieces it needs: transpose
-// and broadcast_to keep the sharding (every device moves only its own piece); the others work on
-// a full copy per device of the array's devices (gathered device to device first when sharded),
-// until sharding propagation learns their rules.
+// and broadcast_to keep the sharding (every device moves only its own piece), and so do slice,
+// pad, roll, concatenate, take and argsort when the dimensions they work along are not split
+// over mesh axes, as in JAX. Along a split dimension they work on a full copy per device of the
+// array's devices (gathered device to device first).
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -49,6 +50,16 @@ Array replicated(const Array& x) {
   const NamedSharding& n = *x.sharding().named();
   Array r = device_put(x, NamedSharding(n.mesh(), PartitionSpec()));
   return r;
+}
+
+// Whether none of `dims` of x is split over mesh axes: an op that works only along them runs on
+// each device's own piece and keeps x's sharding.
+bool unsplit(const Array& x, const std::vector<size_t>& dims) {
+  const NamedSharding* n = x.sharding().named();
+  if (!n) return true;
+  for (const size_t d : dims)
+    if (d < n->spec().size() && !n->spec()[d].is_none()) return false;
+  return true;
 }
 
 Sharding replicated_like(const Sharding& s) {
@@ -199,8 +210,27 @@ static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vect
                   std::to_string(d) + " is not within [0, " + std::to_string(x.shape()[d]) + "] with start <= stop");
     shape[d] = (stop[d] - start[d] + step[d] - 1) / step[d];
   }
-  const Array whole = replicated(x);
   auto& rt = *x.impl()->runtime;
+  std::vector<size_t> cut;  // the dimensions the slice changes
+  for (size_t d = 0; d < rank; ++d)
+    if (start[d] != 0 || stop[d] != x.shape()[d] || step[d] != 1) cut.push_back(d);
+  if (unsplit(x, cut))
+    return on_each_device(
+        "slice", {x}, shape, x.dtype(), x.sharding(),
+        [&](Recording& rec, const auto& in, const auto& in_pieces, const DeviceBuffer& out,
+            const Index& piece) {
+          const auto s = strides_of(local_shape(in_pieces[0]));
+          std::vector<int64_t> src(rank);
+          int64_t offset = 0;
+          for (size_t d = 0; d < rank; ++d) {  // a split dimension is whole: start 0, step 1
+            src[d] = s[d] * step[d];
+            offset += start[d] * s[d];
+          }
+          const Shape box = local_shape(piece);
+          kernels::record_strided_copy(rt, rec, copy_into(box, src, offset, strides_of(box), 0),
+                                       *in[0], out);
+        });
+  const Array whole = replicated(x);
   return on_each_device("slice", {whole}, shape, x.dtype(), replicated_like(whole.sharding()),
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
                           const auto s = strides_of(x.shape());
@@ -302,8 +332,27 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
   }
   std::vector<Array> cast;
   for (const Array& a : arrays) cast.push_back(astype(a, dtype));
-  const auto parts = gather_whole("concatenate", cast);
   auto& rt = *arrays[0].impl()->runtime;
+  // Operands laid out alike and not split along the axis: each device joins its own pieces.
+  const bool alike = std::all_of(cast.begin(), cast.end(), [&](const Array& a) {
+    return unsplit(a, {static_cast<size_t>(axis)}) &&
+           a.sharding().is_equivalent_to(cast[0].sharding(), rank);
+  });
+  if (alike && cast[0].sharding().named())
+    return on_each_device("concatenate", cast, shape, dtype, cast[0].sharding(),
+                          [&](Recording& rec, const auto& in, const auto& in_pieces,
+                              const DeviceBuffer& out, const Index& piece) {
+                            const auto os = strides_of(local_shape(piece));
+                            int64_t at = 0;
+                            for (size_t k = 0; k < cast.size(); ++k) {
+                              const Shape s = local_shape(in_pieces[k]);
+                              kernels::record_strided_copy(
+                                  rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis]),
+                                  *in[k], out);
+                              at += s[axis];
+                            }
+                          });
+  const auto parts = gather_whole("concatenate", cast);
   return on_each_device("concatenate", parts, shape, dtype, parts[0].sharding(),
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
                           const auto os = strides_of(shape);
@@ -334,8 +383,24 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
   } else {
     word = static_cast<uint32_t>(static_cast<int32_t>(value));
   }
-  const Array whole = replicated(x);
   auto& rt = *x.impl()->runtime;
+  std::vector<size_t> padded;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (widths[d].first || widths[d].second) padded.push_back(d);
+  if (unsplit(x, padded))
+    return on_each_device(
+        "pad", {x}, shape, x.dtype(), x.sharding(),
+        [&](Recording& rec, const auto& in, const auto& in_pieces, const DeviceBuffer& out,
+            const Index& piece) {
+          const Shape box = local_shape(piece), in_box = local_shape(in_pieces[0]);
+          const auto os = strides_of(box);
+          int64_t at = 0;
+          for (size_t d = 0; d < box.size(); ++d) at += widths[d].first * os[d];
+          kernels::record_fill_words(rec, out, static_cast<uint64_t>(shape_size(box)), word);
+          kernels::record_strided_copy(rt, rec, copy_into(in_box, strides_of(in_box), 0, os, at),
+                                       *in[0], out);
+        });
+  const Array whole = replicated(x);
   return on_each_device("pad", {whole}, shape, x.dtype(), replicated_like(whole.sharding()),
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
                           kernels::record_fill_words(rec, out, static_cast<uint64_t>(shape_size(shape)), word);
@@ -348,12 +413,17 @@ static Array roll_untaped(const Array& x, int64_t shift, int axis) {
   const int64_t n = x.shape()[axis];
   if (n == 0) return x;
   const int64_t s = ((shift % n) + n) % n;
-  const Array whole = replicated(x);
+  const bool local = unsplit(x, {static_cast<size_t>(axis)});
+  const Array whole = local ? x : replicated(x);
   auto& rt = *x.impl()->runtime;
-  return on_each_device("roll", {whole}, x.shape(), x.dtype(), replicated_like(whole.sharding()),
-                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
-                          const auto st = strides_of(x.shape());
-                          Shape head = x.shape(), tail = x.shape();
+  // Along an unsplit axis each device rolls its own piece, which holds that axis whole.
+  return on_each_device("roll", {whole}, x.shape(), x.dtype(),
+                        local ? x.sharding() : replicated_like(whole.sharding()),
+                        [&](Recording& rec, const auto& in, const auto& in_pieces,
+                            const DeviceBuffer& out, const Index&) {
+                          const Shape box = local_shape(in_pieces[0]);
+                          const auto st = strides_of(box);
+                          Shape head = box, tail = box;
                           head[axis] = n - s;  // elements [0, n-s) move to [s, n)
                           tail[axis] = s;      // elements [n-s, n) move to [0, s)
                           kernels::record_strided_copy(rt, rec, copy_into(head, st, 0, st, s * st[axis]), *in[0], out);
@@ -372,8 +442,34 @@ static Array take_untaped(const Array& x, const Array& indices, int axis) {
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
   for (size_t d = axis + 1; d < x.ndim(); ++d) inner *= x.shape()[d];
-  const auto parts = gather_whole("take", {x, indices});
   auto& rt = *x.impl()->runtime;
+  // x not split along the axis: every device takes from its own piece, with all the indices.
+  const NamedSharding* xn = x.sharding().named();
+  if (xn && !x.sharding().is_fully_replicated() && unsplit(x, {static_cast<size_t>(axis)}) &&
+      (!indices.committed() || indices.sharding().device_ids() == x.sharding().device_ids())) {
+    const Sharding everywhere = NamedSharding(xn->mesh(), PartitionSpec());
+    const Array idx = indices.sharding().is_equivalent_to(everywhere, indices.ndim())
+                          ? indices
+                          : device_put(indices, everywhere);
+    std::vector<SpecEntry> spec;
+    for (int d = 0; d < axis; ++d)
+      spec.push_back(d < static_cast<int>(xn->spec().size()) ? xn->spec()[d] : SpecEntry());
+    spec.insert(spec.end(), indices.ndim(), SpecEntry());
+    for (size_t d = axis + 1; d < x.ndim(); ++d)
+      spec.push_back(d < xn->spec().size() ? xn->spec()[d] : SpecEntry());
+    return on_each_device("take", {x, idx}, shape, x.dtype(),
+                          NamedSharding(xn->mesh(), PartitionSpec(spec).trimmed()),
+                          [&](Recording& rec, const auto& in, const auto& in_pieces,
+                              const DeviceBuffer& out, const Index&) {
+                            const Shape box = local_shape(in_pieces[0]);
+                            int64_t local_outer = 1, local_inner = 1;
+                            for (int d = 0; d < axis; ++d) local_outer *= box[d];
+                            for (size_t d = axis + 1; d < box.size(); ++d) local_inner *= box[d];
+                            kernels::record_take(rt, rec, *in[0], *in[1], out, local_outer,
+                                                 x.shape()[axis], local_inner, indices.size());
+                          });
+  }
+  const auto parts = gather_whole("take", {x, indices});
   return on_each_device("take", parts, shape, x.dtype(), parts[0].sharding(),
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
                           kernels::record_take(rt, rec, *in[0], *in[1], out, outer, x.shape()[axis], inner, indices.size());
@@ -400,12 +496,18 @@ Array argsort(const Array& x, int axis) {
     return transpose(argsort(transpose(x, perm), last), perm);
   }
   const int64_t n = x.shape()[last];
-  const int64_t rows = n == 0 ? 0 : x.size() / n;
-  const Array whole = replicated(astype(x, x.dtype() == DType::bool_ ? DType::int32 : x.dtype()));
+  const Array keys = astype(x, x.dtype() == DType::bool_ ? DType::int32 : x.dtype());
+  // Rows whole on each device (the sorted axis unsplit): each device sorts its own rows.
+  const bool local = unsplit(keys, {static_cast<size_t>(last)});
+  const Array whole = local ? keys : replicated(keys);
   auto& rt = *x.impl()->runtime;
-  return on_each_device("argsort", {whole}, x.shape(), DType::int32, replicated_like(whole.sharding()),
-                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
-                          kernels::record_argsort(rt, rec, *in[0], out, rows, n, whole.dtype() == DType::float32);
+  return on_each_device("argsort", {whole}, x.shape(), DType::int32,
+                        local ? keys.sharding() : replicated_like(whole.sharding()),
+                        [&](Recording& rec, const auto& in, const auto& in_pieces,
+                            const DeviceBuffer& out, const Index&) {
+                          const int64_t count = shape_size(local_shape(in_pieces[0]));
+                          kernels::record_argsort(rt, rec, *in[0], out, n == 0 ? 0 : count / n, n,
+                                                  whole.dtype() == DType::float32);
                         });
 }
 
