@@ -82,6 +82,8 @@ void device_cell(App& app, int device, const std::string& coords, ImVec2 size) {
     if (info) {
       ImGui::Text("adapter %s", info->adapter.c_str());
       ImGui::Text("queue family %d, queue %d", info->queue_family, info->queue_index);
+      if (info->transfer_queue_index >= 0)
+        ImGui::Text("transfer stream on queue %d", info->transfer_queue_index);
       ImGui::Text("memory %s of %s", format_bytes(info->memory_used).c_str(),
                   format_bytes(info->memory_budget).c_str());
     }
@@ -188,7 +190,10 @@ void draw_mesh_view(App& app) {
       ImGui::Text("%s %d", d.platform.c_str(), d.id);
       if (ImGui::IsItemHovered()) app.hovered_devices_next = {d.id};
       ImGui::TableNextColumn();
-      ImGui::Text("%d.%d", d.queue_family, d.queue_index);
+      if (d.transfer_queue_index >= 0)  // and the queue of its transfer stream
+        ImGui::Text("%d.%d +%d", d.queue_family, d.queue_index, d.transfer_queue_index);
+      else
+        ImGui::Text("%d.%d", d.queue_family, d.queue_index);
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(format_bytes(d.memory_used).c_str());
       ImGui::TableNextColumn();
