@@ -220,3 +220,39 @@ TEST(Partitioning, ShapeOpsAlongUnsplitDimensionsKeepTheShardingAndMoveNothing) 
   EXPECT_EQ(mv::take(x, idx, 0).to_host<float>(), mv::take(x1, idx, 0).to_host<float>());
   EXPECT_EQ(mv::argsort(x, 0).to_host<int32_t>(), mv::argsort(x1, 0).to_host<int32_t>());
 }
+
+TEST(Partitioning, ReshapesThatKeepEveryPieceMoveNothing) {
+  const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  const mv::NamedSharding sharded(mesh, P("a", mv::None, "b"));
+  const auto xs = random_floats(16 * 6 * 10, 31);
+  const Array x = put(xs, {16, 6, 10}, sharded);
+  const Array x1 = host_array(xs, {16, 6, 10});
+  struct Case {
+    mv::Shape shape;
+    std::optional<mv::PartitionSpec> kept;  // the sharding when nothing moves
+  };
+  const std::vector<Case> cases{
+      {{96, 10}, P("a", "b")},                           // merge a split leading dimension
+      {{4, 4, 6, 10}, P("a", mv::None, mv::None, "b")},  // split it
+      {{16, 1, 6, 1, 10}, P("a", mv::None, mv::None, mv::None, "b")},
+      {{2, 8, 3, 2, 10}, std::nullopt},  // 2 does not split 4 ways
+      {{16, 60}, std::nullopt},          // 'b' is not the leading dimension of the merge
+      {{960}, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    const auto f = [&](const Array& a) { return a.reshape(c.shape); };
+    const Array got = f(x);
+    EXPECT_EQ(got.to_host<float>(), xs) << mv::shape_to_string(c.shape);
+    EXPECT_EQ(got.shape(), c.shape);
+    const auto lowered = mv::jit(f).lower(x);
+    if (c.kept) {
+      EXPECT_EQ(got.sharding(), mv::Sharding(mv::NamedSharding(mesh, *c.kept)))
+          << mv::shape_to_string(c.shape);
+      EXPECT_TRUE(lowered.collective_counts().empty()) << lowered.as_text();
+    } else {
+      EXPECT_TRUE(got.sharding().is_fully_replicated()) << mv::shape_to_string(c.shape);
+    }
+    // Reshaping back gives the original layout's values either way.
+    EXPECT_EQ(f(x).reshape({16, 6, 10}).to_host<float>(), x1.to_host<float>());
+  }
+}

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
@@ -147,6 +148,60 @@ Array Array::reshape(Shape new_shape) const {
   return detail::on_tape(r, {*this}, [old](const Array& ct) { return std::vector<Array>{ct.reshape(old)}; });
 }
 
+// The sharding of `to` under which every device's piece of `from` (laid out by `spec`), read in
+// row-major order, already is its piece of the reshaped array; none when there is no such one.
+// Dimensions are matched in groups of equal size products: (16, 6, 10) -> (96, 10) groups
+// {16, 6} -> {96} and {10} -> {10}. In a group only the leading old dimension may be split, and
+// then the leading new dimension takes its split when both divide evenly over it: the pieces are
+// the same runs of elements. Size-1 dimensions come and go freely.
+static std::optional<PartitionSpec> local_reshape_spec(const Shape& from, const PartitionSpec& spec,
+                                                       const Shape& to, const Mesh& mesh) {
+  struct Dim {
+    int64_t size;
+    SpecEntry entry;
+  };
+  std::vector<Dim> old_dims;
+  for (size_t d = 0; d < from.size(); ++d) {
+    const SpecEntry entry = d < spec.size() ? spec[d] : SpecEntry();
+    if (from[d] == 0) return std::nullopt;
+    if (from[d] == 1) {
+      if (!entry.is_none()) return std::nullopt;
+      continue;
+    }
+    old_dims.push_back({from[d], entry});
+  }
+  std::vector<size_t> new_dims;  // positions in `to` of its dimensions other than 1
+  for (size_t d = 0; d < to.size(); ++d)
+    if (to[d] != 1) new_dims.push_back(d);
+  std::vector<SpecEntry> out(to.size());
+  size_t i = 0, j = 0;
+  while (i < old_dims.size() && j < new_dims.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t po = old_dims[i++].size, pn = to[new_dims[j++]];
+    while (po != pn) {
+      if (po < pn) {
+        if (i == old_dims.size()) return std::nullopt;
+        po *= old_dims[i++].size;
+      } else {
+        if (j == new_dims.size()) return std::nullopt;
+        pn *= to[new_dims[j++]];
+      }
+    }
+    const SpecEntry& lead = old_dims[i0].entry;
+    for (size_t k = i0 + 1; k < i; ++k)
+      if (!old_dims[k].entry.is_none()) return std::nullopt;
+    if (lead.is_none()) continue;
+    if (i - i0 > 1 || j - j0 > 1) {
+      int64_t ways = 1;
+      for (const std::string& axis : lead.axes) ways *= mesh.axis_size(axis);
+      if (old_dims[i0].size % ways || to[new_dims[j0]] % ways) return std::nullopt;
+    }
+    out[new_dims[j0]] = lead;
+  }
+  if (i != old_dims.size() || j != new_dims.size()) return std::nullopt;
+  return PartitionSpec(out).trimmed();
+}
+
 static Array reshape_untaped(const Array& self, Shape new_shape) {
   const ArrayImpl& a = impl_of(self);
   int64_t known = 1;
@@ -167,26 +222,8 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
   std::lock_guard lock(a.runtime->mutex());
   exec::ShardedValue v = detail::materialized(self);
   if (const NamedSharding* n = v.sharding.named()) {
-    // Inserting or dropping size-1 dimensions keeps every piece's layout: the sharding follows.
-    std::vector<std::pair<int64_t, SpecEntry>> old_dims, new_dims;
-    for (size_t d = 0; d < v.shape.size(); ++d)
-      if (v.shape[d] != 1) old_dims.push_back({v.shape[d], n->spec()[d]});
-    bool same = true;
-    std::vector<SpecEntry> spec;
-    size_t k = 0;
-    for (const int64_t s : new_shape) {
-      if (s == 1) {
-        spec.emplace_back();
-        continue;
-      }
-      if (k >= old_dims.size() || old_dims[k].first != s) {
-        same = false;
-        break;
-      }
-      spec.push_back(old_dims[k++].second);
-    }
-    if (same && k == old_dims.size()) {
-      v.sharding = NamedSharding(n->mesh(), PartitionSpec(spec).trimmed());
+    if (const auto spec = local_reshape_spec(v.shape, n->spec(), new_shape, n->mesh())) {
+      v.sharding = NamedSharding(n->mesh(), *spec);
       v.shape = std::move(new_shape);
       return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
     }
