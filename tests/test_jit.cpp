@@ -31,8 +31,39 @@ TEST(Jit, TracesOnceAndReplaysWithNewValues) {
   // A new sharding is a new program.
   f(mv::device_put(mv::arange(32.f).reshape({4, 8}), mv::NamedSharding(mesh, P("y"))));
   EXPECT_EQ(f.function().cache_size(), 2u);
-  // Earlier results stay valid after later calls.
+  // Earlier results stay valid after later calls, and so do the arguments of earlier calls.
   EXPECT_EQ(r1.to_host<float>(), v1);
+  std::vector<float> first(32);
+  for (int i = 0; i < 32; ++i) first[i] = static_cast<float>(i);
+  EXPECT_EQ(a.to_host<float>(), first)
+      << "the replay wrote into the array the trace was called with";
+}
+
+TEST(Jit, AReplayWaitsForEveryReaderOfTheBuffersItRewrites) {
+  // Results are the program's buffers until the next call: work that still reads them (here an
+  // all-gather and a reshard, queued behind slow work) must finish before the replay rewrites them.
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto sharding = mv::NamedSharding(mesh, P("x"));
+  const auto f = mv::jit([](const Array& x) { return x * 3.f; });
+  const Array a = mv::device_put(mv::arange(8.f * 4096), sharding);
+  const Array b = mv::device_put(mv::arange(8.f * 4096) + 1.f, sharding);
+  for (int round = 0; round < 3; ++round) {
+    const Array y = f(round % 2 ? b : a);
+    const Array slow =
+        mv::matmul(mv::ones({512, 512}), mv::ones({512, 512}));  // queued first on device 0
+    const Array gathered = mv::shard_map(
+        [](const Array& v) { return mv::all_gather(v, "x", 0, true); }, mesh, {P("x")}, P())(y);
+    const Array moved = mv::reshard(y, mv::NamedSharding(mesh, P()));
+    (void)f(round % 2 ? a : b);  // rewrites the program's buffers
+    const auto want = (y).to_host<float>();
+    const auto got = gathered.to_host<float>();
+    ASSERT_EQ(got.size(), 8u * 4096);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], 3.f * (static_cast<float>(i) + (round % 2 ? 1.f : 0.f)))
+          << "round " << round << " i " << i;
+    EXPECT_EQ(moved.to_host<float>(), want);
+    (void)slow;
+  }
 }
 
 TEST(Jit, ContractAndMultipleOutputs) {

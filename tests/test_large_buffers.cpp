@@ -82,6 +82,7 @@ void expect_same_windowed(const std::string& what, const std::function<mv::Array
 
 // 6000 x 6000 int32 (137 MiB) on one device: input and output each past one storage binding.
 TEST(LargeBuffers, TransposeSliceConcatenatePadRollBroadcast) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
   ASSERT_GT(6000ull * 6000 * 4, storage_limit())
       << "the adapter binds the whole piece: nothing to test";
   const int64_t n = 6000;
@@ -133,6 +134,7 @@ TEST(LargeBuffers, TransposeSliceConcatenatePadRollBroadcast) {
 
 // 140M int32 (534 MiB) on one device: past the R32 texel limit too, so the input is windowed.
 TEST(LargeBuffers, TransposeAndMaxBeyondTheTexelLimit) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
   const int64_t rows = 14000, cols = 10000;
   ASSERT_GT(static_cast<uint64_t>(rows * cols), texel_limit())
       << "the adapter binds the whole piece: nothing to test";
@@ -157,6 +159,7 @@ TEST(LargeBuffers, TransposeAndMaxBeyondTheTexelLimit) {
 }
 
 TEST(LargeBuffers, ReductionsWithOutputsPastOneBinding) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
   // 36M rows: the 144 MiB of results are written through several windows.
   const int64_t rows = 36'000'000;
   ASSERT_GT(static_cast<uint64_t>(rows) * 4, storage_limit());
@@ -180,6 +183,7 @@ TEST(LargeBuffers, ReductionsWithOutputsPastOneBinding) {
 }
 
 TEST(LargeBuffers, TakeWithOutputsPastOneBinding) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
   const int64_t n = 6000;
   const auto x = positions({n, n});
   std::vector<int32_t> perm(n);
@@ -197,6 +201,7 @@ TEST(LargeBuffers, TakeWithOutputsPastOneBinding) {
 }
 
 TEST(LargeBuffers, ArgsortOfManyRows) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
   // 2.5M rows of 16 floats: 160 MiB of input, output and sort keys, sorted in groups of rows.
   const int64_t rows = 2'500'000, n = 16;
   const auto v = random_floats(rows * n, 7);
@@ -218,6 +223,7 @@ TEST(LargeBuffers, ArgsortOfManyRows) {
 
 // Sharded pieces still take the single-binding paths, and the results agree.
 TEST(LargeBuffers, ShardedAndSingleDeviceAgree) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
   const auto mesh = mv::make_mesh({8}, {"x"});
   const auto x = positions({6000, 6000});
   const auto sharded = mv::device_put(x, mv::NamedSharding(mesh, P("x")));

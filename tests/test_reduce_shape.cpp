@@ -187,6 +187,7 @@ TEST(Shape, StackVarStdAndDeviceDynamicSlice) {
 }
 
 TEST(Shape, PiecesBeyondOneBindingTranspose) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
   // A 6144 x 6144 int32 transpose on one device: a 144 MiB piece, past lavapipe's 128 MiB
   // storage binding, is copied through windows of it (tests/test_large_buffers.cpp has more).
   const int64_t n = 6144;

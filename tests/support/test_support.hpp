@@ -31,3 +31,14 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 inline meshvk::Array host_array(const std::vector<float>& v, meshvk::Shape shape) {
   return meshvk::array(std::span<const float>(v), std::move(shape));
 }
+
+// Tests of per-device pieces past one binding (hundreds of MiB) peak at 8-15 GB under
+// AddressSanitizer (measured), more than CI machines can be assumed to have: the sanitizer run
+// skips them and keeps the tests that shrink the binding limits instead (the same code paths);
+// the Release run covers the real sizes.
+#if defined(__SANITIZE_ADDRESS__)
+#define SKIP_FULL_SIZE_UNDER_ASAN() \
+  GTEST_SKIP() << "full-size buffers are tested in the Release build (8-15 GB under ASan)"
+#else
+#define SKIP_FULL_SIZE_UNDER_ASAN() (void)0
+#endif

@@ -41,11 +41,14 @@ Recording then_compute(RuntimeState& rt, Recording&& copies,
                        const std::vector<DeviceBuffer*>& written) {
   if (copies.timeline == copies.device) return std::move(copies);
   const int device = copies.device;
+  // What the copies filled is read by the kernels: it lives until they finish, not the copies.
+  std::vector<std::shared_ptr<const void>> kept = copies.keep_alive;
   const Fence f = rt.submit(std::move(copies));
   for (const DeviceBuffer* b : read) const_cast<DeviceBuffer*>(b)->used_by(f);
   for (DeviceBuffer* b : written) b->written_by(f);
   Recording rec = rt.begin(device);
   rec.wait_for(f);
+  rec.keep_alive = std::move(kept);
   return rec;
 }
 
@@ -249,6 +252,7 @@ Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dt
       (void)first;
     }
     record_fold(rt, rec, inputs, std::vector<uint64_t>(inputs.size(), 0), count, dtype, op, *result, 0);
+    read.insert(read.end(), peers.begin(), peers.end());  // the kernels read them too
     finish(rt, std::move(rec), read, {result.get()});
     out.push_back(std::move(result));
   }
@@ -304,6 +308,7 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
       }
       record_fold(rt, rec, inputs, std::vector<uint64_t>(inputs.size(), 0), chunk, dtype, op, *result, 0);
     }
+    read.insert(read.end(), pieces.begin(), pieces.end());  // the kernels read them too
     finish(rt, std::move(rec), read, {result.get()});
     out.push_back(std::move(result));
   }

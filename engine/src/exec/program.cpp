@@ -46,8 +46,21 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     for (const auto& b : v.shards) used.insert(b->device());
   for (const auto& v : outputs_)
     for (const auto& b : v.shards) used.insert(b->device());
+  // Every submission that still reads or writes a buffer the replay rewrites, on any stream of
+  // any device (a collective reading a returned result from another device's transfer stream),
+  // must finish first: the buffers' last uses, per device, per timeline.
+  std::vector<std::vector<uint64_t>> in_use(n, std::vector<uint64_t>(timelines, 0));
+  auto note_uses = [&](const detail::DeviceBuffer& b) {
+    auto& mine = in_use[b.device()];
+    for (int t = 0; t < timelines; ++t) mine[t] = std::max(mine[t], b.last_use()[t]);
+  };
+  for (const auto& b : capture_->buffers) note_uses(*b);
+  for (const auto* values : {&inputs_, &outputs_})
+    for (const auto& v : *values)
+      for (const auto& b : v.shards) note_uses(*b);
   for (const int d : used) {
     Recording rec = rt_->begin(d);
+    for (int t = 0; t < timelines; ++t) rec.wait_for(Fence{t, in_use[d][t]});
     // profile hook: keeps the previous replay's timestamps (rec is d's next submission).
     profile::save_replayed(rt_->profiler(), rec.cb, d, rt_->last_submitted(d) + 1,
                            capture_->submissions,

@@ -101,14 +101,23 @@ struct JitFunction::State {
   std::vector<Array> trace(const std::string& key, const std::vector<Array>& args) {
     auto rt = Runtime::current().state();
     const profile::JitScope profiled(rt->profiler(), options.name, true);  // profile hook: trace
+    // The program owns its input buffers and rewrites them on every replay: it traces copies, so
+    // the arrays it was first called with keep their values.
+    std::vector<Array> owned;
     std::vector<exec::ShardedValue> inputs;
-    for (const Array& a : args) inputs.push_back(detail::materialized(a));
+    {
+      const detail::OpScope op_scope("jit input");  // profile hook: as a replay's refresh says
+      for (const Array& a : args) {
+        owned.push_back(copy(a));
+        inputs.push_back(detail::materialized(owned.back()));
+      }
+    }
     auto capture = std::make_unique<detail::Capture>();
     exec::ProgramLog log;
     std::vector<Array> results;
     rt->begin_capture(capture.get());
     try {
-      results = place_outputs(body(args));
+      results = place_outputs(body(owned));
     } catch (...) {
       rt->end_capture();
       exec::Program failed(rt, std::move(capture), {}, {});  // waits for and frees what ran

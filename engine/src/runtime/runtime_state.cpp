@@ -392,6 +392,10 @@ std::string RuntimeState::describe(int timeline) const {
 Fence RuntimeState::signal_from_host(int timeline) {
   std::lock_guard lock(mutex_);
   Stream& s = *streams_[timeline];
+  if (s.semaphore.value() < s.last_submitted)
+    throw Error("signal_from_host: " + describe(timeline) + " still has submissions pending (at " +
+                std::to_string(s.semaphore.value()) + " of " + std::to_string(s.last_submitted) +
+                "); a host signal must come after them");
   s.semaphore.signal(++s.last_submitted);
   return Fence{timeline, s.last_submitted};
 }

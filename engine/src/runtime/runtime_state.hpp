@@ -135,6 +135,8 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   Fence ready() const { return ready_; }
   void written_by(const Fence& f);
   void used_by(const Fence& f);
+  // Per timeline, the last submission that read or wrote it (0: none).
+  const std::vector<uint64_t>& last_use() const { return last_use_; }
 
  private:
   std::shared_ptr<RuntimeState> runtime_;
@@ -186,7 +188,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   void wait_all(const std::string& during);
   bool reached(const Fence& fence);
   // Signals the stream's next timeline value from the host, as if an empty submission ran:
-  // what a test uses to release a device it made wait for a signal that never comes.
+  // what a test uses to release a device it made wait for a signal that never comes. Only for a
+  // stream with nothing pending (a host signal must stay below every pending one): else Error.
   Fence signal_from_host(int timeline);
 
   // The compute pipeline cached under `key`, built by `make` the first time it is asked for.
