@@ -165,7 +165,9 @@ static std::optional<PartitionSpec> local_reshape_spec(const Shape& from, const 
     const SpecEntry entry = d < spec.size() ? spec[d] : SpecEntry();
     if (from[d] == 0) return std::nullopt;
     if (from[d] == 1) {
-      if (!entry.is_none()) return std::nullopt;
+      int64_t ways = 1;  // a size-1 dimension can only be "split" over axes of size 1
+      for (const std::string& axis : entry.axes) ways *= mesh.axis_size(axis);
+      if (ways != 1) return std::nullopt;
       continue;
     }
     old_dims.push_back({from[d], entry});
