@@ -144,13 +144,9 @@ ShardedValue copy_value(RuntimeState& rt, const ShardedValue& value) {
   return out;
 }
 
-ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target) {
-  check_devices(rt, target);
-  uint64_t moved = 0, local = 0;
+std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& value,
+                                         const Index& box, int device, Moved& moved) {
   const auto from = value.sharding.devices_indices_map(value.shape);
-  const auto to = target.devices_indices_map(value.shape);
-  ShardedValue out{value.shape, value.dtype, target, {}};
-
   // Distinct source pieces, each with the devices (positions in `from`) that hold it.
   std::vector<std::pair<Index, std::vector<size_t>>> pieces;
   for (size_t i = 0; i < from.size(); ++i) {
@@ -160,7 +156,46 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
     else
       it->second.push_back(i);
   }
+  auto buffer = rt.allocate(device, piece_bytes(box));
+  // Only copies: on the device's transfer stream, where it has one, to overlap its kernels.
+  const detail::ActivityScope activity("reshard");
+  Recording rec = rt.begin_transfer(device);
+  std::vector<DeviceBuffer*> sources;
+  for (const auto& [index, holders] : pieces) {
+    const auto overlap = intersect(index, box);
+    if (!overlap) continue;
+    // Read from this device when it holds the piece, else spread readers over the holders.
+    size_t pick = holders[static_cast<size_t>(device) % holders.size()];
+    for (const size_t h : holders)
+      if (from[h].device == device) pick = h;
+    DeviceBuffer& src = *value.shards[pick];
+    std::vector<VkBufferCopy> regions;
+    for_each_run(*overlap, index, box, [&](uint64_t so, uint64_t doff, uint64_t n) {
+      regions.push_back({src.offset() + so * 4, buffer->offset() + doff * 4, n * 4});
+    });
+    if (regions.empty()) continue;
+    rec.wait_for(src.ready());
+    uint64_t bytes = 0;
+    for (const auto& r : regions) bytes += r.size;
+    const profile::DeviceSpan span(rec.profile.get(), "reshard", bytes,  // profile hook
+                                   {src.ready().timeline, src.ready().value});
+    vkCmdCopyBuffer(rec.cb, src.vk_buffer(), buffer->vk_buffer(),
+                    static_cast<uint32_t>(regions.size()), regions.data());
+    (src.device() == device ? moved.within : moved.between) += bytes;
+    sources.push_back(&src);
+  }
+  const Fence f = rt.submit(std::move(rec));
+  for (DeviceBuffer* s : sources) s->used_by(f);
+  buffer->written_by(f);
+  return buffer;
+}
 
+ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target) {
+  check_devices(rt, target);
+  Moved moved;
+  const auto from = value.sharding.devices_indices_map(value.shape);
+  const auto to = target.devices_indices_map(value.shape);
+  ShardedValue out{value.shape, value.dtype, target, {}};
   for (const DeviceIndex& dst : to) {
     // A piece already on this device with exactly this box is shared, not copied.
     bool shared = false;
@@ -170,46 +205,15 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
         shared = true;
       }
     }
-    if (shared) continue;
-
-    auto buffer = rt.allocate(dst.device, piece_bytes(dst.index));
-    // Only copies: on the device's transfer stream, where it has one, to overlap its kernels.
-    const detail::ActivityScope activity("reshard");
-    Recording rec = rt.begin_transfer(dst.device);
-    std::vector<DeviceBuffer*> sources;
-    for (const auto& [index, holders] : pieces) {
-      const auto overlap = intersect(index, dst.index);
-      if (!overlap) continue;
-      // Read from this device when it holds the piece, else spread readers over the holders.
-      size_t pick = holders[static_cast<size_t>(dst.device) % holders.size()];
-      for (const size_t h : holders)
-        if (from[h].device == dst.device) pick = h;
-      DeviceBuffer& src = *value.shards[pick];
-      std::vector<VkBufferCopy> regions;
-      for_each_run(*overlap, index, dst.index, [&](uint64_t so, uint64_t doff, uint64_t n) {
-        regions.push_back({src.offset() + so * 4, buffer->offset() + doff * 4, n * 4});
-      });
-      if (regions.empty()) continue;
-      rec.wait_for(src.ready());
-      uint64_t bytes = 0;
-      for (const auto& r : regions) bytes += r.size;
-      const profile::DeviceSpan span(rec.profile.get(), "reshard", bytes,  // profile hook
-                                     {src.ready().timeline, src.ready().value});
-      vkCmdCopyBuffer(rec.cb, src.vk_buffer(), buffer->vk_buffer(),
-                      static_cast<uint32_t>(regions.size()), regions.data());
-      (src.device() == dst.device ? local : moved) += bytes;
-      sources.push_back(&src);
-    }
-    const Fence f = rt.submit(std::move(rec));
-    for (DeviceBuffer* s : sources) s->used_by(f);
-    buffer->written_by(f);
-    out.shards.push_back(std::move(buffer));
+    if (!shared) out.shards.push_back(gather_box(rt, value, dst.index, dst.device, moved));
   }
   if (logging()) {
     auto spec = [](const Sharding& s) { return s.named() ? s.named()->spec().to_string() : s.to_string(); };
-    const std::string line = "reshard " + spec(value.sharding) + " -> " + spec(target) + ": " + std::to_string(moved) +
-                             " bytes between devices, " + std::to_string(local) + " bytes within devices";
-    if (moved) log_collective("reshard", moved, line);
+    const std::string line = "reshard " + spec(value.sharding) + " -> " + spec(target) + ": " +
+                             std::to_string(moved.between) + " bytes between devices, " +
+                             std::to_string(moved.within) + " bytes within devices";
+    if (moved.between)
+      log_collective("reshard", moved.between, line);
     else log_op(line);
   }
   return out;

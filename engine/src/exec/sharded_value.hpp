@@ -33,6 +33,17 @@ ShardedValue fill(detail::RuntimeState& rt, const Shape& shape, DType dtype, uin
 // pieces already in place are shared, not copied.
 ShardedValue reshard(detail::RuntimeState& rt, const ShardedValue& value, const Sharding& target);
 
+// Bytes a gather_box copied: from other devices, and within the device.
+struct Moved {
+  uint64_t between = 0, within = 0;
+};
+// A fresh buffer on `device` holding global `box` of `value` (row-major), copied device to
+// device from the pieces that hold its parts: the device's own where it has them, else spread
+// over their holders.
+std::shared_ptr<detail::DeviceBuffer> gather_box(detail::RuntimeState& rt,
+                                                 const ShardedValue& value, const Index& box,
+                                                 int device, Moved& moved);
+
 // A copy of every piece in fresh buffers.
 ShardedValue copy_value(detail::RuntimeState& rt, const ShardedValue& value);
 

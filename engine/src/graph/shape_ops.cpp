@@ -9,6 +9,8 @@
 #include <mutex>
 #include <numeric>
 
+#include "exec/program_log.hpp"
+#include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
@@ -196,6 +198,63 @@ static Array broadcast_to_untaped(const Array& x, Shape shape) {
                         });
 }
 
+// A slice cutting split dimensions: the result keeps x's layout where a cut size still divides
+// over its dimension's mesh axes (else that dimension is whole on every device), and each device
+// gathers, device to device, just the input box its piece is cut from, then cuts it locally.
+static Array slice_split(const Array& x, const Shape& shape, const std::vector<int64_t>& start,
+                         const std::vector<int64_t>& step) {
+  const detail::PartOpScope op_scope("slice");  // profile hook
+  const size_t rank = x.ndim();
+  const NamedSharding& n = *x.sharding().named();  // single-device arrays are never split
+  std::vector<SpecEntry> spec;
+  for (size_t d = 0; d < rank; ++d) {
+    SpecEntry entry = d < n.spec().size() ? n.spec()[d] : SpecEntry();
+    int64_t ways = 1;
+    for (const std::string& axis : entry.axes) ways *= n.mesh().axis_size(axis);
+    if (shape[d] % ways != 0) entry = SpecEntry();
+    spec.push_back(entry);
+  }
+  const Sharding target = NamedSharding(n.mesh(), PartitionSpec(spec).trimmed());
+  auto rt = x.impl()->runtime;
+  std::lock_guard lock(rt->mutex());
+  const exec::ShardedValue& value = detail::materialized(x);
+  exec::ShardedValue out{shape, x.dtype(), target, {}};
+  exec::Moved moved;
+  for (const DeviceIndex& piece : target.devices_indices_map(shape)) {
+    const Shape box = local_shape(piece.index);
+    auto buffer = rt->allocate(piece.device, static_cast<uint64_t>(shape_size(box)) * 4);
+    if (shape_size(box) > 0) {
+      Index need(rank);  // the input box this piece is cut from
+      for (size_t d = 0; d < rank; ++d)
+        need[d] = {start[d] + piece.index[d].start * step[d],
+                   start[d] + (piece.index[d].stop - 1) * step[d] + 1};
+      auto gathered = exec::gather_box(*rt, value, need, piece.device, moved);
+      Recording rec = rt->begin(piece.device);
+      rec.wait_for(gathered->ready());
+      auto in_strides = strides_of(local_shape(need));
+      for (size_t d = 0; d < rank; ++d) in_strides[d] *= step[d];
+      kernels::record_strided_copy(*rt, rec, copy_into(box, in_strides, 0, strides_of(box), 0),
+                                   *gathered, *buffer);
+      rec.keep_alive.push_back(gathered);
+      const detail::Fence f = rt->submit(std::move(rec));
+      gathered->used_by(f);
+      buffer->written_by(f);
+    }
+    out.shards.push_back(std::move(buffer));
+  }
+  if (exec::logging()) {
+    const std::string line = "slice " + n.spec().to_string() + " -> " +
+                             target.named()->spec().to_string() + ": " +
+                             std::to_string(moved.between) + " bytes between devices, " +
+                             std::to_string(moved.within) + " bytes within devices";
+    if (moved.between)
+      exec::log_collective("reshard", moved.between, line);
+    else
+      exec::log_op(line);
+  }
+  return detail::make_array(rt, std::move(out), x.committed(), detail::varying_of({&x}));
+}
+
 static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
   const size_t rank = x.ndim();
   if (step.empty()) step.assign(rank, 1);
@@ -230,18 +289,7 @@ static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vect
           kernels::record_strided_copy(rt, rec, copy_into(box, src, offset, strides_of(box), 0),
                                        *in[0], out);
         });
-  const Array whole = replicated(x);
-  return on_each_device("slice", {whole}, shape, x.dtype(), replicated_like(whole.sharding()),
-                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
-                          const auto s = strides_of(x.shape());
-                          std::vector<int64_t> src(rank);
-                          int64_t offset = 0;
-                          for (size_t d = 0; d < rank; ++d) {
-                            src[d] = s[d] * step[d];
-                            offset += start[d] * s[d];
-                          }
-                          kernels::record_strided_copy(rt, rec, copy_into(shape, src, offset, strides_of(shape), 0), *in[0], out);
-                        });
+  return slice_split(x, shape, start, step);
 }
 
 Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes) {
