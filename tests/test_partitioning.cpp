@@ -290,3 +290,53 @@ TEST(Partitioning, SlicesAcrossSplitDimensionsGatherOnlyWhatEachPieceNeeds) {
     EXPECT_LT(moved, 7u * 16 * 12 * 10 * 4 / 2) << mv::jit(f).lower(x).as_text();
   }
 }
+
+TEST(Partitioning, PadRollConcatenateAcrossSplitDimensionsKeepTheLayout) {
+  const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  const mv::NamedSharding sharded(mesh, P("a", mv::None, "b"));
+  const auto xs = random_floats(16 * 12 * 10, 51), ys = random_floats(8 * 12 * 10, 52);
+  const Array x = put(xs, {16, 12, 10}, sharded);
+  const Array y =
+      put(ys, {8, 12, 10}, mv::NamedSharding(mesh, P(mv::None, "a", "b")));  // laid out otherwise
+  const Array x1 = host_array(xs, {16, 12, 10}), y1 = host_array(ys, {8, 12, 10});
+  using Op = std::function<Array(const Array&, const Array&)>;
+  struct Case {
+    const char* name;
+    Op op;
+    mv::PartitionSpec spec;
+  };
+  const std::vector<Case> cases{
+      {"pad, divides",
+       [](const Array& a, const Array&) {
+         return mv::pad(a, {{3, 5}, {0, 0}, {1, 1}}, 2.5f);
+       },
+       P("a", mv::None, "b")},
+      {"pad, does not divide",
+       [](const Array& a, const Array&) {
+         return mv::pad(a, {{1, 0}, {0, 0}, {0, 0}}, -1.f);
+       },
+       P(mv::None, mv::None, "b")},
+      {"roll", [](const Array& a, const Array&) { return mv::roll(a, 5, 0); },
+       P("a", mv::None, "b")},
+      {"roll back", [](const Array& a, const Array&) { return mv::roll(a, -7, 2); },
+       P("a", mv::None, "b")},
+      {"concatenate",
+       [](const Array& a, const Array& b) {
+         return mv::concatenate({a, b, a}, 0);
+       },
+       P("a", mv::None, "b")},
+      {"concatenate, does not divide",
+       [](const Array& a, const Array& b) {
+         return mv::concatenate({b, mv::slice(a, {0, 0, 0}, {2, 12, 10})}, 0);
+       },
+       P(mv::None, "a", "b")},
+  };
+  for (const Case& c : cases) {
+    const auto want = c.op(x1, y1).to_host<float>();
+    const Array got = c.op(x, y);
+    EXPECT_EQ(got.to_host<float>(), want) << c.name;
+    EXPECT_EQ(got.sharding(), mv::Sharding(mv::NamedSharding(mesh, c.spec)))
+        << c.name << ": " << got.sharding().to_string();
+    EXPECT_EQ(mv::jit(c.op)(x, y).to_host<float>(), want) << c.name;
+  }
+}

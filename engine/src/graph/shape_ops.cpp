@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "exec/program_log.hpp"
 #include "exec/sharded_value.hpp"
@@ -198,52 +199,93 @@ static Array broadcast_to_untaped(const Array& x, Shape shape) {
                         });
 }
 
-// A slice cutting split dimensions: the result keeps x's layout where a cut size still divides
-// over its dimension's mesh axes (else that dimension is whole on every device), and each device
-// gathers, device to device, just the input box its piece is cut from, then cuts it locally.
-static Array slice_split(const Array& x, const Shape& shape, const std::vector<int64_t>& start,
-                         const std::vector<int64_t>& step) {
-  const detail::PartOpScope op_scope("slice");  // profile hook
-  const size_t rank = x.ndim();
-  const NamedSharding& n = *x.sharding().named();  // single-device arrays are never split
+namespace {
+
+// Where a result's dimension can stay split the way an operand's is: when its size still divides
+// over the entry's mesh axes; else it is whole on every device.
+std::vector<SpecEntry> keep_dividing(const NamedSharding& n, const Shape& shape) {
   std::vector<SpecEntry> spec;
-  for (size_t d = 0; d < rank; ++d) {
+  for (size_t d = 0; d < shape.size(); ++d) {
     SpecEntry entry = d < n.spec().size() ? n.spec()[d] : SpecEntry();
     int64_t ways = 1;
     for (const std::string& axis : entry.axes) ways *= n.mesh().axis_size(axis);
     if (shape[d] % ways != 0) entry = SpecEntry();
     spec.push_back(entry);
   }
-  const Sharding target = NamedSharding(n.mesh(), PartitionSpec(spec).trimmed());
-  auto rt = x.impl()->runtime;
+  return spec;
+}
+
+// One part of a result piece: global box `box` of source `source`, read every `step` elements per
+// dimension, lands at `at` within the piece.
+struct Part {
+  size_t source;
+  Index box;
+  std::vector<int64_t> step, at;
+};
+
+// A result laid out as `target` whose pieces are made of parts of the sources (filled with
+// `fill_word` first, when given): each device fetches, device to device, only the boxes its
+// piece is made of, then places them with strided copies. What ops that cut or shift split
+// dimensions (slice, pad, roll, concatenate) need, without gathering whole operands.
+Array assemble(const char* op, const std::vector<Array>& sources, const Shape& shape, DType dtype,
+               const Sharding& target, std::optional<uint32_t> fill_word,
+               const std::function<std::vector<Part>(const Index&)>& parts_of) {
+  const detail::PartOpScope op_scope(op);  // profile hook
+  auto rt = sources.front().impl()->runtime;
   std::lock_guard lock(rt->mutex());
-  const exec::ShardedValue& value = detail::materialized(x);
-  exec::ShardedValue out{shape, x.dtype(), target, {}};
+  std::vector<const exec::ShardedValue*> values;
+  bool committed = false;
+  for (const Array& a : sources) {
+    values.push_back(&detail::materialized(a));
+    committed = committed || a.committed();
+  }
+  exec::ShardedValue out{shape, dtype, target, {}};
   exec::Moved moved;
   for (const DeviceIndex& piece : target.devices_indices_map(shape)) {
     const Shape box = local_shape(piece.index);
     auto buffer = rt->allocate(piece.device, static_cast<uint64_t>(shape_size(box)) * 4);
     if (shape_size(box) > 0) {
-      Index need(rank);  // the input box this piece is cut from
-      for (size_t d = 0; d < rank; ++d)
-        need[d] = {start[d] + piece.index[d].start * step[d],
-                   start[d] + (piece.index[d].stop - 1) * step[d] + 1};
-      auto gathered = exec::gather_box(*rt, value, need, piece.device, moved);
+      std::vector<std::shared_ptr<DeviceBuffer>> gathered;
+      std::vector<Part> parts;
+      for (Part& part : parts_of(piece.index)) {
+        if (shape_size(local_shape(part.box)) == 0) continue;
+        gathered.push_back(
+            exec::gather_box(*rt, *values[part.source], part.box, piece.device, moved));
+        parts.push_back(std::move(part));
+      }
       Recording rec = rt->begin(piece.device);
-      rec.wait_for(gathered->ready());
-      auto in_strides = strides_of(local_shape(need));
-      for (size_t d = 0; d < rank; ++d) in_strides[d] *= step[d];
-      kernels::record_strided_copy(*rt, rec, copy_into(box, in_strides, 0, strides_of(box), 0),
-                                   *gathered, *buffer);
-      rec.keep_alive.push_back(gathered);
+      if (fill_word)
+        kernels::record_fill_words(rec, *buffer, static_cast<uint64_t>(shape_size(box)),
+                                   *fill_word);
+      const auto out_strides = strides_of(box);
+      for (size_t k = 0; k < parts.size(); ++k) {
+        const Part& part = parts[k];
+        rec.wait_for(gathered[k]->ready());
+        auto in_strides = strides_of(local_shape(part.box));
+        Shape placed(box.size());
+        int64_t at = 0;
+        for (size_t d = 0; d < box.size(); ++d) {
+          placed[d] = (part.box[d].size() + part.step[d] - 1) / part.step[d];
+          in_strides[d] *= part.step[d];
+          at += part.at[d] * out_strides[d];
+        }
+        kernels::record_strided_copy(*rt, rec, copy_into(placed, in_strides, 0, out_strides, at),
+                                     *gathered[k], *buffer);
+        rec.keep_alive.push_back(gathered[k]);
+      }
       const detail::Fence f = rt->submit(std::move(rec));
-      gathered->used_by(f);
+      for (const auto& g : gathered) g->used_by(f);
       buffer->written_by(f);
     }
     out.shards.push_back(std::move(buffer));
   }
   if (exec::logging()) {
-    const std::string line = "slice " + n.spec().to_string() + " -> " +
+    std::string from;
+    for (const Array& a : sources)
+      from += (from.empty() ? "" : ", ") + (a.sharding().named()
+                                                ? a.sharding().named()->spec().to_string()
+                                                : a.sharding().to_string());
+    const std::string line = std::string(op) + " " + from + " -> " +
                              target.named()->spec().to_string() + ": " +
                              std::to_string(moved.between) + " bytes between devices, " +
                              std::to_string(moved.within) + " bytes within devices";
@@ -252,7 +294,26 @@ static Array slice_split(const Array& x, const Shape& shape, const std::vector<i
     else
       exec::log_op(line);
   }
-  return detail::make_array(rt, std::move(out), x.committed(), detail::varying_of({&x}));
+  std::vector<const Array*> inputs;
+  for (const Array& a : sources) inputs.push_back(&a);
+  return detail::make_array(rt, std::move(out), committed, detail::varying_of(inputs));
+}
+
+}  // namespace
+
+// A slice cutting split dimensions: each piece is one strided box of x.
+static Array slice_split(const Array& x, const Shape& shape, const std::vector<int64_t>& start,
+                         const std::vector<int64_t>& step) {
+  const NamedSharding& n = *x.sharding().named();  // single-device arrays are never split
+  const Sharding target = NamedSharding(n.mesh(), PartitionSpec(keep_dividing(n, shape)).trimmed());
+  const size_t rank = x.ndim();
+  return assemble("slice", {x}, shape, x.dtype(), target, std::nullopt, [&](const Index& piece) {
+    Part part{0, Index(rank), step, std::vector<int64_t>(rank, 0)};
+    for (size_t d = 0; d < rank; ++d)
+      part.box[d] = {start[d] + piece[d].start * step[d],
+                     start[d] + (piece[d].stop - 1) * step[d] + 1};
+    return std::vector<Part>{part};
+  });
 }
 
 static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
@@ -400,6 +461,42 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
                               at += s[axis];
                             }
                           });
+  // Laid out otherwise, or split along the axis: the result takes the first committed operand's
+  // layout (the axis whole unless its size divides) and each piece fetches its parts of the
+  // operands.
+  const Array* anchor = &cast.front();
+  for (const Array& a : cast)
+    if (a.committed()) {
+      anchor = &a;
+      break;
+    }
+  if (const NamedSharding* n = anchor->sharding().named()) {
+    for (const Array& a : cast)
+      if (a.committed() && a.sharding().device_ids() != anchor->sharding().device_ids())
+        throw Error(
+            "concatenate: operands are committed to different devices; device_put them onto the "
+            "same devices");
+    const Sharding target =
+        NamedSharding(n->mesh(), PartitionSpec(keep_dividing(*n, shape)).trimmed());
+    return assemble(
+        "concatenate", cast, shape, dtype, target, std::nullopt, [&](const Index& piece) {
+          std::vector<Part> parts;
+          int64_t at = 0;
+          for (size_t k = 0; k < cast.size(); ++k) {
+            const int64_t len = cast[k].shape()[axis];
+            const int64_t lo = std::max(piece[axis].start, at),
+                          hi = std::min(piece[axis].stop, at + len);
+            if (hi > lo) {
+              Part part{k, piece, std::vector<int64_t>(rank, 1), std::vector<int64_t>(rank, 0)};
+              part.box[axis] = {lo - at, hi - at};
+              part.at[axis] = lo - piece[axis].start;
+              parts.push_back(std::move(part));
+            }
+            at += len;
+          }
+          return parts;
+        });
+  }
   const auto parts = gather_whole("concatenate", cast);
   return on_each_device("concatenate", parts, shape, dtype, parts[0].sharding(),
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
@@ -448,12 +545,22 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
           kernels::record_strided_copy(rt, rec, copy_into(in_box, strides_of(in_box), 0, os, at),
                                        *in[0], out);
         });
-  const Array whole = replicated(x);
-  return on_each_device("pad", {whole}, shape, x.dtype(), replicated_like(whole.sharding()),
-                        [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
-                          kernels::record_fill_words(rec, out, static_cast<uint64_t>(shape_size(shape)), word);
-                          kernels::record_strided_copy(rt, rec, copy_into(in_shape, strides_of(in_shape), 0, os, offset), *in[0], out);
-                        });
+  // Padding a split dimension: each piece fetches the part of x it overlaps, around the fill.
+  const NamedSharding& n = *x.sharding().named();  // single-device arrays are never split
+  const size_t rank = x.ndim();
+  const Sharding target = NamedSharding(n.mesh(), PartitionSpec(keep_dividing(n, shape)).trimmed());
+  (void)offset;
+  return assemble("pad", {x}, shape, x.dtype(), target, word, [&](const Index& piece) {
+    Part part{0, Index(rank), std::vector<int64_t>(rank, 1), std::vector<int64_t>(rank, 0)};
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t lo = std::max<int64_t>(piece[d].start - widths[d].first, 0);
+      const int64_t hi = std::min<int64_t>(piece[d].stop - widths[d].first, in_shape[d]);
+      if (hi <= lo) return std::vector<Part>{};
+      part.box[d] = {lo, hi};
+      part.at[d] = lo + widths[d].first - piece[d].start;
+    }
+    return std::vector<Part>{part};
+  });
 }
 
 static Array roll_untaped(const Array& x, int64_t shift, int axis) {
@@ -461,12 +568,30 @@ static Array roll_untaped(const Array& x, int64_t shift, int axis) {
   const int64_t n = x.shape()[axis];
   if (n == 0) return x;
   const int64_t s = ((shift % n) + n) % n;
-  const bool local = unsplit(x, {static_cast<size_t>(axis)});
-  const Array whole = local ? x : replicated(x);
+  if (!unsplit(x, {static_cast<size_t>(axis)})) {
+    // Along a split axis: output i takes input (i - s) mod n, so each piece fetches at most two
+    // runs of x (before and after the wrap).
+    return assemble("roll", {x}, x.shape(), x.dtype(), x.sharding(), std::nullopt,
+                    [&](const Index& piece) {
+                      std::vector<Part> parts;
+                      const int64_t lo = piece[axis].start, hi = piece[axis].stop;
+                      auto add = [&](int64_t a, int64_t b, int64_t from) {
+                        if (b <= a) return;
+                        Part part{0, piece, std::vector<int64_t>(piece.size(), 1),
+                                  std::vector<int64_t>(piece.size(), 0)};
+                        part.box[axis] = {from, from + b - a};
+                        part.at[axis] = a - lo;
+                        parts.push_back(std::move(part));
+                      };
+                      add(lo, std::min(hi, s), lo - s + n);
+                      add(std::max(lo, s), hi, std::max(lo, s) - s);
+                      return parts;
+                    });
+  }
+  const Array whole = x;
   auto& rt = *x.impl()->runtime;
   // Along an unsplit axis each device rolls its own piece, which holds that axis whole.
-  return on_each_device("roll", {whole}, x.shape(), x.dtype(),
-                        local ? x.sharding() : replicated_like(whole.sharding()),
+  return on_each_device("roll", {whole}, x.shape(), x.dtype(), x.sharding(),
                         [&](Recording& rec, const auto& in, const auto& in_pieces,
                             const DeviceBuffer& out, const Index&) {
                           const Shape box = local_shape(in_pieces[0]);
