@@ -219,6 +219,10 @@ TEST(Partitioning, ShapeOpsAlongUnsplitDimensionsKeepTheShardingAndMoveNothing) 
   EXPECT_EQ(mv::roll(x, -3, 2).to_host<float>(), mv::roll(x1, -3, 2).to_host<float>());
   EXPECT_EQ(mv::take(x, idx, 0).to_host<float>(), mv::take(x1, idx, 0).to_host<float>());
   EXPECT_EQ(mv::argsort(x, 0).to_host<int32_t>(), mv::argsort(x1, 0).to_host<int32_t>());
+  // take and argsort gather only the axis they work along; the other dimensions stay split.
+  const mv::Sharding b_only = mv::NamedSharding(mesh, P(mv::None, mv::None, "b"));
+  EXPECT_EQ(mv::take(x, idx, 0).sharding(), b_only);
+  EXPECT_EQ(mv::argsort(x, 0).sharding(), b_only);
 }
 
 TEST(Partitioning, ReshapesThatKeepEveryPieceMoveNothing) {

@@ -47,14 +47,6 @@ Shape local_shape(const Index& index) {
   return s;
 }
 
-// The same array held whole by each of its devices.
-Array replicated(const Array& x) {
-  if (x.sharding().is_fully_replicated()) return x;
-  const NamedSharding& n = *x.sharding().named();
-  Array r = device_put(x, NamedSharding(n.mesh(), PartitionSpec()));
-  return r;
-}
-
 // Whether none of `dims` of x is split over mesh axes: an op that works only along them runs on
 // each device's own piece and keeps x's sharding.
 bool unsplit(const Array& x, const std::vector<size_t>& dims) {
@@ -63,6 +55,17 @@ bool unsplit(const Array& x, const std::vector<size_t>& dims) {
   for (const size_t d : dims)
     if (d < n->spec().size() && !n->spec()[d].is_none()) return false;
   return true;
+}
+
+// x laid out with dimension `dim` whole on each device and every other dimension as it was:
+// the all-gather along one dimension that ops needing it whole (take, argsort) start with.
+Array whole_along(const Array& x, size_t dim) {
+  const NamedSharding* n = x.sharding().named();
+  if (!n || dim >= n->spec().size() || n->spec()[dim].is_none()) return x;
+  std::vector<SpecEntry> spec;
+  for (size_t d = 0; d < n->spec().size(); ++d)
+    spec.push_back(d == dim ? SpecEntry() : n->spec()[d]);
+  return device_put(x, NamedSharding(n->mesh(), PartitionSpec(spec).trimmed()));
 }
 
 Sharding replicated_like(const Sharding& s) {
@@ -604,8 +607,10 @@ static Array roll_untaped(const Array& x, int64_t shift, int axis) {
                         });
 }
 
-static Array take_untaped(const Array& x, const Array& indices, int axis) {
-  axis = normalize_axis(axis, x.ndim(), "take");
+static Array take_untaped(const Array& x_in, const Array& indices, int axis) {
+  axis = normalize_axis(axis, x_in.ndim(), "take");
+  // Along a split axis the axis is gathered first; the other dimensions stay split.
+  const Array x = whole_along(x_in, static_cast<size_t>(axis));
   if (indices.dtype() != DType::int32)
     throw Error("take: indices must be int32, got " + std::string(dtype_name(indices.dtype())));
   Shape shape(x.shape().begin(), x.shape().begin() + axis);
@@ -670,12 +675,11 @@ Array argsort(const Array& x, int axis) {
   }
   const int64_t n = x.shape()[last];
   const Array keys = astype(x, x.dtype() == DType::bool_ ? DType::int32 : x.dtype());
-  // Rows whole on each device (the sorted axis unsplit): each device sorts its own rows.
-  const bool local = unsplit(keys, {static_cast<size_t>(last)});
-  const Array whole = local ? keys : replicated(keys);
+  // Rows whole on each device (the sorted axis gathered first where it is split): each device
+  // sorts its own rows.
+  const Array whole = whole_along(keys, static_cast<size_t>(last));
   auto& rt = *x.impl()->runtime;
-  return on_each_device("argsort", {whole}, x.shape(), DType::int32,
-                        local ? keys.sharding() : replicated_like(whole.sharding()),
+  return on_each_device("argsort", {whole}, x.shape(), DType::int32, whole.sharding(),
                         [&](Recording& rec, const auto& in, const auto& in_pieces,
                             const DeviceBuffer& out, const Index&) {
                           const int64_t count = shape_size(local_shape(in_pieces[0]));
