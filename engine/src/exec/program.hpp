@@ -11,8 +11,10 @@ namespace meshvk::exec {
 
 class Program {
  public:
+  // `inputs` are the program's own buffers; `fed` what they were copied from for the trace.
   Program(std::shared_ptr<detail::RuntimeState> rt, std::unique_ptr<detail::Capture> capture,
-          std::vector<ShardedValue> inputs, std::vector<ShardedValue> outputs);
+          std::vector<ShardedValue> inputs, std::vector<ShardedValue> outputs,
+          const std::vector<ShardedValue>& fed = {});
   ~Program();
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
@@ -31,6 +33,13 @@ class Program {
   std::vector<ShardedValue> inputs_, outputs_;
   std::vector<detail::Fence> last_replay_;  // per timeline: where the previous replay ended
   std::vector<std::vector<detail::Fence>> output_written_;  // traced fence that wrote each output piece
+  // Per input piece, the buffer last copied into it and the write it held then: a replay given
+  // the same buffer, unchanged since (values are immutable until rewritten), skips the copy.
+  struct Fed {
+    std::weak_ptr<detail::DeviceBuffer> source;
+    detail::Fence written;
+  };
+  std::vector<std::vector<Fed>> fed_;
 };
 
 }  // namespace meshvk::exec

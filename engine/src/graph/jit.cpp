@@ -135,7 +135,9 @@ struct JitFunction::State {
     for (size_t i = 0; i < results.size(); ++i) text << "  out" << i << ": " << layout_text(results[i]) << "\n";
 
     Compiled& c = cache[key];
-    c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs);
+    std::vector<exec::ShardedValue> fed;
+    for (const Array& a : args) fed.push_back(detail::materialized(a));
+    c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs, fed);
     c.text = text.str();
     for (const auto& r : log.collectives()) {
       c.counts[r.kind].count += 1;
