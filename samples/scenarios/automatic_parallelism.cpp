@@ -212,10 +212,7 @@ Scenario automatic_parallelism() {
     const char* usage = "usage: automatic_parallelism [--size N] [--golden DIR] [--color | --no-color] [--trace FILE]\n";
     for (size_t i = 0; i < ctx.args.size(); ++i) {
       const std::string& a = ctx.args[i];
-      if (a == "--help" || a == "-h") {
-        *ctx.out << usage;
-        return 0;
-      } else if (a == "--size" && i + 1 < ctx.args.size()) {
+      if (a == "--size" && i + 1 < ctx.args.size()) {
         size = std::atoll(ctx.args[++i].c_str());
       } else if (a == "--golden" && i + 1 < ctx.args.size()) {
         golden = ctx.args[++i];
@@ -224,8 +221,7 @@ Scenario automatic_parallelism() {
       } else if (a == "--no-color") {
         viz.use_color = false;
       } else {
-        *ctx.err << "unknown argument " << a << "\n" << usage;
-        return 2;
+        return ctx.help_or_unknown(a, usage);
       }
     }
     if (size < 8 || size % 8) {

@@ -64,6 +64,21 @@ void ScenarioContext::checkpoint(const std::string& label) const {
   if (stop && stop->load()) throw Stopped{};
 }
 
+int ScenarioContext::help_or_unknown(const std::string& arg, const char* usage) const {
+  if (arg == "--help" || arg == "-h") {
+    *out << usage;
+    return 0;
+  }
+  *err << "unknown argument " << arg << "\n" << usage;
+  return 2;
+}
+
+void ScenarioContext::banner() const {
+  const Runtime& rt = Runtime::current();
+  *out << "meshvk on " << rt.adapter_name() << ", split into " << rt.num_devices()
+       << " virtual devices\n\n";
+}
+
 bool report(const ScenarioContext& ctx, const std::string& what, bool ok) {
   *ctx.out << what << ": " << (ok ? "equal" : "NOT EQUAL") << "\n";
   return ok;

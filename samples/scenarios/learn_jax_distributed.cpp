@@ -292,18 +292,12 @@ int run(ScenarioContext& ctx) {
       viz.use_color = true;
     } else if (a == "--no-color") {
       viz.use_color = false;
-    } else if (a == "--help" || a == "-h") {
-      out << kUsage;
-      return 0;
     } else {
-      *ctx.err << "unknown argument " << a << "\n" << kUsage;
-      return 2;
+      return ctx.help_or_unknown(a, kUsage);
     }
   }
-  mv::Runtime& rt = mv::Runtime::current();
-  out << "meshvk on " << rt.adapter_name() << ", split into " << rt.num_devices()
-      << " virtual devices\n\n"
-      << "=== 003 learn_jax: intro to distributed ===\n\n"
+  ctx.banner();
+  out << "=== 003 learn_jax: intro to distributed ===\n\n"
       << "--- Single-axis mesh ---\n\n";
   bool ok = single_axis(ctx, viz);
 

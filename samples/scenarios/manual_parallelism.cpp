@@ -161,18 +161,12 @@ int run(ScenarioContext& ctx) {
     } else if (a == "--golden") {
       *ctx.err << "--golden needs a value\n" << kUsage;
       return 2;
-    } else if (a == "--help" || a == "-h") {
-      out << kUsage;
-      return 0;
     } else {
-      *ctx.err << "unknown argument " << a << "\n" << kUsage;
-      return 2;
+      return ctx.help_or_unknown(a, kUsage);
     }
   }
-  mv::Runtime& rt = mv::Runtime::current();
-  out << "meshvk on " << rt.adapter_name() << ", split into " << rt.num_devices()
-      << " virtual devices\n\n"
-      << "=== 000 Introduction to parallel programming: 3. Manual parallelism with "
+  ctx.banner();
+  out << "=== 000 Introduction to parallel programming: 3. Manual parallelism with "
          "shard_map ===\n\n";
   const auto mesh = ctx.mesh({8}, {"x"});
   out << ">>> mesh = jax.make_mesh((8,), ('x',))\n" << mesh.to_string() << "\n\n";

@@ -53,12 +53,8 @@ Scenario scaling_book() {
         only = ctx.args[++i];
       } else if (a == "--list") {
         list = true;
-      } else if (a == "--help" || a == "-h") {
-        *ctx.out << kUsage;
-        return 0;
       } else {
-        *ctx.err << "scaling_book: unknown or incomplete argument " << a << "\n" << kUsage;
-        return 2;
+        return ctx.help_or_unknown(a, kUsage);
       }
     }
     std::vector<programs::ScalingBookCase> cases;
@@ -73,9 +69,8 @@ Scenario scaling_book() {
       return 2;
     }
     std::ostream& out = *ctx.out;
-    Runtime& rt = Runtime::current();
-    out << "meshvk on " << rt.adapter_name() << ", split into " << rt.num_devices() << " virtual devices\n\n"
-        << "=== 002 How To Scale Your Model, part 10: the worked programs ===\n\n"
+    ctx.banner();
+    out << "=== 002 How To Scale Your Model, part 10: the worked programs ===\n\n"
         << ">>> mesh = jax.make_mesh(axis_shapes=(2, 4), axis_names=('X', 'Y'))\n";
     const Mesh mesh = ctx.mesh({2, 4}, {"X", "Y"});
     bool ok = true;

@@ -196,18 +196,12 @@ int run(ScenarioContext& ctx) {
     } else if (a == "--shift") {
       *ctx.err << "--shift needs a value\n" << kUsage;
       return 2;
-    } else if (a == "--help" || a == "-h") {
-      out << kUsage;
-      return 0;
     } else {
-      *ctx.err << "unknown argument " << a << "\n" << kUsage;
-      return 2;
+      return ctx.help_or_unknown(a, kUsage);
     }
   }
-  mv::Runtime& rt = mv::Runtime::current();
-  out << "meshvk on " << rt.adapter_name() << ", split into " << rt.num_devices()
-      << " virtual devices\n\n"
-      << "=== 002 How To Scale Your Model, part 10: shard_map ===\n\n";
+  ctx.banner();
+  out << "=== 002 How To Scale Your Model, part 10: shard_map ===\n\n";
   bool ok = slice_and_average(ctx);
   ctx.checkpoint("collective matmul");
   out << "\n--- Collective matmul ---\n\n";

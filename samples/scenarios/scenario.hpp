@@ -68,6 +68,11 @@ struct ScenarioContext {
   void publish_program(const std::string& name, const std::string& text) const;
   // Throws Stopped when asked to stop; may block while the viewer pauses.
   void checkpoint(const std::string& label) const;
+  // For an argument no option took: prints `usage` and returns 0 for --help / -h, else says the
+  // argument is unknown on err and returns 2 (the exit codes of Scenario::run).
+  int help_or_unknown(const std::string& arg, const char* usage) const;
+  // "meshvk on <adapter>, split into N virtual devices", then a blank line.
+  void banner() const;
 };
 
 struct Scenario {

@@ -51,12 +51,8 @@ int run(ScenarioContext& ctx) {
       viz.use_color = true;
     } else if (a == "--no-color") {
       viz.use_color = false;
-    } else if (a == "--help" || a == "-h") {
-      out << kUsage;
-      return 0;
     } else {
-      *ctx.err << "unknown argument " << a << "\n" << kUsage;
-      return 2;
+      return ctx.help_or_unknown(a, kUsage);
     }
   }
   const auto mesh = ctx.mesh({4, 2}, {"a", "b"});

@@ -48,8 +48,7 @@ int run(ScenarioContext& ctx) {
     } else if (a == "--no-color") {
       viz.use_color = false;
     } else {
-      *ctx.err << "unknown argument " << a << "\n" << kUsage;
-      return 2;
+      return ctx.help_or_unknown(a, kUsage);
     }
   }
   if (size < 8 || size % 8 != 0) {
