@@ -332,32 +332,44 @@ Array transformer_block_jit(const Mesh& mesh, const Array& In, const Array& Win,
   return jit(block, {.out_shardings = {xy}, .name = "transformer_block"})(In, Win, Wout);
 }
 
-Array transformer_block_naive(const Mesh& mesh, const Array& In, const Array& Win,
-                              const Array& Wout) {
-  const auto body = [](const Array& x, const Array& win, const Array& wout) {
-    const Array hidden = matmul(all_gather(x, "Y", 1, true), win);
-    return psum_scatter(matmul(hidden, wout), "Y", 1, true);
-  };
+// The three shard_map versions share their layouts: In[BX, DY], Win[D, FY], Wout[FY, D] ->
+// Out[BX, DY].
+template <class Body>
+Array transformer_block_shard_map(const Mesh& mesh, Body body, const Array& In, const Array& Win,
+                                  const Array& Wout) {
   return shard_map(body, mesh, {P("X", "Y"), P(None, "Y"), P("Y", None)}, P("X", "Y"))(In, Win,
                                                                                        Wout);
+}
+
+Array transformer_block_naive(const Mesh& mesh, const Array& In, const Array& Win,
+                              const Array& Wout) {
+  return transformer_block_shard_map(
+      mesh,
+      [](const Array& x, const Array& win, const Array& wout) {
+        const Array hidden = matmul(all_gather(x, "Y", 1, true), win);
+        return psum_scatter(matmul(hidden, wout), "Y", 1, true);
+      },
+      In, Win, Wout);
 }
 
 Array transformer_block_unidirectional(const Mesh& mesh, const Array& In, const Array& Win,
                                        const Array& Wout) {
-  const auto body = [](const Array& x, const Array& win, const Array& wout) {
-    return reducescatter_ring(allgather_lhs_ring(x, win), wout);
-  };
-  return shard_map(body, mesh, {P("X", "Y"), P(None, "Y"), P("Y", None)}, P("X", "Y"))(In, Win,
-                                                                                       Wout);
+  return transformer_block_shard_map(
+      mesh,
+      [](const Array& x, const Array& win, const Array& wout) {
+        return reducescatter_ring(allgather_lhs_ring(x, win), wout);
+      },
+      In, Win, Wout);
 }
 
 Array transformer_block_bidirectional(const Mesh& mesh, const Array& In, const Array& Win,
                                       const Array& Wout) {
-  const auto body = [](const Array& x, const Array& win, const Array& wout) {
-    return reducescatter_bidirectional(allgather_lhs_bidirectional(x, win), wout);
-  };
-  return shard_map(body, mesh, {P("X", "Y"), P(None, "Y"), P("Y", None)}, P("X", "Y"))(In, Win,
-                                                                                       Wout);
+  return transformer_block_shard_map(
+      mesh,
+      [](const Array& x, const Array& win, const Array& wout) {
+        return reducescatter_bidirectional(allgather_lhs_bidirectional(x, win), wout);
+      },
+      In, Win, Wout);
 }
 
 // ---- Problem 1 -------------------------------------------------------------------------------
