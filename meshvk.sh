@@ -31,8 +31,8 @@ build() {  # build DIR [cmake args...]
   cmake --build "$dir" -j "$(nproc)"
 }
 
-# Tests and the tour run on lavapipe unless MESHVK_ADAPTER says otherwise; 2 threads per dispatch
-# matches the CI machines.
+# Tests and the tour run on lavapipe unless MESHVK_ADAPTER says otherwise, one lavapipe thread per
+# core (ctest pins the tests to 2, as on the CI machines).
 export LP_NUM_THREADS=${LP_NUM_THREADS:-$(nproc)}
 
 case "${1:-}" in

@@ -186,6 +186,19 @@ TEST(Autodiff, ClearErrors) {
   EXPECT_EQ(v.to_host<float>()[0], 6.f);
   EXPECT_EQ(g.at("a").to_host<float>(), (std::vector<float>{2, 2, 2}));
   EXPECT_EQ(g.at("b").to_host<float>(), (std::vector<float>{0, 1, 2}));
+  // Optimizers given gradients or state missing a parameter say which, and change nothing.
+  const mv::Params params{{"a", mv::arange(3.f)}, {"b", mv::full({3}, 2.f)}};
+  const mv::Params partial{{"a", mv::ones({3})}};
+  EXPECT_THROW(mv::nn::sgd(params, partial, 0.1f), mv::Error);
+  auto state = mv::nn::adam_init(partial);
+  try {
+    mv::nn::adam(params, params, state, 0.1f);
+    ADD_FAILURE() << "adam took a state without 'b'";
+  } catch (const mv::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'b'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(state.step, 0);
+  EXPECT_EQ(state.m.at("a").to_host<float>(), (std::vector<float>{0, 0, 0}));
 }
 
 TEST(Training, LayersLossesAndOptimizersKeepShardings) {

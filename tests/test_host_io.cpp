@@ -649,6 +649,18 @@ TEST(FormatArray, Int32) {
   EXPECT_EQ(fmt(ints({1, 1, 1, 1}, {5})), "[[[[5]]]]");
 }
 
+TEST(FormatArray, BoolsAsNumpyPadsThem) {
+  // numpy writes " True" in every array but a 0-d one, whether or not a False is there.
+  auto bools = [](Shape shape, std::vector<int32_t> v) {
+    HostArray a = ints(std::move(shape), v);
+    a.dtype = meshvk::DType::bool_;
+    return a;
+  };
+  EXPECT_EQ(fmt(bools({2}, {1, 1})), "[ True  True]");
+  EXPECT_EQ(fmt(bools({3}, {1, 0, 1})), "[ True False  True]");
+  EXPECT_EQ(fmt(bools({}, {1})), "True");
+}
+
 TEST(FormatArray, RankZeroPrintsTheScalar) {
   // str() of a 0-d array is str() of its scalar: full unique digits, "3.0" (not "3.").
   EXPECT_EQ(fmt(ints({}, {496})), "496");

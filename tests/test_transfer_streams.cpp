@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "collectives/collectives.hpp"
 #include "meshvk/meshvk.hpp"
@@ -18,6 +20,28 @@ using mv::Array;
 using mv::P;
 
 namespace {
+
+// Sets an environment variable for a scope and puts back what was there, even when an ASSERT
+// leaves the test early.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) saved_ = was;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (saved_)
+      setenv(name_, saved_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
 
 // A program with every kind of collective, a reshard and kernels consuming their results.
 Array mixed_program(const Array& x, const Array& w, const mv::Mesh& mesh) {
@@ -58,7 +82,7 @@ TEST(TransferStreams, CollectivesAndJitGiveTheSameBitsWithTransferStreamsOn) {
   SKIP_IF_FORCED_BY_ENVIRONMENT();
   const auto xs = random_floats(256 * 512, 7), ws = random_floats(512 * 64, 8);
   for (const char* algo : {"one_shot", "ring"}) {
-    setenv("MESHVK_COLLECTIVE_ALGO", algo, 1);
+    const ScopedEnv forced("MESHVK_COLLECTIVE_ALGO", algo);
     // Reference: a runtime without transfer streams.
     std::vector<float> eager;
     {
@@ -82,7 +106,6 @@ TEST(TransferStreams, CollectivesAndJitGiveTheSameBitsWithTransferStreamsOn) {
       for (int d = 0; d < rt.num_devices(); ++d)
         EXPECT_GT(state.last_submitted(state.transfer_timeline(d)), before[d]) << "device " << d;
     }
-    unsetenv("MESHVK_COLLECTIVE_ALGO");
   }
 }
 
@@ -95,19 +118,13 @@ TEST(TransferStreams, ForcedOffKeepsEverythingOnTheComputeStreams) {
 }
 
 TEST(TransferStreams, BadSwitchIsAnError) {
-  const char* was = std::getenv("MESHVK_TRANSFER_QUEUE");
-  const std::string saved = was ? was : "";
-  setenv("MESHVK_TRANSFER_QUEUE", "yes", 1);
+  const ScopedEnv bad("MESHVK_TRANSFER_QUEUE", "yes");
   try {
     mv::Runtime rt;
     ADD_FAILURE() << "MESHVK_TRANSFER_QUEUE=yes was accepted";
   } catch (const mv::Error& e) {
     EXPECT_NE(std::string(e.what()).find("give 0 or 1"), std::string::npos) << e.what();
   }
-  if (was)
-    setenv("MESHVK_TRANSFER_QUEUE", saved.c_str(), 1);
-  else
-    unsetenv("MESHVK_TRANSFER_QUEUE");
 }
 
 TEST(Runtime, AWaitForASignalThatNeverComesNamesTheDevicesAndTheCollective) {

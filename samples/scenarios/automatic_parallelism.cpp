@@ -36,7 +36,8 @@ struct Run {
 bool close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
-    if (std::fabs(a[i] - b[i]) > tol * std::max(1.0f, std::fabs(b[i]))) return false;
+    if (!(std::fabs(a[i] - b[i]) <= tol * std::max(1.0f, std::fabs(b[i]))))
+      return false;  // NaN fails
   return true;
 }
 

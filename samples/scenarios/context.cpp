@@ -3,6 +3,7 @@
 #include <cctype>
 #include <ostream>
 
+#include "scaling_book.hpp"
 #include "scenario.hpp"
 
 namespace meshvk::scenarios {
@@ -85,11 +86,7 @@ bool report(const ScenarioContext& ctx, const std::string& what, bool ok) {
 }
 
 float max_abs_diff(const Array& a, const Array& b) {
-  if (a.shape() != b.shape()) return INFINITY;
-  const auto x = a.to_host<float>(), y = b.to_host<float>();
-  float diff = 0;
-  for (size_t i = 0; i < x.size(); ++i) diff = std::max(diff, std::abs(x[i] - y[i]));
-  return diff;
+  return programs::max_abs_diff(a, b);
 }
 
 }  // namespace meshvk::scenarios

@@ -90,7 +90,8 @@ struct Scenario {
 // Prints "what: equal" or "what: NOT EQUAL" and returns ok, so a scenario can fail its run.
 bool report(const ScenarioContext& ctx, const std::string& what, bool ok);
 // Largest |a - b|, compared on the host so arrays on different devices (sharded vs one device)
-// compare; infinity when the shapes differ.
+// compare; infinity when the shapes differ or a NaN stands where the other has a number
+// (programs::max_abs_diff).
 float max_abs_diff(const Array& a, const Array& b);
 
 // Every scenario, in the order the inspector lists them.

@@ -94,12 +94,10 @@ int run(ScenarioContext& ctx) {
   const auto xs = x.to_host<float>(), ws = w.to_host<float>();
   const auto reference = mv::tanh(mv::matmul(mv::array(std::span<const float>(xs), x.shape()),
                                              mv::array(std::span<const float>(ws), w.shape())));
-  const auto got = y.to_host<float>(), want = reference.to_host<float>();
-  float diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
-  const bool ok = diff <= 1e-4f;
-  out << "y vs tanh(x @ w) on one device (atol 1e-4): " << (ok ? "equal" : "NOT EQUAL") << "\n";
-  return ok ? 0 : 1;
+  return report(ctx, "y vs tanh(x @ w) on one device (atol 1e-4)",
+                max_abs_diff(y, reference) <= 1e-4f)
+             ? 0
+             : 1;
 }
 
 }  // namespace

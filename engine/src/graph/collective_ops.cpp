@@ -25,11 +25,11 @@ using collectives::Buffers;
 using Groups = detail::MeshGroups;
 
 const Mesh& bound_mesh(const char* op, const AxisNames& axes) {
+  if (axes.names.empty()) throw Error(std::string(op) + ": give at least one axis name");
   const Mesh* mesh = detail::current_manual_mesh();
   if (!mesh)
     throw Error(std::string(op) + ": axis '" + axes.names.front() +
                 "' is not bound; collectives run inside shard_map over a mesh with that axis");
-  if (axes.names.empty()) throw Error(std::string(op) + ": give at least one axis name");
   for (const auto& a : axes.names) {
     if (!mesh->has_axis(a)) {
       std::string names;

@@ -10,7 +10,9 @@
 #include "exec/program.hpp"
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/tape.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/runtime.hpp"
 #include "profile/hooks.hpp"
@@ -71,10 +73,17 @@ struct JitFunction::State {
     return placed;
   }
 
+  // A program is recorded for one runtime's devices: the key names the runtime and each
+  // argument's devices, which a sharding's text does not (two meshes of one shape on other
+  // devices print alike).
   static std::string key_of(const std::vector<Array>& args) {
-    std::string key;
-    for (const Array& a : args)
-      key += typeof(a) + "|" + a.sharding().to_string() + (a.committed() ? "|c;" : "|u;");
+    std::string key =
+        "runtime " + std::to_string(Runtime::current().state()->profiler().runtime()) + ";";
+    for (const Array& a : args) {
+      key += typeof(a) + "|" + a.sharding().to_string() + (a.committed() ? "|c|" : "|u|");
+      for (const int d : a.sharding().device_ids()) key += std::to_string(d) + ",";
+      key += ";";
+    }
     return key;
   }
 
@@ -155,6 +164,12 @@ JitFunction::JitFunction(JitBody body, JitOptions options) : state_(std::make_sh
 std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   std::lock_guard lock(state_->mutex);
   const std::vector<Array> placed = state_->place_inputs(args);
+  // Inside another jit's trace, under autodiff or in a shard_map body the function runs inline,
+  // as JAX inlines a nested jit: a replay there would be invisible to the outer capture (whose
+  // program would then wait on work outside it), to the tape (gradients would be zeros) and to
+  // shard_map's replication check.
+  if (Runtime::current().state()->capture() || detail::taping() || detail::current_manual_mesh())
+    return state_->place_outputs(state_->body(placed));
   const std::string key = State::key_of(placed);
   auto it = state_->cache.find(key);
   if (it == state_->cache.end()) return state_->trace(key, placed);

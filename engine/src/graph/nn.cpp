@@ -30,13 +30,26 @@ Params init_mlp(const std::vector<int>& sizes, uint32_t seed) {
   return p;
 }
 
+namespace {
+// Every parameter name must have an entry in `other`, before anything is computed or updated.
+void require_names(const char* op, const Params& params, const Params& other, const char* what) {
+  for (const auto& [name, p] : params)
+    if (!other.count(name))
+      throw Error(std::string(op) + ": " + what + " has no entry '" + name +
+                  "'; give one for every parameter (the same names as the params)");
+}
+}  // namespace
+
 Array mlp(const Params& params, const Array& x) {
   Array h = x;
   for (size_t i = 0;; ++i) {
     const std::string name = "layers." + std::to_string(i);
     const auto w = params.find(name + ".weight");
     if (w == params.end()) break;
-    h = maximum(linear(h, w->second, params.at(name + ".bias")), 0.0f);
+    const auto b = params.find(name + ".bias");
+    if (b == params.end())
+      throw Error("mlp: params have " + name + ".weight but no " + name + ".bias");
+    h = maximum(linear(h, w->second, b->second), 0.0f);
   }
   return h;
 }
@@ -56,6 +69,7 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels) {
 }
 
 Params sgd(const Params& params, const Params& grads, float lr) {
+  require_names("sgd", params, grads, "grads");
   Params out;
   for (const auto& [name, p] : params) out.emplace(name, p - lr * grads.at(name));
   return out;
@@ -71,6 +85,9 @@ AdamState adam_init(const Params& params) {
 }
 
 Params adam(const Params& params, const Params& grads, AdamState& state, float lr, float b1, float b2, float eps) {
+  require_names("adam", params, grads, "grads");
+  require_names("adam", params, state.m, "the state (from adam_init)");
+  require_names("adam", params, state.v, "the state (from adam_init)");
   ++state.step;
   const float c1 = 1.0f - std::pow(b1, static_cast<float>(state.step));
   const float c2 = 1.0f - std::pow(b2, static_cast<float>(state.step));

@@ -264,11 +264,10 @@ class IntFormatter {
   size_t width_ = 0;
 };
 
-// numpy's BoolFormat: " True" and "False", so columns line up when any element is False.
+// numpy's BoolFormat: " True" and "False" in every array but a 0-d one, so columns line up.
 class BoolFormatter {
  public:
-  explicit BoolFormatter(const std::vector<int32_t>& sample)
-      : width_(std::any_of(sample.begin(), sample.end(), [](int32_t v) { return v == 0; }) ? 5 : 4) {}
+  explicit BoolFormatter(const std::vector<int32_t>&) : width_(5) {}
   std::string operator()(int32_t value) const {
     return pad_left(value ? "True" : "False", static_cast<int64_t>(width_));
   }

@@ -35,8 +35,13 @@ WindowLimits window_limits(const detail::RuntimeState& rt) {
   WindowLimits w;
   w.storage_bytes = l.maxStorageBufferRange;
   w.texel_count = l.maxTexelBufferElements;
-  if (const char* e = std::getenv("MESHVK_TEST_BINDING_BYTES")) {
-    const uint64_t bytes = std::max<uint64_t>(std::strtoull(e, nullptr, 10), 64 << 10);
+  // Tests shrink the limits so small arrays take the windowed paths; unset, empty or not a
+  // number leaves the adapter's.
+  const char* e = std::getenv("MESHVK_TEST_BINDING_BYTES");
+  char* end = nullptr;
+  const uint64_t asked = e && *e ? std::strtoull(e, &end, 10) : 0;
+  if (asked > 0 && end && *end == '\0') {
+    const uint64_t bytes = std::max<uint64_t>(asked, 64 << 10);
     w.storage_bytes = std::min(w.storage_bytes, bytes);
     w.texel_count = std::min(w.texel_count, bytes / 4);
   }

@@ -181,8 +181,9 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   for (const int64_t b : copy.box) count *= b;
   if (count == 0) return;
   const StridedCopy c = simplify(copy);
-  // A contiguous copy is a plain transfer, which no binding limit applies to.
-  if (c.box.size() == 1 && c.in_strides[0] == 1 && c.out_strides[0] == 1) {
+  // A contiguous copy is a plain transfer, which no binding limit applies to (one element
+  // simplifies to no dimensions at all).
+  if (c.box.empty() || (c.box.size() == 1 && c.in_strides[0] == 1 && c.out_strides[0] == 1)) {
     const VkBufferCopy region{in.offset() + c.in_offset * 4, out.offset() + c.out_offset * 4,
                               static_cast<uint64_t>(count) * 4};
     {

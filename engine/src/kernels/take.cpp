@@ -131,8 +131,13 @@ void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail:
 void record_argsort(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& in,
                     const detail::DeviceBuffer& out, int64_t rows, int64_t n, bool is_float) {
   if (rows * n == 0) return;
-  uint32_t p = 1;
-  while (p < n) p <<= 1;
+  if (n > (int64_t{1} << 31))
+    throw Error("argsort: rows of " + std::to_string(n) +
+                " elements are longer than the 2^31 a sort handles; "
+                "sort shorter rows");
+  uint64_t padded = 1;
+  while (padded < static_cast<uint64_t>(n)) padded <<= 1;
+  const uint32_t p = static_cast<uint32_t>(padded);  // at most 2^31
   const uint64_t slots = static_cast<uint64_t>(rows) * p;
   const WindowLimits w = window_limits(rt);
   const uint64_t max_range = w.storage_bytes;
