@@ -332,3 +332,14 @@ TEST(LargeBuffers, WhatCannotBeWindowedIsAClearError) {
       "sort fewer elements per row");
   EXPECT_EQ(mv::sum(positions({4, 4})).to_host<int32_t>(), std::vector<int32_t>{120});
 }
+
+TEST(LargeBuffers, OneElementOfAPiecePastOneBinding) {
+  // A one-element copy simplifies to no dimensions; past the binding limits it is a plain copy.
+  const SmallBindings small(64 << 10);
+  const auto x = positions({300, 200});  // 240 KB on one device, past 64 KiB
+  EXPECT_EQ(mv::slice(x, {123, 45}, {124, 46}).to_host<int32_t>(),
+            std::vector<int32_t>{123 * 200 + 45});
+  EXPECT_EQ(mv::dynamic_update_slice(x, mv::full({1, 1}, int32_t{-5}), {7, 9})
+                .to_host<int32_t>()[7 * 200 + 9],
+            -5);
+}
