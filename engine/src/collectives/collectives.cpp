@@ -89,8 +89,7 @@ kernels::EwProgram fold_program(int k, DType dtype, Reduction op) {
     acc = static_cast<int>(p.nodes.size() - 1);
   }
   if (k == 1) {  // a lone input still needs an operation to store
-    kernels::EwNode n{kernels::EwOp::add, dtype};
-    n.op = kernels::EwOp::maximum;
+    kernels::EwNode n{kernels::EwOp::maximum, dtype};
     n.a = 0;
     n.b = 0;
     p.nodes.push_back(n);
@@ -242,14 +241,13 @@ Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dt
     rec = then_compute(rt, std::move(rec), read, peers);
     rec.wait_for(in[r]->ready());
     // The fold kernel takes at most 16 inputs; larger groups fold in stages.
-    for (size_t first = 0; inputs.size() > 16; first = 0) {
+    while (inputs.size() > 16) {
       auto partial = allocate_like(rt, *in[r], count);
       std::vector<const DeviceBuffer*> head(inputs.begin(), inputs.begin() + 16);
       record_fold(rt, rec, head, std::vector<uint64_t>(16, 0), count, dtype, op, *partial, 0);
       rec.keep_alive.push_back(partial);
       inputs.erase(inputs.begin(), inputs.begin() + 16);
       inputs.insert(inputs.begin(), partial.get());
-      (void)first;
     }
     record_fold(rt, rec, inputs, std::vector<uint64_t>(inputs.size(), 0), count, dtype, op, *result, 0);
     read.insert(read.end(), peers.begin(), peers.end());  // the kernels read them too

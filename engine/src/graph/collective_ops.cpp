@@ -73,10 +73,12 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
       {"all_gather", "all-gather"},    {"psum_scatter", "reduce-scatter"}, {"ppermute", "collective-permute"},
       {"all_to_all", "all-to-all"},    {"pbroadcast", "collective-broadcast"}};
   const auto kind = hlo.count(op) ? hlo.at(op) : std::string(op);
-  exec::log_collective(kind, static_cast<uint64_t>(x.size()) * 4,
-                       kind + " (" + op + ") over " + detail::axes_text(axes) + ": replica_groups=" +
-                           detail::replica_groups_text(mesh, g) + ", local " + typeof(x) + ", " +
-                           detail::bytes_text(static_cast<uint64_t>(x.size()) * 4) + " per device");
+  if (exec::logging())  // the text is built only while a trace listens
+    exec::log_collective(
+        kind, static_cast<uint64_t>(x.size()) * 4,
+        kind + " (" + op + ") over " + detail::axes_text(axes) +
+            ": replica_groups=" + detail::replica_groups_text(mesh, g) + ", local " + typeof(x) +
+            ", " + detail::bytes_text(static_cast<uint64_t>(x.size()) * 4) + " per device");
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
   const exec::ShardedValue& v = detail::materialized(x);

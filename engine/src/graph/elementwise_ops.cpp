@@ -425,9 +425,11 @@ const exec::ShardedValue& materialized(const Array& x) {
     shards.push_back(std::move(buffer));
   }
   out.shards = std::move(shards);
-  exec::log_op("fusion " + p.program.to_string() + ": local " + std::string(dtype_name(out.dtype)) +
-               shape_to_string(out.sharding.shard_shape(out.shape)) + " on each of " + std::to_string(pieces.size()) +
-               " devices");
+  if (exec::logging())  // the text is built only while a trace listens
+    exec::log_op("fusion " + p.program.to_string() + ": local " +
+                 std::string(dtype_name(out.dtype)) +
+                 shape_to_string(out.sharding.shard_shape(out.shape)) + " on each of " +
+                 std::to_string(pieces.size()) + " devices");
   impl.pending.reset();  // lets go of the inputs
   return impl.value;
 }

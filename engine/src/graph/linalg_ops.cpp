@@ -147,9 +147,10 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     out.shards.push_back(std::move(buffer));
   }
   const Shape la = a.sharding().shard_shape(a.shape()), lb = b.sharding().shard_shape(b.shape());
-  exec::log_op("dot_general: local " + std::string(dtype_name(dtype)) + shape_to_string(la) + " x " + shape_to_string(lb) +
-               " -> " + shape_to_string(result.shard_shape(shape)) + " on each of " + std::to_string(map_out.size()) +
-               " devices");
+  if (exec::logging())  // the text is built only while a trace listens
+    exec::log_op("dot_general: local " + std::string(dtype_name(dtype)) + shape_to_string(la) +
+                 " x " + shape_to_string(lb) + " -> " + shape_to_string(result.shard_shape(shape)) +
+                 " on each of " + std::to_string(map_out.size()) + " devices");
   if (!contract_axes.empty()) {
     const Mesh& mesh = result.named()->mesh();
     // Wanted sharded over the contracted axes along a result dimension: a reduce-scatter gives each

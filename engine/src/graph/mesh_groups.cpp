@@ -62,10 +62,12 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
   const MeshGroups g = mesh_groups(mesh, axes);
   const auto algorithm = collectives::choose_algorithm(count * 4);
   static const char* names[] = {"sum", "max", "min"};
-  exec::log_collective("all-reduce", count * 4,
-                       "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " + axes_text(axes) +
-                           ": replica_groups=" + replica_groups_text(mesh, g) + ", " + bytes_text(count * 4) +
-                           " per device, " + collectives::algorithm_name(algorithm));
+  if (exec::logging())  // the text is built only while a trace listens
+    exec::log_collective("all-reduce", count * 4,
+                         "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " +
+                             axes_text(axes) + ": replica_groups=" + replica_groups_text(mesh, g) +
+                             ", " + bytes_text(count * 4) + " per device, " +
+                             collectives::algorithm_name(algorithm));
   collectives::Buffers out(buffers.size());
   for (const auto& members : g.members) {
     collectives::Buffers in;

@@ -156,8 +156,10 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
   }
-  exec::log_op(std::string(op) + ": local " + std::string(dtype_name(x.dtype())) + shape_to_string(x.sharding().shard_shape(x.shape())) +
-               " -> " + shape_to_string(sharding.shard_shape(shape)) + " on each device");
+  if (exec::logging())  // the text is built only while a trace listens
+    exec::log_op(std::string(op) + ": local " + std::string(dtype_name(x.dtype())) +
+                 shape_to_string(x.sharding().shard_shape(x.shape())) + " -> " +
+                 shape_to_string(sharding.shard_shape(shape)) + " on each device");
   if (!split_axes.empty()) {
     static const collectives::Reduction kinds[] = {collectives::Reduction::sum, collectives::Reduction::max,
                                                    collectives::Reduction::min};

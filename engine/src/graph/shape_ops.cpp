@@ -517,14 +517,11 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
   if (widths.size() != x.ndim())
     throw Error("pad: needs one (before, after) pair per dimension of " + shape_to_string(x.shape()));
   Shape shape = x.shape();
-  int64_t offset = 0;
   const Shape& in_shape = x.shape();
   for (size_t d = 0; d < shape.size(); ++d) {
     if (widths[d].first < 0 || widths[d].second < 0) throw Error("pad: widths must not be negative");
     shape[d] += widths[d].first + widths[d].second;
   }
-  const auto os = strides_of(shape);
-  for (size_t d = 0; d < shape.size(); ++d) offset += widths[d].first * os[d];
   uint32_t word;
   if (x.dtype() == DType::float32) {
     std::memcpy(&word, &value, 4);
@@ -552,7 +549,6 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
   const NamedSharding& n = *x.sharding().named();  // single-device arrays are never split
   const size_t rank = x.ndim();
   const Sharding target = NamedSharding(n.mesh(), PartitionSpec(keep_dividing(n, shape)).trimmed());
-  (void)offset;
   return assemble("pad", {x}, shape, x.dtype(), target, word, [&](const Index& piece) {
     Part part{0, Index(rank), std::vector<int64_t>(rank, 1), std::vector<int64_t>(rank, 0)};
     for (size_t d = 0; d < rank; ++d) {
@@ -591,10 +587,9 @@ static Array roll_untaped(const Array& x, int64_t shift, int axis) {
                       return parts;
                     });
   }
-  const Array whole = x;
   auto& rt = *x.impl()->runtime;
   // Along an unsplit axis each device rolls its own piece, which holds that axis whole.
-  return on_each_device("roll", {whole}, x.shape(), x.dtype(), x.sharding(),
+  return on_each_device("roll", {x}, x.shape(), x.dtype(), x.sharding(),
                         [&](Recording& rec, const auto& in, const auto& in_pieces,
                             const DeviceBuffer& out, const Index&) {
                           const Shape box = local_shape(in_pieces[0]);
