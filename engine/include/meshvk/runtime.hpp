@@ -12,7 +12,9 @@ class RuntimeState;
 }
 
 struct RuntimeOptions {
-  // Virtual devices to split the adapter into; 0 means MESHVK_NUM_DEVICES or else 8.
+  // Virtual devices to split the adapter into; 0 means MESHVK_NUM_DEVICES or else 8. Under
+  // mpirun (meshvk/distributed.hpp) it is each process's count: the mesh has that many times
+  // the number of processes.
   int num_devices = 0;
   // Adapter index or a substring of its name; empty means the first discrete or integrated GPU,
   // else lavapipe. MESHVK_ADAPTER overrides it.
@@ -41,6 +43,7 @@ struct DeviceInfo {
   std::string platform;  // "CPU" for a CPU-type adapter such as lavapipe, "GPU" otherwise
   std::string adapter;   // the Vulkan adapter's name
   int adapter_index = 0;  // which of the runtime's adapters (RuntimeOptions::adapters) holds it
+  int process_index = 0;  // the process holding it (meshvk/distributed.hpp); 0 with one process
   int queue_family = 0;
   int queue_index = 0;
   int transfer_queue_index = -1;  // the queue of its transfer stream; -1 when it has none

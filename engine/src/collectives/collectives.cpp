@@ -374,7 +374,7 @@ Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::
     Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> read;
     if (source[r] < 0) {
-      if (count) vkCmdFillBuffer(rec.cb, result->vk_buffer(), result->offset(), count * 4, 0);
+      if (count && rec.cb) vkCmdFillBuffer(rec.cb, result->vk_buffer(), result->offset(), count * 4, 0);
     } else {
       copy(rt, rec, *in[source[r]], 0, *result, 0, count);
       read.push_back(in[source[r]].get());

@@ -33,9 +33,9 @@ CollectiveChoice collective_choice_from_env() {
 bool peer_readable(const RuntimeState& rt, int reader, int owner) {
   // The virtual devices of one adapter are slices of its VkDevice, so each may bind the others'
   // buffers; a kernel cannot bind another VkDevice's buffer, so pieces on other adapters (or,
-  // later, processes) go through the staged algorithms and their Transport tiers.
+  // processes) go through the staged algorithms and their Transport tiers.
   return reader >= 0 && owner >= 0 && reader < rt.num_devices() && owner < rt.num_devices() &&
-         rt.adapter_of(reader) == rt.adapter_of(owner);
+         rt.adapter_of(reader) == rt.adapter_of(owner) && rt.process_of(reader) == rt.process_of(owner);
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "collectives/transport.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/launch.hpp"
@@ -27,7 +28,7 @@ void IntraAdapterTransport::copy_regions(detail::RuntimeState&, detail::Recordin
                                          const detail::DeviceBuffer& dst,
                                          std::span<const VkBufferCopy> regions, const char* what) {
   dst_rec.wait_for(src.ready());
-  if (regions.empty()) return;
+  if (regions.empty() || dst_rec.remote) return;
   const profile::DeviceSpan span(dst_rec.profile.get(), what, total_bytes(regions),  // profile hook
                                  {src.ready().timeline, src.ready().value});
   vkCmdCopyBuffer(dst_rec.cb, src.vk_buffer(), dst.vk_buffer(),
@@ -41,7 +42,7 @@ void SharedMemoryTransport::copy_regions(detail::RuntimeState& rt, detail::Recor
   // A wait on another VkDevice's timeline: RuntimeState holds the submission on the host until
   // it is reached.
   dst_rec.wait_for(src.ready());
-  if (regions.empty()) return;
+  if (regions.empty() || dst_rec.remote) return;
   const VkBuffer imported = rt.buffer_on(src, dst_rec.device);
   const profile::DeviceSpan span(dst_rec.profile.get(), what, total_bytes(regions),  // profile hook
                                  {src.ready().timeline, src.ready().value});
@@ -53,7 +54,7 @@ void HostStagedTransport::copy_regions(detail::RuntimeState& rt, detail::Recordi
                                        const detail::DeviceBuffer& src,
                                        const detail::DeviceBuffer& dst,
                                        std::span<const VkBufferCopy> regions, const char* what) {
-  if (regions.empty()) {
+  if (regions.empty() || dst_rec.remote) {
     dst_rec.wait_for(src.ready());
     return;
   }
@@ -88,10 +89,95 @@ void HostStagedTransport::copy_regions(detail::RuntimeState& rt, detail::Recordi
                   in.data());
 }
 
+void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                                    const detail::DeviceBuffer& src,
+                                    const detail::DeviceBuffer& dst,
+                                    std::span<const VkBufferCopy> regions, const char* what) {
+  if (regions.empty()) return;
+  const int sp = rt.process_of(src.device()), dp = rt.process_of(dst.device());
+  const uint64_t bytes = total_bytes(regions);
+  // Pieces of at most half the ring, so that one transfer never waits on itself.
+  const uint64_t most = rt.ring_bytes() / 2;
+  std::vector<std::vector<VkBufferCopy>> pieces(1);
+  uint64_t in_piece = 0;
+  for (VkBufferCopy r : regions) {
+    while (r.size) {
+      if (in_piece == most) {
+        pieces.emplace_back();
+        in_piece = 0;
+      }
+      const uint64_t take = std::min(r.size, most - in_piece);
+      pieces.back().push_back({r.srcOffset, r.dstOffset, take});
+      r.srcOffset += take;
+      r.dstOffset += take;
+      r.size -= take;
+      in_piece += take;
+    }
+  }
+  auto scratch = rt.allocate(dst.device(), bytes);  // nothing, on another process
+  std::vector<VkBufferCopy> into_place;
+  uint64_t packed = 0;
+  for (const auto& piece : pieces) {
+    const uint64_t piece_bytes = total_bytes(piece);
+    const detail::RuntimeState::RingRange range = rt.reserve_ring(sp, dp, piece_bytes);
+    // 1. The source's process writes the piece into the ring.
+    detail::Recording send = rt.begin_peer(src.device());
+    send.wait_for(src.ready());
+    for (const detail::Fence& f : range.waits) send.wait_for(f);
+    if (!send.remote) {
+      uint64_t start = 0;
+      const VkBuffer ring = rt.ring_view(src.device(), sp, dp, start);
+      std::vector<VkBufferCopy> out;
+      uint64_t at = start + range.offset;
+      for (const VkBufferCopy& r : piece) {
+        out.push_back({r.srcOffset, at, r.size});
+        at += r.size;
+      }
+      {
+        const profile::DeviceSpan span(send.profile.get(), profile::Kind::copy, "send",
+                                       piece_bytes);  // profile hook
+        vkCmdCopyBuffer(send.cb, src.vk_buffer(), ring, static_cast<uint32_t>(out.size()),
+                        out.data());
+      }
+      kernels::barrier_to_host(send.cb);
+    }
+    const detail::Fence sent = rt.submit(std::move(send));
+    if (!sent.none() && rt.is_local(src.device())) const_cast<detail::DeviceBuffer&>(src).used_by(sent);
+    // 2. The destination's process reads it out into scratch memory once it is there.
+    detail::Recording receive = rt.begin_peer(dst.device());
+    receive.wait_for(sent);
+    if (!receive.remote) {
+      uint64_t start = 0;
+      const VkBuffer ring = rt.ring_view(dst.device(), sp, dp, start);
+      const VkBufferCopy in{start + range.offset, scratch->offset() + packed, piece_bytes};
+      const profile::DeviceSpan span(receive.profile.get(), what, piece_bytes,  // profile hook
+                                     {sent.timeline, sent.value});
+      vkCmdCopyBuffer(receive.cb, ring, scratch->vk_buffer(), 1, &in);
+    }
+    const detail::Fence received = rt.submit(std::move(receive));
+    rt.ring_read_by(sp, dp, range.offset, piece_bytes, received);
+    if (detail::Capture* c = rt.capture())
+      c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received});
+    scratch->written_by(received);
+    dst_rec.wait_for(received);
+    for (const VkBufferCopy& r : piece) {
+      into_place.push_back({scratch->offset() + packed, r.dstOffset, r.size});
+      packed += r.size;
+    }
+  }
+  // 3. Into place, in the destination's own order of work.
+  if (!dst_rec.remote)
+    vkCmdCopyBuffer(dst_rec.cb, scratch->vk_buffer(), dst.vk_buffer(),
+                    static_cast<uint32_t>(into_place.size()), into_place.data());
+  dst_rec.keep_alive.push_back(scratch);
+}
+
 Transport& transport_between(const detail::RuntimeState& rt, int src_device, int dst_device) {
   static IntraAdapterTransport intra;
   static SharedMemoryTransport shared;
   static HostStagedTransport staged;
+  static ProcessTransport processes;
+  if (rt.process_of(src_device) != rt.process_of(dst_device)) return processes;
   if (rt.adapter_of(src_device) == rt.adapter_of(dst_device)) return intra;
   return rt.cross_adapter() == detail::RuntimeState::CrossAdapter::shared
              ? static_cast<Transport&>(shared)

@@ -9,7 +9,11 @@
 //        (VK_EXT_external_memory_host), the destination's device copies it out;
 //      either way the destination's submission is held on the host until the source's is done
 //      (RuntimeState's communication thread), since no semaphore spans two VkDevices;
-//   3. another process (Open MPI; not yet): a further Transport behind the same interface.
+//   3. another process of the job (meshvk/distributed.hpp): the source's process copies into a
+//      ring of the node's shared memory on the source's peer timeline, the destination's copies
+//      it out on its own peer timeline into scratch memory, and the destination's recording
+//      copies that into place; every process runs this for every transfer (the ones of other
+//      processes only count), so each knows the values it waits for.
 // Every tier records the reading side into the destination's recording, so collectives and
 // reshards are written once for all of them.
 #include <cstdint>
@@ -54,6 +58,14 @@ class SharedMemoryTransport final : public Transport {
 // Tier 2, staged: one copy into host memory on the source's transfer stream, one out of it into
 // the destination.
 class HostStagedTransport final : public Transport {
+ public:
+  void copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                    const detail::DeviceBuffer& src, const detail::DeviceBuffer& dst,
+                    std::span<const VkBufferCopy> regions, const char* what) override;
+};
+
+// Tier 3: between processes, through the node's shared memory.
+class ProcessTransport final : public Transport {
  public:
   void copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,
                     const detail::DeviceBuffer& src, const detail::DeviceBuffer& dst,

@@ -86,6 +86,7 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     for (const auto& v : *values)
       for (const auto& b : v.shards) note_uses(*b);
   for (const int d : used) {
+    if (!rt_->is_local(d)) continue;  // its process refreshes it
     Recording rec = rt_->begin(d);
     for (int t = 0; t < timelines; ++t) rec.wait_for(Fence{t, in_use[d][t]});
     // profile hook: keeps the previous replay's timestamps (rec is d's next submission).
@@ -132,6 +133,12 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
   // Each stream's submissions go out in as few vkQueueSubmit calls as the dependencies allow:
   // a stream submits every next submission whose waits on other streams are already submitted
   // (so no wait ever precedes its signal), then the next stream takes its turn.
+  // Transfers between processes write the ring ranges they wrote when traced: each send waits
+  // for whatever read those bytes since (eager transfers; the last replay's receives).
+  std::map<std::pair<int, uint64_t>, std::vector<Fence>> ring_waits;
+  for (const auto& use : capture_->ring_uses)
+    ring_waits[{use.sent.timeline, use.sent.value}] =
+        rt_->ring_readers(use.src_process, use.dst_process, use.offset, use.bytes);
   std::vector<Fence> last(timelines);
   const auto& subs = capture_->submissions;
   const bool merge = rt_->merges_replays();
@@ -167,6 +174,8 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
         if (!ready) break;
         std::vector<Fence> waits{refreshed[rt_->device_of(t)]};
         for (const Fence& w : sub.waits) waits.push_back(remap(w));
+        if (const auto it = ring_waits.find({t, sub.signal}); it != ring_waits.end())
+          waits.insert(waits.end(), it->second.begin(), it->second.end());
         moved[{t, sub.signal}] = next++;
         batch.push_back({sub.cb, std::move(waits), sub.activity});
         pending[t].pop_front();
@@ -178,6 +187,8 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     }
     if (!progressed) throw Error("internal: a traced program's submissions wait on each other in a cycle");
   }
+  for (const auto& use : capture_->ring_uses)
+    rt_->ring_read_by(use.src_process, use.dst_process, use.offset, use.bytes, remap(use.received));
   // 3. Outputs are ready when the submissions that wrote them (in this replay) are.
   for (size_t i = 0; i < outputs_.size(); ++i)
     for (size_t k = 0; k < outputs_[i].shards.size(); ++k) {

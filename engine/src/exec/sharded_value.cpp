@@ -38,6 +38,10 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
   for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
     const uint64_t bytes = piece_bytes(di.index);
     auto buffer = rt.allocate(di.device, bytes);
+    if (!rt.is_local(di.device)) {  // that process uploads it from its own copy of `host`
+      v.shards.push_back(std::move(buffer));
+      continue;
+    }
     auto staging = rt.staging(di.device, bytes);
     auto* dst = static_cast<std::byte*>(staging->mapped());
     const auto* src = static_cast<const std::byte*>(host);
@@ -58,15 +62,70 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
   return v;
 }
 
-void download(RuntimeState& rt, const ShardedValue& v, void* host) {
-  // One holder per distinct piece: replicas hold the same values.
+namespace {
+// The row-major bytes of the pieces map[chosen[k]] (each read from device map[chosen[k]].device)
+// into `host`.
+void download_pieces(RuntimeState& rt, const ShardedValue& v,
+                     const std::vector<DeviceIndex>& map, const std::vector<size_t>& chosen,
+                     void* host);
+}  // namespace
+
+void download(RuntimeState& rt, const ShardedValue& v, void* host, bool across_processes) {
+  // One holder per distinct piece: replicas hold the same values. With several processes, a
+  // holder of this process where there is one.
   const auto map = v.sharding.devices_indices_map(v.shape);
   std::vector<size_t> chosen;
+  std::vector<size_t> first;  // per distinct piece, its first holder (the same on every process)
   for (size_t i = 0; i < map.size(); ++i) {
-    bool seen = false;
-    for (const size_t j : chosen) seen = seen || map[j].index == map[i].index;
-    if (!seen) chosen.push_back(i);
+    size_t k = 0;
+    while (k < first.size() && !(map[first[k]].index == map[i].index)) ++k;
+    if (k == first.size()) {
+      first.push_back(i);
+      chosen.push_back(i);
+    } else if (!rt.is_local(map[chosen[k]].device) && rt.is_local(map[i].device)) {
+      chosen[k] = i;
+    }
   }
+  if (!rt.multi_process()) return download_pieces(rt, v, map, chosen, host);
+  // Whether some process lacks a piece: the same answer on every process, so that all of them
+  // exchange or none does.
+  bool exchange = false;
+  for (int p = 0; p < rt.process_count() && !exchange; ++p)
+    for (const size_t f : first) {
+      bool held = false;
+      for (const DeviceIndex& di : map) held = held || (di.index == map[f].index && rt.process_of(di.device) == p);
+      if (!held) exchange = true;
+    }
+  if (!exchange) return download_pieces(rt, v, map, chosen, host);
+  if (!across_processes)
+    throw Error(
+        "to_host: fetching the value of an array that spans non-addressable (non process-local) "
+        "devices is not possible (" + v.sharding.to_string() + " on process " +
+        std::to_string(rt.process_index()) + " of " + std::to_string(rt.process_count()) +
+        "); use meshvk::multihost::process_allgather to read the global array, or "
+        "addressable_shards() to read this process's pieces");
+  // Each piece from the process of its first holder, then every process's bytes to every one.
+  std::vector<size_t> mine;
+  for (const size_t f : first)
+    if (rt.is_local(map[f].device)) mine.push_back(f);
+  const uint64_t bytes = piece_bytes(whole(v.shape));
+  std::vector<std::byte> own(bytes);
+  download_pieces(rt, v, map, mine, own.data());
+  const std::vector<uint8_t> all = rt.exchange(own.data(), bytes);
+  const Index global = whole(v.shape);
+  for (const size_t f : first) {
+    const auto* src = reinterpret_cast<const std::byte*>(all.data()) +
+                      static_cast<uint64_t>(rt.process_of(map[f].device)) * bytes;
+    for_each_run(map[f].index, global, global, [&](uint64_t so, uint64_t doff, uint64_t n) {
+      std::memcpy(static_cast<std::byte*>(host) + doff * 4, src + so * 4, n * 4);
+    });
+  }
+}
+
+namespace {
+void download_pieces(RuntimeState& rt, const ShardedValue& v,
+                     const std::vector<DeviceIndex>& map, const std::vector<size_t>& chosen,
+                     void* host) {
   std::vector<std::pair<std::shared_ptr<vk::Buffer>, Fence>> staged;
   for (const size_t i : chosen) {
     const DeviceBuffer& piece = *v.shards[i];
@@ -98,6 +157,7 @@ void download(RuntimeState& rt, const ShardedValue& v, void* host) {
     });
   }
 }
+}  // namespace
 
 ShardedValue iota(RuntimeState& rt, int64_t count, DType dtype, double start, double step,
                   const Sharding& single_device) {
@@ -138,7 +198,7 @@ ShardedValue copy_value(RuntimeState& rt, const ShardedValue& value) {
       const VkBufferCopy region{piece->offset(), buffer->offset(), piece->bytes()};
       // profile hook
       const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "copy", piece->bytes());
-      vkCmdCopyBuffer(rec.cb, piece->vk_buffer(), buffer->vk_buffer(), 1, &region);
+      if (rec.cb) vkCmdCopyBuffer(rec.cb, piece->vk_buffer(), buffer->vk_buffer(), 1, &region);
     }
     const Fence f = rt.submit(std::move(rec));
     piece->used_by(f);
@@ -192,8 +252,10 @@ std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& v
   return buffer;
 }
 
-ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target) {
+ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target,
+                     bool on_every_process) {
   check_devices(rt, target);
+  on_every_process = on_every_process && rt.multi_process();
   Moved moved;
   const auto from = value.sharding.devices_indices_map(value.shape);
   const auto to = target.devices_indices_map(value.shape);
@@ -207,7 +269,11 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
         shared = true;
       }
     }
-    if (!shared) out.shards.push_back(gather_box(rt, value, dst.index, dst.device, moved));
+    if (shared) continue;
+    if (on_every_process && !rt.is_local(dst.device))
+      out.shards.push_back(rt.allocate(dst.device, piece_bytes(dst.index)));  // that process's
+    else
+      out.shards.push_back(gather_box(rt, value, dst.index, dst.device, moved));
   }
   if (logging()) {
     auto spec = [](const Sharding& s) { return s.named() ? s.named()->spec().to_string() : s.to_string(); };

@@ -22,7 +22,11 @@ struct ShardedValue {
 ShardedValue upload(detail::RuntimeState& rt, const void* host, const Shape& shape, DType dtype,
                     const Sharding& sharding);
 // Reads the whole value back into row-major `host` (shape_size * 4 bytes).
-void download(detail::RuntimeState& rt, const ShardedValue& value, void* host);
+// With several processes, a value some process holds no copy of a piece of is read
+// collectively: every process must call it, each contributing its pieces (across_processes);
+// else it is JAX's error for a value spanning non-addressable devices.
+void download(detail::RuntimeState& rt, const ShardedValue& value, void* host,
+              bool across_processes = false);
 // start + step * i over a 1-D array on one device (arange).
 ShardedValue iota(detail::RuntimeState& rt, int64_t count, DType dtype, double start, double step,
                   const Sharding& single_device);
@@ -31,7 +35,12 @@ ShardedValue fill(detail::RuntimeState& rt, const Shape& shape, DType dtype, uin
                   const Sharding& sharding);
 // The same value laid out as `target`: device-to-device copies of the overlapping boxes;
 // pieces already in place are shared, not copied.
-ShardedValue reshard(detail::RuntimeState& rt, const ShardedValue& value, const Sharding& target);
+// `on_every_process`: with several processes, the value is one every process holds a copy of on
+// its own device (an uncommitted array: each process made it on its first device), so each
+// process fills its own devices' pieces from its copy and nothing crosses processes (JAX's
+// device_put of host-local data onto a global sharding).
+ShardedValue reshard(detail::RuntimeState& rt, const ShardedValue& value, const Sharding& target,
+                     bool on_every_process = false);
 
 // Bytes a gather_box copied: from other devices, and within the device.
 struct Moved {

@@ -11,6 +11,7 @@
 #include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
 #include "io/host_array.hpp"
+#include "runtime/process_group.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/runtime.hpp"
@@ -56,7 +57,11 @@ const ArrayImpl& impl_of(const Array& x) {
 
 std::shared_ptr<detail::RuntimeState> current_state() { return Runtime::current().state(); }
 
-Sharding default_device(const detail::RuntimeState& rt) { return SingleDeviceSharding(0, rt.platform()); }
+// This process's first device: with several processes each holds its own copy of an
+// uncommitted array (as jax puts one on each process's first local device).
+Sharding default_device(const detail::RuntimeState& rt) {
+  return SingleDeviceSharding(rt.first_local_device(), rt.platform());
+}
 
 // Inside a shard_map body a constant is the same value on every device of the mesh: made there
 // directly rather than on device 0 and copied to each device on every use.
@@ -124,6 +129,13 @@ Array ranged(double start, double stop, double step, DType dtype) {
 
 }  // namespace
 
+bool detail::on_every_process(const Array& x) {
+  const ArrayImpl& a = impl_of(x);
+  const SingleDeviceSharding* single = a.value.sharding.single();
+  return !a.committed && a.runtime->multi_process() && single &&
+         single->device() == a.runtime->first_local_device();
+}
+
 const Shape& Array::shape() const { return impl_of(*this).value.shape; }
 DType Array::dtype() const { return impl_of(*this).value.dtype; }
 const Sharding& Array::sharding() const { return impl_of(*this).value.sharding; }
@@ -146,7 +158,12 @@ void Array::copy_to_host(void* dst, DType expected) const {
     throw Error("to_host: values cannot be read while jit traces a function; return them from the function instead");
   std::lock_guard lock(a.runtime->mutex());
   const detail::PartOpScope op_scope("to_host");  // profile hook
-  exec::download(*a.runtime, detail::materialized(*this), dst);
+  // A program written for one process and run unchanged under mpirun reads an array spanning
+  // processes collectively (every process runs the same to_host); one that initialized
+  // meshvk::distributed itself gets JAX's error and reads it with process_allgather.
+  const detail::ProcessGroup* group = detail::ProcessGroup::get();
+  exec::download(*a.runtime, detail::materialized(*this), dst,
+                 !(group && group->initialized_by_user));
 }
 
 static Array reshape_untaped(const Array& self, Shape new_shape);
@@ -247,7 +264,8 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
     // of its devices (device to device) and reshape that.
     const NamedSharding& n = *v.sharding.named();
     const detail::OpScope op_scope("reshard");  // profile hook: the line exec::reshard prints
-    v = exec::reshard(*a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()));
+    v = exec::reshard(*a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()),
+                      detail::on_every_process(self));
   }
   if (const NamedSharding* n = v.sharding.named()) v.sharding = NamedSharding(n->mesh(), PartitionSpec());
   v.shape = std::move(new_shape);
@@ -349,7 +367,7 @@ Array device_put_untaped(const Array& x, const Sharding& sharding, const detail:
   // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
   exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())
                              ? detail::shareable_value(x)
-                             : exec::reshard(rt, current, sharding);
+                             : exec::reshard(rt, current, sharding, detail::on_every_process(x));
   v.sharding = sharding;
   return detail::make_array(a.runtime, std::move(v), true, a.varying);
 }

@@ -36,6 +36,9 @@ struct ArrayImpl {
 
 // The value with its device buffers, running pending work first.
 const exec::ShardedValue& materialized(const Array& x);
+// With several processes, whether every process holds its own copy of x: uncommitted, on this
+// process's first device (where each process makes its uncommitted arrays).
+bool on_every_process(const Array& x);
 bool is_pending(const Array& x);
 // The value for a new Array that shares x's buffers (a reshape, an equivalent device_put, a
 // Shard): materialized(x), or a copy of its buffers while x is a jitted result still lent (a

@@ -250,9 +250,11 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
   auto rt = sources.front().impl()->runtime;
   std::lock_guard lock(rt->mutex());
   std::vector<const exec::ShardedValue*> values;
+  std::vector<bool> per_process;  // each process's own copy: it fills only its own pieces
   bool committed = false;
   for (const Array& a : sources) {
     values.push_back(&detail::materialized(a));
+    per_process.push_back(detail::on_every_process(a));
     committed = committed || a.committed();
   }
   exec::ShardedValue out{shape, dtype, target, {}};
@@ -265,6 +267,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
       std::vector<Part> parts;
       for (Part& part : parts_of(piece.index)) {
         if (shape_size(local_shape(part.box)) == 0) continue;
+        if (per_process[part.source] && !rt->is_local(piece.device)) continue;
         gathered.push_back(
             exec::gather_box(*rt, *values[part.source], part.box, piece.device, moved));
         parts.push_back(std::move(part));

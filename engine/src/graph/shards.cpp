@@ -22,6 +22,7 @@ std::vector<Shard> Array::addressable_shards() const {
                 value.sharding.to_string());
   std::vector<Shard> shards;
   for (size_t i = 0; i < map.size(); ++i) {
+    if (!impl()->runtime->is_local(map[i].device)) continue;  // another process's (global_shards)
     int replica = 0;
     for (size_t j = 0; j < i; ++j) replica += map[j].index == map[i].index ? 1 : 0;
     Shape piece;

@@ -57,6 +57,11 @@ WindowLimits window_limits(const detail::RuntimeState& rt) {
 void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& kernel,
               std::span<const Binding> bindings, const void* push, uint32_t push_bytes,
               Groups groups, Cost cost) {
+  if (rec.remote) return;  // another process's device runs it
+  for (const Binding& b : bindings)
+    if (b.buffer == VK_NULL_HANDLE)
+      throw Error("internal: kernel " + kernel.name + " on device " + std::to_string(rec.device) +
+                  " binds another process's buffer");
   // Kernels split their work (or bind windows) to stay inside the binding limits; any that still
   // cannot refuse rather than bind past them.
   const auto& limits = rt.device_limits();
@@ -122,6 +127,7 @@ void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& ke
 }
 
 void barrier(VkCommandBuffer cb) {
+  if (cb == VK_NULL_HANDLE) return;  // a remote recording
   VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   b.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
   b.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
@@ -130,6 +136,7 @@ void barrier(VkCommandBuffer cb) {
 }
 
 void barrier_to_host(VkCommandBuffer cb) {
+  if (cb == VK_NULL_HANDLE) return;  // a remote recording
   VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   b.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
   b.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
@@ -163,7 +170,7 @@ void record_iota(detail::RuntimeState& rt, detail::Recording& rec, const detail:
 }
 
 void record_fill(detail::Recording& rec, const detail::DeviceBuffer& out, uint32_t pattern) {
-  if (out.bytes() == 0) return;
+  if (out.bytes() == 0 || rec.remote) return;
   const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "fill",  // profile hook
                                  out.bytes());
   vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), out.bytes() / 4 * 4, pattern);

@@ -744,7 +744,7 @@ void record_matmul(RuntimeState& rt, Recording& rec, const MatmulShape& s, const
   if (s.m == 0 || s.n == 0) return;
   if (s.k == 0) {
     // An empty sum: zeros (0.0f and 0 share their bits).
-    vkCmdFillBuffer(rec.cb, c.vk_buffer(), c.offset(),
+    if (rec.cb) vkCmdFillBuffer(rec.cb, c.vk_buffer(), c.offset(),
                     static_cast<uint64_t>(s.batch * s.m * s.n) * 4, 0);
     barrier(rec.cb);
     return;

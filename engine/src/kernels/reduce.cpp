@@ -143,7 +143,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
   if (rows == 0) return;
   if (n == 0) {
     if (op != ReduceOp::sum) throw Error("internal: empty max/min reduction reached the kernel");
-    vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), static_cast<uint64_t>(rows) * 4, 0);
+    if (rec.cb) vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), static_cast<uint64_t>(rows) * 4, 0);
     barrier(rec.cb);
     return;
   }

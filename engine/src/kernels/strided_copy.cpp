@@ -190,7 +190,7 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
       const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy,
                                      "copy",  // profile hook
                                      region.size);
-      vkCmdCopyBuffer(rec.cb, in.vk_buffer(), out.vk_buffer(), 1, &region);
+      if (rec.cb) vkCmdCopyBuffer(rec.cb, in.vk_buffer(), out.vk_buffer(), 1, &region);
     }
     barrier(rec.cb);
     return;
@@ -212,7 +212,7 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
 }
 
 void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count, uint32_t word) {
-  if (count == 0) return;
+  if (count == 0 || rec.remote) return;
   vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), count * 4, word);
   barrier(rec.cb);
 }

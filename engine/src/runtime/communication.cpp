@@ -23,7 +23,8 @@ bool RuntimeState::submittable(const Stream& s, const std::vector<uint64_t>& nee
   for (size_t t = 0; t < need.size(); ++t) {
     if (!need[t]) continue;
     const Stream& from = *streams_[t];
-    if (from.adapter == s.adapter ? from.queued < need[t] : from.semaphore.value() < need[t])
+    if (!from.remote && from.adapter == s.adapter ? from.queued < need[t]
+                                                  : timeline_value(static_cast<int>(t)) < need[t])
       return false;
   }
   return true;
@@ -35,6 +36,8 @@ void RuntimeState::enqueue(Stream& s, VkCommandBuffer cb, std::vector<uint64_t> 
   if (s.held.empty() && submittable(s, need)) {
     queue_submit(s, cb, need, signal);
     s.queued = signal;
+    // Other processes may wait for it: the communication thread publishes it when reached.
+    if (processes_ > 1) held_cv_.notify_one();
     return;
   }
   s.held.push_back({cb, std::move(need), signal});
@@ -64,6 +67,7 @@ void RuntimeState::communicate() {
   std::chrono::steady_clock::time_point give_up{};
   while (true) {
     try {
+      if (processes_ > 1) publish_progress();
       if (drain_held()) continue;
     } catch (const std::exception& e) {
       // A failed vkQueueSubmit: nothing held can run any more; waits on it time out naming this.
@@ -79,7 +83,8 @@ void RuntimeState::communicate() {
       const auto& need = sp->held.front().need;
       for (size_t t = 0; t < need.size() && !blocking; ++t) {
         const Stream& from = *streams_[t];
-        if (need[t] && from.adapter != sp->adapter && from.semaphore.value() < need[t]) {
+        if (need[t] && (from.remote || from.adapter != sp->adapter) &&
+            timeline_value(static_cast<int>(t)) < need[t]) {
           blocking = &from;
           value = need[t];
         }
@@ -95,7 +100,13 @@ void RuntimeState::communicate() {
         give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_timeout_ns_);
       if (std::chrono::steady_clock::now() > give_up) return;
     }
-    if (idle) {
+    if (processes_ > 1 && (blocking || !idle || !progress_published())) {
+      // Other processes wait on what this one publishes, and this one on what they publish:
+      // look again soon (a local device finishing wakes it at once).
+      lock.unlock();
+      wait_local_progress(blocking && blocking->remote ? 100'000 : 1'000'000);
+      lock.lock();
+    } else if (idle) {
       held_cv_.wait(lock);
     } else if (blocking) {
       lock.unlock();

@@ -14,7 +14,7 @@ namespace meshvk::detail {
 
 bool RuntimeState::merges_replays() {
   // One adapter only: work across VkDevices is ordered through the host (communication thread).
-  if (adapters_.size() != 1 || !device().adapter().is_cpu() ||
+  if (host_holds() || !device().adapter().is_cpu() ||
       !env_switch("MESHVK_MERGE_REPLAYS").value_or(true))
     return false;
   for (const auto& s : streams_)

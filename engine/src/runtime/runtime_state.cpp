@@ -1,6 +1,8 @@
 #include "runtime/runtime_state.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -116,14 +118,20 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   fast_math_ = env_switch("MESHVK_FAST_MATH").value_or(false);
 
   instance_ = std::make_unique<vk::Instance>(validation);
+  join_processes(n);          // runtime/processes.cpp: one process, or this one of several
   open_adapters(options, n);  // runtime/adapters.cpp: adapters_, adapter_of_
   platform_ = device().adapter().is_cpu() ? "CPU" : "GPU";
+  // Every process holds n devices, laid out on its adapters alike: another process's device d
+  // has the place this process's device d % n has here.
+  const int local_n = n;
+  n *= processes_;
+  for (int d = local_n; d < n; ++d) adapter_of_.push_back(adapter_of_[d % local_n]);
   num_devices_ = n;
   pipelines_.resize(adapters_.size());
 
-  // Each adapter's share of the virtual devices, and of its queues.
+  // Each adapter's share of this process's virtual devices, and of its queues.
   std::vector<std::vector<int>> members(adapters_.size());
-  for (int d = 0; d < n; ++d) members[adapter_of_[d]].push_back(d);
+  for (int d = 0; d < local_n; ++d) members[adapter_of_[d]].push_back(d);
   bool spare_everywhere = true;
   for (size_t a = 0; a < adapters_.size(); ++a)
     spare_everywhere = spare_everywhere && adapters_[a]->queue_count() > members[a].size();
@@ -131,7 +139,7 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   // Device d's place among its adapter's devices, and how many that adapter holds.
   auto local_of = [&](int d) {
     const auto& m = members[adapter_of_[d]];
-    return static_cast<int>(std::find(m.begin(), m.end(), d) - m.begin());
+    return static_cast<int>(std::find(m.begin(), m.end(), d % local_n) - m.begin());
   };
   auto share_of = [&](int d) { return static_cast<int>(members[adapter_of_[d]].size()); };
   for (int d = 0; d < n; ++d) {
@@ -152,17 +160,27 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
     streams_.push_back(
         std::make_unique<Stream>(dev, dev.queue(local_of(d) % dev.queue_count()), d, false, a));
   }
+  auto queue_of_transfers = [&](int d) -> vk::Queue& {
+    vk::Device& dev = *adapters_[adapter_of_[d]];
+    const int queues = static_cast<int>(dev.queue_count());
+    const int spare = queues - share_of(d);
+    return dev.queue(spare > 0 ? share_of(d) + local_of(d) % spare : local_of(d) % queues);
+  };
   // Transfer streams take the queues the compute streams left; forced on without any, they
   // share their device's queue.
-  if (transfer.value_or(spare_everywhere)) {
-    for (int d = 0; d < n; ++d) {
-      vk::Device& dev = *adapters_[adapter_of_[d]];
-      const int queues = static_cast<int>(dev.queue_count());
-      const int spare = queues - share_of(d);
-      streams_.push_back(std::make_unique<Stream>(
-          dev, dev.queue(spare > 0 ? share_of(d) + local_of(d) % spare : local_of(d) % queues), d,
-          true, adapter_of_[d]));
-    }
+  has_transfer_streams_ = transfer.value_or(spare_everywhere);
+  if (has_transfer_streams_) {
+    for (int d = 0; d < n; ++d)
+      streams_.push_back(std::make_unique<Stream>(*adapters_[adapter_of_[d]], queue_of_transfers(d),
+                                                  d, true, adapter_of_[d]));
+  }
+  if (processes_ > 1) {
+    peer_base_ = static_cast<int>(streams_.size());
+    for (int d = 0; d < n; ++d)
+      streams_.push_back(std::make_unique<Stream>(*adapters_[adapter_of_[d]], queue_of_transfers(d),
+                                                  d, true, adapter_of_[d]));
+    for (auto& s : streams_) s->remote = !is_local(s->device);
+    share_memory();
   }
   // profile hook: the profiler reads each stream's timeline and may calibrate on a queue. Its
   // timestamp queries live on the first adapter: only that adapter's devices get device spans.
@@ -170,7 +188,7 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   for (auto& s : streams_)
     profiled.streams.push_back({&s->semaphore, &s->queue, s->device, s->transfer});
   profiler_ = std::make_unique<profile::DeviceProfiler>(std::move(profiled));
-  if (adapters_.size() > 1) start_communication();
+  if (host_holds()) start_communication();
 }
 
 RuntimeState::~RuntimeState() {
@@ -190,6 +208,7 @@ std::vector<DeviceInfo> RuntimeState::devices() {
     info.platform = platform_;
     info.adapter = device_for(d).adapter().name;
     info.adapter_index = adapter_of_[d];
+    info.process_index = process_of(d);
     info.queue_family = static_cast<int>(streams_[d]->queue.family);
     info.queue_index = static_cast<int>(streams_[d]->queue.index);
     if (has_transfer_streams())
@@ -214,6 +233,12 @@ std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes)
     throw Error("no device " + std::to_string(device) + "; the runtime has devices 0.." +
                 std::to_string(num_devices() - 1));
   std::lock_guard lock(mutex_);
+  if (!is_local(device)) {
+    // Another process's device: a buffer of that size there, nothing here.
+    auto buffer = std::make_shared<DeviceBuffer>(shared_from_this(), device, runtime::Allocation{}, bytes);
+    if (Capture* c = capture()) c->retain(buffer);
+    return buffer;
+  }
   reclaim(false);
   auto& pool = *pools_[device];
   std::optional<runtime::Allocation> a = pool.try_allocate(bytes);
@@ -230,13 +255,14 @@ std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes)
 
 void RuntimeState::retire(int device, const runtime::Allocation& allocation,
                           std::vector<uint64_t> last_use) {
+  if (!is_local(device)) return;
   retired_.push_back({device, allocation, std::move(last_use)});
   reclaim(false);
 }
 
 void RuntimeState::reclaim(bool block) {
   std::vector<uint64_t> reached(streams_.size());
-  for (size_t d = 0; d < streams_.size(); ++d) reached[d] = streams_[d]->semaphore.value();
+  for (size_t d = 0; d < streams_.size(); ++d) reached[d] = timeline_value(static_cast<int>(d));
   auto done = [&](const Retired& r) {
     for (size_t d = 0; d < r.last_use.size(); ++d)
       if (r.last_use[d] > reached[d]) return false;
@@ -246,7 +272,7 @@ void RuntimeState::reclaim(bool block) {
     for (const Retired& r : retired_)
       for (size_t d = 0; d < r.last_use.size(); ++d)
         if (r.last_use[d] > reached[d]) wait(Fence{static_cast<int>(d), r.last_use[d]}, "freeing memory");
-    for (size_t d = 0; d < streams_.size(); ++d) reached[d] = streams_[d]->semaphore.value();
+    for (size_t d = 0; d < streams_.size(); ++d) reached[d] = timeline_value(static_cast<int>(d));
   }
   auto keep = std::stable_partition(retired_.begin(), retired_.end(), [&](const Retired& r) { return !done(r); });
   for (auto it = keep; it != retired_.end(); ++it) pools_[it->device]->free(it->allocation);
@@ -292,10 +318,15 @@ Recording RuntimeState::begin_transfer(int device) {
 Recording RuntimeState::begin_on(int timeline) {
   std::lock_guard lock(mutex_);
   Stream& s = *streams_[timeline];
-  recycle(s);
   Recording r;
   r.device = s.device;
   r.timeline = timeline;
+  if (s.remote) {
+    r.remote = true;
+    r.captured = capture() != nullptr;
+    return r;
+  }
+  recycle(s);
   if (s.idle.empty()) {
     r.cb = s.pool.allocate();
   } else {
@@ -314,6 +345,14 @@ Recording RuntimeState::begin_on(int timeline) {
 Fence RuntimeState::submit(Recording&& r) {
   std::lock_guard lock(mutex_);
   Capture* const capturing = r.captured ? capture() : nullptr;
+  if (r.remote) {
+    // Only a peer timeline's count matters here: it is what this process waits for.
+    if (!is_peer_timeline(r.timeline)) return Fence{};
+    const Fence f = submit_command_buffer(r.timeline, VK_NULL_HANDLE, r.waits, current_activity());
+    if (capturing)
+      capturing->submissions.push_back({r.timeline, VK_NULL_HANDLE, r.waits, f.value, current_activity()});
+    return f;
+  }
   if (r.profile) profiler_->close(r.profile, capturing != nullptr);  // profile hook
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
   const Fence f = submit_command_buffer(r.timeline, r.cb, r.waits, current_activity());
@@ -334,7 +373,7 @@ Fence RuntimeState::resubmit(int timeline, VkCommandBuffer cb, const std::vector
 std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
                                                 const std::vector<Resubmission>& entries) {
   std::lock_guard lock(mutex_);
-  if (adapters_.size() > 1) {
+  if (host_holds()) {
     // One by one: each may have to be held until what it waits for on another VkDevice is there.
     std::vector<Fence> fences;
     for (const Resubmission& e : entries)
@@ -418,9 +457,14 @@ Fence RuntimeState::submit_command_buffer(int timeline, VkCommandBuffer cb,
   for (const Fence& f : waits)
     if (!f.none()) need[f.timeline] = std::max(need[f.timeline], f.value);
   const uint64_t signal = s.last_submitted + 1;
+  if (s.remote) {
+    // Another process submits it; this one only counts it.
+    s.last_submitted = signal;
+    return Fence{timeline, signal};
+  }
   {
     const profile::SubmitHook profiled(*profiler_, timeline, cb, signal, need);  // profile hook
-    if (adapters_.size() == 1) {
+    if (!host_holds()) {
       queue_submit(s, cb, need, signal);
       s.queued = signal;
     } else {
@@ -440,7 +484,7 @@ void RuntimeState::queue_submit(Stream& s, VkCommandBuffer cb, const std::vector
   std::vector<uint64_t> wait_values;
   std::vector<VkPipelineStageFlags> wait_stages;
   for (size_t d = 0; d < need.size(); ++d) {
-    if (!need[d] || streams_[d]->adapter != s.adapter) continue;
+    if (!need[d] || streams_[d]->adapter != s.adapter || streams_[d]->remote) continue;
     wait_semaphores.push_back(streams_[d]->semaphore.handle());
     wait_values.push_back(need[d]);
     wait_stages.push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
@@ -473,7 +517,10 @@ void RuntimeState::remember(Stream& s, uint64_t value, const char* activity,
 
 std::string RuntimeState::describe(int timeline) const {
   const Stream& s = *streams_[timeline];
-  return "device " + std::to_string(s.device) + (s.transfer ? "'s transfer stream" : "");
+  return "device " + std::to_string(s.device) +
+         (is_peer_timeline(timeline) ? "'s stream to other processes"
+          : s.transfer               ? "'s transfer stream"
+                                     : "");
 }
 
 Fence RuntimeState::signal_from_host(int timeline) {
@@ -490,13 +537,36 @@ Fence RuntimeState::signal_from_host(int timeline) {
 }
 
 bool RuntimeState::reached(const Fence& f) {
-  return f.none() || streams_[f.timeline]->semaphore.value() >= f.value;
+  return f.none() || timeline_value(f.timeline) >= f.value;
+}
+
+uint64_t RuntimeState::timeline_value(int timeline) const {
+  const Stream& s = *streams_[timeline];
+  if (!s.remote) return s.semaphore.value();
+  // Another process's: only peer timelines are published (and only they are waited for).
+  if (!is_peer_timeline(timeline)) return UINT64_MAX;
+  return std::atomic_ref<uint64_t>(progress_table(process_of(s.device))[timeline])
+      .load(std::memory_order_acquire);
 }
 
 void RuntimeState::wait(const Fence& f, const std::string& during) {
   if (f.none()) return;
   const Stream& s = *streams_[f.timeline];
   const profile::WaitHook profiled(*profiler_, f.timeline, f.value);  // profile hook
+  if (s.remote) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_timeout_ns_);
+    while (timeline_value(f.timeline) < f.value) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error("timed out after " + std::to_string(wait_timeout_ns_ / 1000000) + " ms during " +
+                    during + ": process " + std::to_string(process_of(s.device)) + "'s " +
+                    describe(f.timeline) + " did not reach timeline value " + std::to_string(f.value) +
+                    " (it is at " + std::to_string(timeline_value(f.timeline)) +
+                    "): that process died, hangs or runs a different program; set "
+                    "MESHVK_WAIT_TIMEOUT_MS to wait longer");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return;
+  }
   if (s.semaphore.wait(f.value, wait_timeout_ns_)) return;
   std::string ended;
   {
@@ -520,12 +590,18 @@ std::string RuntimeState::explain_stall(const Fence& f) {
       describe(f.timeline) + " did not reach timeline value " + std::to_string(f.value);
   if (const auto* target = submitted(s, f.value); target && target->activity)
     text += std::string(", the end of its ") + target->activity;
-  text += " (it is at " + std::to_string(s.semaphore.value()) + ")";
+  text += " (it is at " + std::to_string(timeline_value(f.timeline)) + ")";
   // From the first submission the stream has not finished, follow unmet waits to a stream that
   // is not waiting on another: the signal that never came is missing there.
   int timeline = f.timeline;
   for (int hops = 0; hops < num_timelines(); ++hops) {
     const Stream& t = *streams_[timeline];
+    if (t.remote) {
+      text += "; " + describe(timeline) + " belongs to process " +
+              std::to_string(process_of(t.device)) + ", which has not sent its data: it died, "
+              "hangs or runs a different program";
+      break;
+    }
     const uint64_t next = t.semaphore.value() + 1;
     const Stream::Submitted* stuck = submitted(t, next);
     if (!stuck) break;
@@ -535,7 +611,7 @@ std::string RuntimeState::explain_stall(const Fence& f) {
     std::string waits;
     for (const Fence& w : stuck->waits) {
       if (w.none()) continue;
-      const uint64_t at = streams_[w.timeline]->semaphore.value();
+      const uint64_t at = timeline_value(w.timeline);
       if (at >= w.value) continue;
       waits += (waits.empty() ? " " : ", ") + describe(w.timeline) + " value " +
                std::to_string(w.value) + " (at " + std::to_string(at) + ")";
@@ -546,7 +622,7 @@ std::string RuntimeState::explain_stall(const Fence& f) {
       break;
     }
     bool held = false;
-    if (adapters_.size() > 1) {
+    if (host_holds()) {
       std::lock_guard held_lock(held_mutex_);
       held = t.queued < next;
     }
@@ -557,7 +633,8 @@ std::string RuntimeState::explain_stall(const Fence& f) {
 }
 
 void RuntimeState::wait_all(const std::string& during) {
-  for (int t = 0; t < num_timelines(); ++t) wait(Fence{t, last_submitted(t)}, during);
+  for (int t = 0; t < num_timelines(); ++t)
+    if (!streams_[t]->remote) wait(Fence{t, last_submitted(t)}, during);
   std::lock_guard lock(mutex_);
   for (auto& s : streams_) recycle(*s);
   reclaim(false);

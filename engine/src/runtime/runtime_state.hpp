@@ -19,6 +19,7 @@
 #include "meshvk/runtime.hpp"
 #include "runtime/memory_pool.hpp"
 #include "vk/device.hpp"
+#include "vk/external_memory.hpp"
 #include "vk/instance.hpp"
 #include "vk/pipeline.hpp"
 #include "vk/sync.hpp"
@@ -44,6 +45,9 @@ struct Recording {
   int device = 0;
   int timeline = 0;       // the stream it is submitted to
   bool captured = false;  // recorded while a Capture is active: kept for replay
+  // For a device of another process (multi-process runtimes): nothing is recorded (cb is null)
+  // and submitting it only counts, on a peer timeline, what that process submits there.
+  bool remote = false;
   VkCommandBuffer cb = VK_NULL_HANDLE;
   std::vector<Fence> waits;
   std::vector<std::shared_ptr<const void>> keep_alive;
@@ -60,6 +64,9 @@ struct Stream {
   int device;     // the virtual device it belongs to
   bool transfer;  // the device's transfer stream
   int adapter;    // the runtime's adapter (VkDevice) it runs on
+  // Of a device of another process: nothing goes to its queue; its values are that process's,
+  // published in the node's shared memory (RuntimeState::timeline_value).
+  bool remote = false;
   vk::CommandPool pool;
   vk::TimelineSemaphore semaphore;
   uint64_t last_submitted = 0;
@@ -122,6 +129,14 @@ struct Capture {
   std::vector<std::shared_ptr<const void>> keep_alive;
   std::vector<std::shared_ptr<DeviceBuffer>> buffers;
   std::vector<uint64_t> start_values;  // each timeline's last submitted value when the trace began
+  // Transfers between processes: the ring range each staged its bytes in, its send and its
+  // receive. A replay writes the same range again, after whatever read it since.
+  struct RingUse {
+    int src_process, dst_process;
+    uint64_t offset, bytes;
+    Fence sent, received;
+  };
+  std::vector<RingUse> ring_uses;
   void retain(std::shared_ptr<DeviceBuffer> buffer);
 };
 
@@ -167,12 +182,50 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   ~RuntimeState();
 
   int num_devices() const { return num_devices_; }
+  // Several processes (meshvk/distributed.hpp): the devices of every process, process-major;
+  // this process holds local_device_count() of them from first_local_device(). Work for another
+  // process's device is skipped here (a remote Recording), except what moves bytes between
+  // processes (collectives/transport.hpp), which every process counts alike.
+  bool multi_process() const { return processes_ > 1; }
+  int process_index() const { return process_; }
+  int process_count() const { return processes_; }
+  int local_device_count() const { return local_count_; }
+  int first_local_device() const { return process_ * local_count_; }
+  int process_of(int device) const { return device / local_count_; }
+  bool is_local(int device) const { return process_of(device) == process_; }
+  // The stream of a device's transfers to and from other processes. Every process runs the same
+  // program, so every process counts the same submissions on it, and one process can wait for a
+  // value another reaches.
+  int peer_timeline(int device) const { return peer_base_ + device; }
+  bool is_peer_timeline(int timeline) const { return peer_base_ >= 0 && timeline >= peer_base_; }
+  // The value a timeline has reached: its semaphore's here, what its process published there.
+  uint64_t timeline_value(int timeline) const;
+  // Bytes moving between processes are staged in a ring of the node's shared memory per ordered
+  // pair of processes, which every VkDevice of the node imports by pointer.
+  uint64_t ring_bytes() const { return ring_bytes_; }
+  // The ring from `src_process` to `dst_process` as a buffer of `virtual_device`'s VkDevice, and
+  // where the ring starts in it.
+  VkBuffer ring_view(int virtual_device, int src_process, int dst_process, uint64_t& start);
+  // The next `bytes` of that ring (at most ring_bytes() / 2), identically on every process, and
+  // the receives that must have read what was there before (waits for the sender).
+  struct RingRange {
+    uint64_t offset = 0;
+    std::vector<Fence> waits;
+  };
+  RingRange reserve_ring(int src_process, int dst_process, uint64_t bytes);
+  // Every process's `bytes` bytes, in process order (all give the same size): host data only.
+  std::vector<uint8_t> exchange(const void* data, uint64_t bytes);
+  // The receives that still read [offset, offset + bytes) of that ring (no longer tracked after).
+  std::vector<Fence> ring_readers(int src_process, int dst_process, uint64_t offset, uint64_t bytes);
+  // The receive that reads [offset, offset + bytes) of that ring.
+  void ring_read_by(int src_process, int dst_process, uint64_t offset, uint64_t bytes,
+                    const Fence& receive);
   // Compute streams first (timeline d is device d's), then transfer streams, if any.
   int num_timelines() const { return static_cast<int>(streams_.size()); }
   int device_of(int timeline) const { return streams_[timeline]->device; }
   // Whether each device has a transfer stream of its own (else transfer work goes on its
   // compute stream); see RuntimeOptions::transfer_queue.
-  bool has_transfer_streams() const { return num_timelines() > num_devices_; }
+  bool has_transfer_streams() const { return has_transfer_streams_; }
   int transfer_timeline(int device) const {
     return has_transfer_streams() ? num_devices_ + device : device;
   }
@@ -213,6 +266,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // when it has none), which may hold copies and fills but no dispatch.
   Recording begin(int device);
   Recording begin_transfer(int device);
+  // A recording on the device's peer timeline (multi-process runtimes only).
+  Recording begin_peer(int device) { return begin_on(peer_timeline(device)); }
   // Submits the recording; returns the fence its completion signals.
   Fence submit(Recording&& recording);
   // Waits on the host; throws Error naming the device and `during` on timeout.
@@ -296,6 +351,31 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::vector<int> adapter_of_;  // per virtual device
   VkPhysicalDeviceLimits limits_{};
   CrossAdapter cross_adapter_ = CrossAdapter::shared;
+  // Several processes (runtime/processes.cpp).
+  int process_ = 0, processes_ = 1, local_count_ = 0;
+  int peer_base_ = -1;  // the first peer timeline; -1 with one process
+  bool has_transfer_streams_ = false;
+  uint64_t ring_bytes_ = 0;
+  struct RingUse {
+    uint64_t start, end;
+    Fence receive;
+  };
+  struct Ring {
+    uint64_t head = 0;
+    std::deque<RingUse> uses;
+  };
+  std::map<std::pair<int, int>, Ring> rings_;  // per (source, destination) process
+  // Per adapter, per process: the process's segment of the node's shared memory imported there.
+  std::vector<std::vector<std::unique_ptr<vk::ImportedBuffer>>> segment_views_;
+  uint64_t* progress_table(int process) const;  // per timeline, in the process's segment
+  void join_processes(int local_devices);       // before the streams are made
+  void share_memory();                          // after
+  void publish_progress();                      // under held_mutex_
+  bool progress_published() const;              // every local value reached is published
+  void wait_local_progress(uint64_t timeout_ns);  // until a local stream moves, at most that
+  std::vector<uint64_t> published_;             // per timeline; guarded by held_mutex_
+  std::vector<uint64_t*> tables_;               // per process, in its segment
+  bool host_holds() const { return adapters_.size() > 1 || processes_ > 1; }
   // Staged transfers' host memory, per (source adapter, destination adapter); see host_staging.
   std::map<std::pair<int, int>, std::vector<std::shared_ptr<vk::HostBuffer>>> host_staging_;
   std::string platform_;

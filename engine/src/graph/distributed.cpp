@@ -1,0 +1,144 @@
+// meshvk/distributed.hpp: joining a job of several processes and what JAX offers across them.
+#include "meshvk/distributed.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "exec/box.hpp"
+#include "exec/sharded_value.hpp"
+#include "graph/array_impl.hpp"
+#include "meshvk/error.hpp"
+#include "runtime/process_group.hpp"
+#include "sharding/checked_shape.hpp"
+
+namespace meshvk {
+
+namespace distributed {
+
+void initialize(const InitializeOptions& options) {
+  if (options.num_processes && *options.num_processes < 1)
+    throw Error("distributed::initialize: num_processes = " + std::to_string(*options.num_processes) +
+                "; give at least 1");
+  if (options.process_id && *options.process_id < 0)
+    throw Error("distributed::initialize: process_id = " + std::to_string(*options.process_id) +
+                "; give a rank from 0");
+  detail::ProcessGroup& group = detail::ProcessGroup::initialize(
+      options.num_processes.value_or(-1), options.process_id.value_or(-1));
+  group.initialized_by_user = true;
+}
+
+bool is_initialized() { return detail::ProcessGroup::get() != nullptr; }
+
+}  // namespace distributed
+
+int process_index() {
+  const detail::ProcessGroup* g = detail::ProcessGroup::get();
+  return g ? g->rank() : 0;
+}
+
+int process_count() {
+  const detail::ProcessGroup* g = detail::ProcessGroup::get();
+  return g ? g->size() : 1;
+}
+
+std::vector<DeviceInfo> local_devices() {
+  std::vector<DeviceInfo> mine;
+  for (DeviceInfo& d : Runtime::current().devices())
+    if (d.process_index == Runtime::current().state()->process_index()) mine.push_back(std::move(d));
+  return mine;
+}
+
+int local_device_count() { return Runtime::current().state()->local_device_count(); }
+
+int process_of(int device) {
+  const auto& rt = *Runtime::current().state();
+  if (device < 0 || device >= rt.num_devices())
+    throw Error("process_of: no device " + std::to_string(device) + "; the runtime has devices 0.." +
+                std::to_string(rt.num_devices() - 1));
+  return rt.process_of(device);
+}
+
+Array make_array_from_process_local_data(const Sharding& sharding,
+                                         std::span<const float> local_data,
+                                         const Shape& local_shape, const Shape& global_shape) {
+  const int64_t global_size = checked_size(global_shape, "make_array_from_process_local_data");
+  sharding.check_shape(global_shape);
+  const auto rt = Runtime::current().state();
+  // This process's part: the smallest box holding every piece of its devices.
+  Index box;
+  bool any = false;
+  for (const DeviceIndex& di : sharding.devices_indices_map(global_shape)) {
+    if (!rt->is_local(di.device)) continue;
+    if (!any) {
+      box = di.index;
+      any = true;
+      continue;
+    }
+    for (size_t d = 0; d < box.size(); ++d)
+      box[d] = Slice{std::min(box[d].start, di.index[d].start), std::max(box[d].stop, di.index[d].stop)};
+  }
+  if (!any)
+    throw Error("make_array_from_process_local_data: " + sharding.to_string() +
+                " places nothing on process " + std::to_string(rt->process_index()) +
+                "'s devices; use a sharding over every process's devices");
+  Shape expected;
+  for (const Slice& s : box) expected.push_back(s.size());
+  if (local_shape != expected)
+    throw Error("make_array_from_process_local_data: process " + std::to_string(rt->process_index()) +
+                " gave local data of shape " + shape_to_string(local_shape) + ", but its devices hold " +
+                shape_to_string(expected) + " of the global " + shape_to_string(global_shape) +
+                " under " + sharding.to_string() + "; give that part");
+  if (static_cast<int64_t>(local_data.size()) != checked_size(local_shape, "make_array_from_process_local_data"))
+    throw Error("make_array_from_process_local_data: " + std::to_string(local_data.size()) +
+                " values cannot fill the local shape " + shape_to_string(local_shape));
+  // Laid into a global host image: upload reads only this process's pieces from it.
+  std::vector<float> image(static_cast<size_t>(global_size));
+  exec::for_each_run(box, box, exec::whole(global_shape), [&](uint64_t so, uint64_t doff, uint64_t n) {
+    std::memcpy(image.data() + doff, local_data.data() + so, n * 4);
+  });
+  return device_put(std::span<const float>(image), global_shape, sharding);
+}
+
+namespace multihost {
+
+std::vector<float> process_allgather(const Array& x) {
+  if (!x.valid()) throw Error("process_allgather: use of an empty meshvk::Array");
+  const auto& a = *x.impl();
+  if (a.runtime->capture())
+    throw Error("process_allgather: values cannot be read while jit traces a function");
+  std::vector<float> out(static_cast<size_t>(x.size()));
+  std::lock_guard lock(a.runtime->mutex());
+  exec::download(*a.runtime, detail::materialized(x), out.data(), true);
+  if (x.dtype() != DType::float32) {
+    // int32 / uint32 bits to their float values, as numpy's astype would.
+    for (float& v : out) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      v = x.dtype() == DType::int32 ? static_cast<float>(static_cast<int32_t>(bits))
+                                    : static_cast<float>(bits);
+    }
+  }
+  return out;
+}
+
+void sync_global_devices(const std::string& name) {
+  Runtime& runtime = Runtime::current();
+  runtime.synchronize();
+  const auto& rt = runtime.state();
+  // FNV-1a of the name: a process at another barrier is an error on every process.
+  uint64_t hash = 1469598103934665603ull;
+  for (const char c : name) hash = (hash ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  const std::vector<uint8_t> all = rt->exchange(&hash, sizeof hash);
+  for (int p = 0; p < rt->process_count(); ++p) {
+    uint64_t theirs;
+    std::memcpy(&theirs, all.data() + p * sizeof hash, sizeof hash);
+    if (theirs != hash)
+      throw Error("sync_global_devices(\"" + name + "\"): process " + std::to_string(p) +
+                  " reached another barrier; every process must run the same program");
+  }
+}
+
+}  // namespace multihost
+
+}  // namespace meshvk

@@ -1,0 +1,56 @@
+#pragma once
+// The processes of a multi-process job (Open MPI): this process's rank, host-side collectives on
+// bytes, and the node's shared memory. MPI is initialized once per process and finalized at exit,
+// so this is process-wide by nature; it holds no device's state.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace meshvk::detail {
+
+class ProcessGroup {
+ public:
+  // The job this process belongs to, or null outside one (not initialized).
+  static ProcessGroup* get();
+  // Joins the job (MPI_Init) once; later calls return the same group. Throws Error when meshvk
+  // was built without Open MPI or the explicit rank/size disagree with it.
+  static ProcessGroup& initialize(int expected_size, int expected_rank);
+  // Whether Open MPI's launcher started this process as one of several (OMPI_COMM_WORLD_SIZE >
+  // 1), so that the first Runtime joins the job by itself.
+  static bool launched_by_mpirun();
+
+  // distributed::initialize() ran (not only a Runtime joining under mpirun): the program is
+  // written for several processes, and to_host follows JAX's multi-controller rule.
+  bool initialized_by_user = false;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Whether every process of the job runs on this node (the shared-memory transport applies).
+  bool single_node() const { return single_node_; }
+
+  void barrier();
+  // Every process's `bytes` bytes, in rank order (all give the same size).
+  std::vector<uint8_t> allgather(const void* data, size_t bytes);
+  // Ends every process of the job with `message` on standard error (MPI_Abort).
+  [[noreturn]] void abort(const std::string& message);
+
+  // Shared memory of the node: each process allocates `bytes` (a multiple of the page size) of
+  // its own and sees everyone's; segment(r) is process r's, page-aligned. Collective: every
+  // process calls it once, with the same size.
+  void allocate_shared(uint64_t bytes);
+  uint8_t* segment(int rank) const { return segments_[rank]; }
+  uint64_t segment_bytes() const { return segment_bytes_; }
+
+  ~ProcessGroup();
+
+ private:
+  ProcessGroup() = default;
+  int rank_ = 0, size_ = 1;
+  bool single_node_ = true;
+  uint64_t segment_bytes_ = 0;
+  std::vector<uint8_t*> segments_;
+  struct Mpi;
+  std::unique_ptr<Mpi> mpi_;
+};
+
+}  // namespace meshvk::detail

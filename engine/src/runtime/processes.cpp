@@ -1,0 +1,200 @@
+// A runtime spanning several processes (meshvk/distributed.hpp): every process holds the same
+// number of devices and runs the same program; work for another process's device is skipped
+// (remote Recordings) except for the transfers between processes, which every process counts
+// alike on the devices' peer timelines. Each process publishes the values its timelines reached
+// in the node's shared memory, next to the rings the transfers are staged through; the
+// communication thread (runtime/communication.cpp) publishes and submits held work.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include <unistd.h>
+
+#include "meshvk/error.hpp"
+#include "runtime/env.hpp"
+#include "runtime/process_group.hpp"
+#include "runtime/runtime_state.hpp"
+
+namespace meshvk::detail {
+
+namespace {
+// The progress table at the start of each process's segment: one value per timeline.
+constexpr uint64_t kTableBytes = 64 << 10;
+}  // namespace
+
+void RuntimeState::join_processes(int local_devices) {
+  local_count_ = local_devices;
+  ProcessGroup* group = ProcessGroup::get();
+  if (!group && ProcessGroup::launched_by_mpirun()) {
+    group = &ProcessGroup::initialize(-1, -1);
+    // Every process runs the same program; like a terminal's one output, only process 0's
+    // reaches standard output unless asked for (errors still reach standard error).
+    if (group->rank() != 0 && !env_switch("MESHVK_ALL_RANKS_PRINT").value_or(false)) {
+      std::fflush(stdout);
+      if (std::freopen("/dev/null", "w", stdout) == nullptr)
+        throw Error("process " + std::to_string(group->rank()) + ": cannot silence stdout");
+    }
+  }
+  if (!group || group->size() == 1) return;
+  process_ = group->rank();
+  processes_ = group->size();
+  // Every process must hold as many devices: the mesh is process-major.
+  const int32_t mine = local_devices;
+  const std::vector<uint8_t> all = group->allgather(&mine, sizeof mine);
+  for (int r = 0; r < processes_; ++r) {
+    int32_t theirs = 0;
+    std::copy_n(all.data() + r * sizeof theirs, sizeof theirs, reinterpret_cast<uint8_t*>(&theirs));
+    if (theirs != mine)
+      throw Error("Runtime: process " + std::to_string(process_) + " has " + std::to_string(mine) +
+                  " devices but process " + std::to_string(r) + " has " + std::to_string(theirs) +
+                  "; give every process the same MESHVK_NUM_DEVICES (mpirun -x MESHVK_NUM_DEVICES=4)");
+  }
+  if (local_devices * processes_ > 64)
+    throw Error("Runtime: " + std::to_string(processes_) + " processes of " +
+                std::to_string(local_devices) + " devices make " +
+                std::to_string(local_devices * processes_) +
+                " devices, over meshvk's 64; give fewer devices per process");
+}
+
+void RuntimeState::share_memory() {
+  ProcessGroup& group = *ProcessGroup::get();
+  ring_bytes_ = env_unsigned("MESHVK_PEER_RING_MIB", 1, 4096, "MiB").value_or(64) << 20;
+  if (uint64_t{static_cast<uint64_t>(num_timelines())} * 8 > kTableBytes)
+    throw Error("internal: too many timelines for the progress table");
+  // Every process makes the same streams (the adapters are alike), so timelines agree.
+  const int32_t timelines = num_timelines();
+  const std::vector<uint8_t> all = group.allgather(&timelines, sizeof timelines);
+  for (int r = 0; r < processes_; ++r)
+    if (std::memcmp(all.data() + r * sizeof timelines, &timelines, sizeof timelines) != 0)
+      throw Error("Runtime: process " + std::to_string(r) +
+                  " has other streams than process " + std::to_string(process_) +
+                  "; run every process on the same kind of adapter with the same settings "
+                  "(MESHVK_TRANSFER_QUEUE, MESHVK_ADAPTERS)");
+  group.allocate_shared(kTableBytes + static_cast<uint64_t>(processes_ - 1) * ring_bytes_);
+  published_.assign(streams_.size(), 0);
+  for (int r = 0; r < processes_; ++r)
+    tables_.push_back(reinterpret_cast<uint64_t*>(group.segment(r)));
+  for (auto& adapter : adapters_) {
+    segment_views_.emplace_back();
+    for (int r = 0; r < processes_; ++r)
+      segment_views_.back().push_back(
+          std::make_unique<vk::ImportedBuffer>(*adapter, group.segment(r), group.segment_bytes()));
+  }
+}
+
+std::vector<uint8_t> RuntimeState::exchange(const void* data, uint64_t bytes) {
+  if (!multi_process()) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    return std::vector<uint8_t>(p, p + bytes);
+  }
+  return ProcessGroup::get()->allgather(data, bytes);
+}
+
+uint64_t* RuntimeState::progress_table(int process) const {
+  return tables_[process];
+}
+
+void RuntimeState::publish_progress() {
+  uint64_t* table = progress_table(process_);
+  for (size_t t = 0; t < streams_.size(); ++t) {
+    const Stream& s = *streams_[t];
+    if (s.remote || published_[t] == s.queued) continue;
+    const uint64_t value = s.semaphore.value();
+    if (value == published_[t]) continue;
+    published_[t] = value;
+    std::atomic_ref<uint64_t>(table[t]).store(value, std::memory_order_release);
+  }
+}
+
+bool RuntimeState::progress_published() const {
+  for (size_t t = 0; t < streams_.size(); ++t)
+    if (!streams_[t]->remote && published_[t] < streams_[t]->queued) return false;
+  return true;
+}
+
+void RuntimeState::wait_local_progress(uint64_t timeout_ns) {
+  // Any local stream with queued work it has not reached: wake when one moves.
+  std::vector<VkSemaphore> semaphores;
+  std::vector<uint64_t> values;
+  VkDevice device = VK_NULL_HANDLE;
+  {
+    std::lock_guard lock(held_mutex_);
+    for (size_t t = 0; t < streams_.size(); ++t) {
+      const Stream& s = *streams_[t];
+      // vkWaitSemaphores takes one VkDevice's semaphores: the first adapter's suffice to wake.
+      if (s.remote || s.adapter != 0 || published_[t] >= s.queued) continue;
+      semaphores.push_back(s.semaphore.handle());
+      values.push_back(published_[t] + 1);
+    }
+    device = adapters_[0]->handle();
+  }
+  if (semaphores.empty()) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<uint64_t>(timeout_ns, 100'000)));
+    return;
+  }
+  VkSemaphoreWaitInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+  info.flags = VK_SEMAPHORE_WAIT_ANY_BIT;
+  info.semaphoreCount = static_cast<uint32_t>(semaphores.size());
+  info.pSemaphores = semaphores.data();
+  info.pValues = values.data();
+  vkWaitSemaphores(device, &info, timeout_ns);  // a timeout or an error: the loop looks again
+}
+
+VkBuffer RuntimeState::ring_view(int virtual_device, int src_process, int dst_process,
+                                 uint64_t& start) {
+  // The ring lives in the sender's segment, after its table, one per other process.
+  start = kTableBytes + static_cast<uint64_t>(dst_process < src_process ? dst_process : dst_process - 1) *
+                            ring_bytes_;
+  return segment_views_[adapter_of_[virtual_device]][src_process]->handle();
+}
+
+RuntimeState::RingRange RuntimeState::reserve_ring(int src_process, int dst_process, uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (bytes > ring_bytes_ / 2)
+    throw Error("internal: a transfer of " + std::to_string(bytes) + " bytes between processes exceeds half the ring");
+  Ring& ring = rings_[{src_process, dst_process}];
+  bytes = (bytes + 255) / 256 * 256;
+  if (ring.head + bytes > ring_bytes_) ring.head = 0;
+  RingRange range{ring.head, {}};
+  const uint64_t end = ring.head + bytes;
+  // Earlier transfers whose bytes lie there must have been read out first.
+  for (auto it = ring.uses.begin(); it != ring.uses.end();) {
+    if (it->start < end && range.offset < it->end) {
+      range.waits.push_back(it->receive);
+      it = ring.uses.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  ring.head = end;
+  return range;
+}
+
+std::vector<Fence> RuntimeState::ring_readers(int src_process, int dst_process, uint64_t offset,
+                                              uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  Ring& ring = rings_[{src_process, dst_process}];
+  const uint64_t end = offset + (bytes + 255) / 256 * 256;
+  std::vector<Fence> readers;
+  for (auto it = ring.uses.begin(); it != ring.uses.end();) {
+    if (it->start < end && offset < it->end) {
+      readers.push_back(it->receive);
+      it = ring.uses.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return readers;
+}
+
+void RuntimeState::ring_read_by(int src_process, int dst_process, uint64_t offset, uint64_t bytes,
+                                const Fence& receive) {
+  std::lock_guard lock(mutex_);
+  rings_[{src_process, dst_process}].uses.push_back(
+      {offset, offset + (bytes + 255) / 256 * 256, receive});
+}
+
+}  // namespace meshvk::detail

@@ -1,0 +1,40 @@
+// The workload of tests/support/workload.hpp as a program: one line per result, its name and a
+// digest of its bits, on standard output. Run as one process of 8 devices, one process of 2
+// adapters x 4 devices, and under `mpirun -np 2` with 4 devices per process, the lines must be
+// identical (tests/processes/compare_runs.cmake). Under mpirun only process 0 prints.
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "meshvk/meshvk.hpp"
+#include "workload.hpp"
+
+int main() {
+  try {
+    meshvk::Runtime rt;
+    const meshvk::testing::Results results = meshvk::testing::workload();
+    rt.synchronize();
+    std::printf("devices %d processes %d\n", rt.num_devices(), meshvk::process_count());
+    for (const auto& [name, values] : results) {
+      // FNV-1a over the bytes: any bit that differs shows.
+      uint64_t hash = 1469598103934665603ull;
+      for (const float v : values) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        for (int b = 0; b < 4; ++b) hash = (hash ^ ((bits >> (8 * b)) & 0xff)) * 1099511628211ull;
+      }
+      std::printf("%s: %zu values, digest %016" PRIx64 ", first %.9g\n", name.c_str(),
+                  values.size(), hash, values.empty() ? 0.0 : values.front());
+    }
+    if (meshvk::Runtime::validation_messages_in_process() != 0) {
+      std::fprintf(stderr, "process %d: %llu validation messages\n", meshvk::process_index(),
+                   static_cast<unsigned long long>(meshvk::Runtime::validation_messages_in_process()));
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "process %d: %s\n", meshvk::process_index(), e.what());
+    return 1;
+  }
+}
