@@ -10,7 +10,8 @@ namespace meshvk {
 class Array;
 
 struct VisualizeOptions {
-  // 24-bit ANSI colours as JAX prints them; unset means on when stdout is a terminal.
+  // 24-bit ANSI colours as JAX prints them; unset means MESHVK_COLOR=0|1, else on when stdout
+  // is a terminal (under mpirun, where it is Open MPI's pseudo-terminal, off).
   std::optional<bool> use_color;
   double scale = 1.0;
   int min_width = 9;

@@ -55,11 +55,19 @@ void check_mpi(int rc, const char* what) {
 
 // Completes `request`, polling, or ends the job when a process has not joined within the wait
 // timeout: a blocking MPI call would hang forever on a process that died or hangs.
-void complete(MPI_Request& request, const char* what, int rank) {
+void complete(const ProcessGroup& group, MPI_Request& request, const char* what, int rank) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(host_timeout_ms());
-  for (int done = 0;;) {
+  for (int done = 0, polls = 0;; ++polls) {
     check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
     if (done) return;
+    if (polls % 1000 == 999) {
+      if (const int dead = group.dead_process(); dead >= 0) {
+        std::fprintf(stderr, "meshvk: process %d: %s: process %d of the job died; ending the job\n",
+                     rank, what, dead);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       std::fprintf(stderr,
                    "meshvk: process %d: %s did not complete within MESHVK_WAIT_TIMEOUT_MS=%llu: "
@@ -107,6 +115,10 @@ ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
     int node_size = 0;
     MPI_Comm_size(made->mpi_->node, &node_size);
     made->single_node_ = node_size == made->size_;
+    const int pid = getpid();
+    made->pids_.resize(made->size_);
+    check_mpi(MPI_Allgather(&pid, 1, MPI_INT, made->pids_.data(), 1, MPI_INT, MPI_COMM_WORLD),
+              "MPI_Allgather");
     group = std::move(made);
   }
   if (expected_size >= 0 && expected_size != group->size_)
@@ -132,7 +144,7 @@ ProcessGroup::~ProcessGroup() {
 void ProcessGroup::barrier() {
   MPI_Request r;
   check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &r), "MPI_Ibarrier");
-  complete(r, "a barrier of every process", rank_);
+  complete(*this, r, "a barrier of every process", rank_);
 }
 
 std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes) {
@@ -143,7 +155,7 @@ std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes) {
   check_mpi(MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, out.data(),
                            static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD, &r),
             "MPI_Iallgather");
-  complete(r, "an exchange between every process", rank_);
+  complete(*this, r, "an exchange between every process", rank_);
   return out;
 }
 
@@ -227,6 +239,23 @@ void ProcessGroup::allocate_shared(uint64_t) {
 }
 
 #endif
+
+int ProcessGroup::dead_process() const {
+  if (!single_node_) return -1;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || pids_.size() <= static_cast<size_t>(r)) continue;
+    // Gone, or a zombie its parent (Open MPI's daemon) has not reaped yet.
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pids_[r]);
+    FILE* f = std::fopen(path, "r");
+    if (!f) return r;
+    char state = '?';
+    const int read = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+    std::fclose(f);
+    if (read == 1 && (state == 'Z' || state == 'X')) return r;
+  }
+  return -1;
+}
 
 ProcessGroup* ProcessGroup::get() {
   std::lock_guard lock(group_mutex());

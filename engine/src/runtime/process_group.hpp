@@ -28,6 +28,10 @@ class ProcessGroup {
   // Whether every process of the job runs on this node (the shared-memory transport applies).
   bool single_node() const { return single_node_; }
 
+  // A process of the job on this node that has died (is gone or a zombie), or -1: what a wait
+  // that sees no progress checks, so that a dead peer ends the job at once.
+  int dead_process() const;
+
   void barrier();
   // Every process's `bytes` bytes, in rank order (all give the same size).
   std::vector<uint8_t> allgather(const void* data, size_t bytes);
@@ -49,6 +53,7 @@ class ProcessGroup {
   bool single_node_ = true;
   uint64_t segment_bytes_ = 0;
   std::vector<uint8_t*> segments_;
+  std::vector<int> pids_;  // per process; only meaningful on one node
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
 };

@@ -12,6 +12,7 @@
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
 #include "runtime/env.hpp"
+#include "runtime/process_group.hpp"
 #include "vk/check.hpp"
 
 namespace meshvk::detail {
@@ -553,20 +554,7 @@ void RuntimeState::wait(const Fence& f, const std::string& during) {
   if (f.none()) return;
   const Stream& s = *streams_[f.timeline];
   const profile::WaitHook profiled(*profiler_, f.timeline, f.value);  // profile hook
-  if (s.remote) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_timeout_ns_);
-    while (timeline_value(f.timeline) < f.value) {
-      if (std::chrono::steady_clock::now() > deadline)
-        throw Error("timed out after " + std::to_string(wait_timeout_ns_ / 1000000) + " ms during " +
-                    during + ": process " + std::to_string(process_of(s.device)) + "'s " +
-                    describe(f.timeline) + " did not reach timeline value " + std::to_string(f.value) +
-                    " (it is at " + std::to_string(timeline_value(f.timeline)) +
-                    "): that process died, hangs or runs a different program; set "
-                    "MESHVK_WAIT_TIMEOUT_MS to wait longer");
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    return;
-  }
+  if (processes_ > 1) return wait_across_processes(f, during);
   if (s.semaphore.wait(f.value, wait_timeout_ns_)) return;
   std::string ended;
   {
@@ -576,6 +564,30 @@ void RuntimeState::wait(const Fence& f, const std::string& during) {
   }
   throw Error("timed out after " + std::to_string(wait_timeout_ns_ / 1000000) + " ms during " +
               during + ": " + explain_stall(f) + ended + "; set MESHVK_WAIT_TIMEOUT_MS to wait longer");
+}
+
+void RuntimeState::wait_across_processes(const Fence& f, const std::string& during) {
+  // What this process waits for may hang on another process that died or stopped: look at the
+  // peers between slices, and end the whole job (every process would wait forever otherwise)
+  // with what was waited for, rather than return an error to a program that cannot go on.
+  const Stream& s = *streams_[f.timeline];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_timeout_ns_);
+  constexpr uint64_t kSliceNs = 20'000'000;
+  while (true) {
+    if (s.remote ? timeline_value(f.timeline) >= f.value : s.semaphore.wait(f.value, kSliceNs))
+      return;
+    if (s.remote) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    ProcessGroup& group = *ProcessGroup::get();
+    const int dead = group.dead_process();
+    const bool late = std::chrono::steady_clock::now() > deadline;
+    if (dead < 0 && !late) continue;
+    const std::string why =
+        dead >= 0 ? "process " + std::to_string(dead) + " of the job died"
+                  : "timed out after " + std::to_string(wait_timeout_ns_ / 1000000) +
+                        " ms (MESHVK_WAIT_TIMEOUT_MS)";
+    group.abort(why + " while process " + std::to_string(process_) + " waited during " + during +
+                ": " + explain_stall(f) + "; ending the job");
+  }
 }
 
 std::string RuntimeState::explain_stall(const Fence& f) {
@@ -626,7 +638,7 @@ std::string RuntimeState::explain_stall(const Fence& f) {
       std::lock_guard held_lock(held_mutex_);
       held = t.queued < next;
     }
-    text += (held ? " is held on the host (another adapter's data) until it has" : " waits for") + waits;
+    text += (held ? " is held on the host (data of another adapter or process) until it has" : " waits for") + waits;
     timeline = unmet;
   }
   return text;

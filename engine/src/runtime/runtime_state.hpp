@@ -273,6 +273,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // Waits on the host; throws Error naming the device and `during` on timeout.
   void wait(const Fence& fence, const std::string& during);
   void wait_all(const std::string& during);
+  // wait() with several processes: ends the job when a peer died or the wait times out.
+  void wait_across_processes(const Fence& fence, const std::string& during);
   bool reached(const Fence& fence);
   // Signals the stream's next timeline value from the host, as if an empty submission ran:
   // what a test uses to release a device it made wait for a signal that never comes. Only for a

@@ -20,11 +20,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "meshvk/error.hpp"
+#include "runtime/env.hpp"
 #include "rich_table.hpp"
 
 namespace meshvk {
@@ -286,12 +288,21 @@ void check_options(const VisualizeOptions& options) {
                 " is too small; use 1 or more (80 by default)");
 }
 
+// Colours for a terminal: MESHVK_COLOR=0|1, else whether standard output is one. Under mpirun a
+// process's standard output is Open MPI's pseudo-terminal wherever mpirun writes, so there the
+// picture is plain unless asked for (as one process writing to a file prints it).
+bool color_by_default() {
+  if (const auto forced = detail::env_switch("MESHVK_COLOR")) return *forced;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) return false;
+  return isatty(STDOUT_FILENO) != 0;
+}
+
 }  // namespace
 
 std::string visualize_sharding(const Shape& shape, const Sharding& sharding,
                                const VisualizeOptions& options) {
   check_options(options);
-  const bool use_color = options.use_color.value_or(isatty(STDOUT_FILENO) != 0);
+  const bool use_color = options.use_color.value_or(color_by_default());
   const std::string kind = upper(sharding.platform());
   std::vector<DeviceIndex> map = sharding.devices_indices_map(shape);
 

@@ -1,0 +1,49 @@
+# Runs one program as 1 process x 8 devices, 1 process x 2 adapters x 4 devices (lavapipe opened
+# twice; not with -DNO_ADAPTERS=1) and `mpirun -np 2` x 4 devices, and checks that the three print the same text (the
+# processes line of process_workload and timing lines aside), that every run exits 0 and that
+# the validation layer says nothing.
+#   cmake -DPROGRAM=path [-DARGS=...] -DMPIEXEC=mpirun -DGOLDEN=dir -P compare_runs.cmake
+set(common MESHVK_VALIDATION=1 LP_NUM_THREADS=1 MESHVK_GOLDEN_DIR=${GOLDEN}
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
+
+function(run label out_var)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${common} ${ARGN}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${label}: exited with ${rc}\n${out}\n${err}")
+  endif()
+  if(err MATCHES "validation (error|warning)|Validation Error")
+    message(FATAL_ERROR "${label}: the validation layer reported something:\n${err}")
+  endif()
+  # Lines that differ between any two runs: wall-clock timings and the process count.
+  string(REGEX REPLACE "[^\n]*this machine:[^\n]*\n" "" out "${out}")
+  string(REGEX REPLACE "[^\n]*(per loop|ms/step|ms per|ms each)[^\n]*\n" "" out "${out}")
+  string(REGEX REPLACE "devices 8 processes [0-9]+" "devices 8" out "${out}")
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+run("1 process x 8 devices" one MESHVK_NUM_DEVICES=8 ${PROGRAM} ${ARGS})
+set(others processes)
+if(NOT NO_ADAPTERS)  # the samples skip it: test_adapters covers two adapters
+  run("1 process x 2 adapters x 4 devices" adapters MESHVK_NUM_DEVICES=8
+      MESHVK_ADAPTERS=llvmpipe,llvmpipe ${PROGRAM} ${ARGS})
+  list(APPEND others adapters)
+endif()
+run("mpirun -np 2 x 4 devices" processes MESHVK_NUM_DEVICES=4
+    ${MPIEXEC} -np 2 -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
+    -x MESHVK_GOLDEN_DIR ${PROGRAM} ${ARGS})
+string(LENGTH "${one}" length)
+if(length LESS 20)
+  message(FATAL_ERROR "the program printed almost nothing:\n${one}")
+endif()
+foreach(other ${others})
+  if(NOT "${${other}}" STREQUAL "${one}")
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/one.txt "${one}")
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/${other}.txt "${${other}}")
+    execute_process(COMMAND diff ${CMAKE_CURRENT_BINARY_DIR}/one.txt ${CMAKE_CURRENT_BINARY_DIR}/${other}.txt
+                    OUTPUT_VARIABLE difference)
+    message(FATAL_ERROR "${other} printed something else than 1 process x 8 devices:\n${difference}")
+  endif()
+endforeach()
+message(STATUS "identical: 1 process and ${others}")

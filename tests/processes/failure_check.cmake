@@ -1,0 +1,33 @@
+# `mpirun -np 2` x 4 devices of process_failure MODE (kill: process 1 dies mid-collective; hang:
+# it stops answering): process 0 must end the job with a message naming process 1 and the
+# all-reduce it waited in, within MESHVK_WAIT_TIMEOUT_MS (3 s here) plus start-up, not hang.
+#   cmake -DPROGRAM=path -DMODE=kill|hang -DMPIEXEC=mpirun -P failure_check.cmake
+string(TIMESTAMP start "%s")
+execute_process(
+  COMMAND ${CMAKE_COMMAND} -E env MESHVK_NUM_DEVICES=4 MESHVK_VALIDATION=1 LP_NUM_THREADS=1
+          MESHVK_WAIT_TIMEOUT_MS=3000 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+          OMPI_MCA_btl_vader_single_copy_mechanism=none
+          ${MPIEXEC} -np 2 -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
+          -x MESHVK_WAIT_TIMEOUT_MS ${PROGRAM} ${MODE}
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 240)
+string(TIMESTAMP stop "%s")
+math(EXPR seconds "${stop} - ${start}")
+set(all "${out}\n${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "the job ended well although process 1 ${MODE}s:\n${all}")
+endif()
+if(NOT all MATCHES "step 1: 8")
+  message(FATAL_ERROR "the collectives before the failure did not run:\n${all}")
+endif()
+if(MODE STREQUAL "hang")
+  set(expected "meshvk: process 0: timed out after 3000 ms[^\n]*all_reduce[^\n]*process 1")
+else()
+  set(expected "meshvk: process 0: process 1 of the job died[^\n]*all_reduce")
+endif()
+if(NOT all MATCHES "${expected}")
+  message(FATAL_ERROR "no message matching '${expected}' (exit ${rc}, ${seconds} s):\n${all}")
+endif()
+if(seconds GREATER 120)
+  message(FATAL_ERROR "the job took ${seconds} s to end")
+endif()
+message(STATUS "ended in ${seconds} s: ${CMAKE_MATCH_0}")

@@ -1,0 +1,43 @@
+// A process of the job that dies or hangs in the middle of a collective: run under
+// `mpirun -np 2` with 4 devices per process, `process_failure kill|hang`, process 1 stops at the
+// third all-reduce. Process 0 must end the job within MESHVK_WAIT_TIMEOUT_MS with a message
+// naming process 1 and the collective (tests/processes/failure_check.cmake checks it).
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include <unistd.h>
+
+#include "meshvk/meshvk.hpp"
+
+namespace mv = meshvk;
+
+int main(int argc, char** argv) {
+  const bool kill = argc > 1 && std::strcmp(argv[1], "kill") == 0;
+  try {
+    mv::Runtime rt;
+    const auto mesh = mv::make_mesh({rt.num_devices()}, {"x"});
+    std::vector<float> host(static_cast<size_t>(rt.num_devices()) * 256, 1.0f);
+    const auto x = mv::device_put(std::span<const float>(host), {static_cast<int64_t>(host.size())},
+                                  mv::NamedSharding(mesh, mv::P("x")));
+    const auto total = mv::shard_map([](const mv::Array& v) { return mv::psum(v, "x"); }, mesh,
+                                     {mv::P("x")}, mv::P("x"));
+    for (int i = 0; i < 5; ++i) {
+      if (i == 2 && mv::process_index() == 1) {
+        std::fprintf(stderr, "process 1: %s now\n", kill ? "dying" : "hanging");
+        std::fflush(stderr);
+        if (kill) std::raise(SIGKILL);
+        while (true) pause();
+      }
+      const auto sum = total(x).to_host<float>();
+      std::printf("step %d: %g\n", i, sum[0]);
+      std::fflush(stdout);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "process %d: %s\n", mv::process_index(), e.what());
+    return 1;
+  }
+}
