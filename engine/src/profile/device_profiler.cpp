@@ -185,6 +185,7 @@ void DeviceProfiler::submitting(int lane, VkCommandBuffer cb, uint64_t signal,
                                 std::span<const uint64_t> need) {
   const int device = lane;
   poll_device(device);
+  if (!flows_.empty()) resolve_flows();
   std::shared_ptr<Slice> slice;
   if (staged_ && staged_->cb_ == cb) {
     slice = std::move(staged_);
