@@ -114,6 +114,10 @@ TEST(ProfileSampling, ReplaysOneInNCarryExactlyTheSpansOfAnUnsampledProfile) {
       EXPECT_EQ(sampled[i].submits, 0) << "replay " << number;
     }
   }
+  // The Chrome trace (and so the inspector) shows which replays were left out, by number.
+  const std::string json = prof::chrome_trace_json();
+  EXPECT_NE(json.find("replay (not sampled)"), std::string::npos);
+  EXPECT_NE(json.find("\"value\":6"), std::string::npos);
 }
 
 TEST(ProfileSampling, TheEnvironmentSetsNAndABadValueIsAnError) {
