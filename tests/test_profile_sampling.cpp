@@ -91,7 +91,12 @@ std::vector<Replay> profile_replays(const prof::Options& options, int replays) {
 
 }  // namespace
 
-TEST(ProfileSampling, ReplaysOneInNCarryExactlyTheSpansOfAnUnsampledProfile) {
+// Replays as one submission and stream by stream (engine/src/runtime/merged_submit.cpp).
+class ProfileSampling : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(MergedOrNot, ProfileSampling, ::testing::Values("1", "0"));
+
+TEST_P(ProfileSampling, ReplaysOneInNCarryExactlyTheSpansOfAnUnsampledProfile) {
+  const ScopedEnv merge("MESHVK_MERGE_REPLAYS", GetParam());
   constexpr int kReplays = 7;
   const auto every = profile_replays(prof::Options{.sample_replays = 1}, kReplays);
   const auto sampled = profile_replays(prof::Options{.sample_replays = 3}, kReplays);
@@ -120,7 +125,7 @@ TEST(ProfileSampling, ReplaysOneInNCarryExactlyTheSpansOfAnUnsampledProfile) {
   EXPECT_NE(json.find("\"value\":6"), std::string::npos);
 }
 
-TEST(ProfileSampling, TheEnvironmentSetsNAndABadValueIsAnError) {
+TEST(ProfileSamplingOptions, TheEnvironmentSetsNAndABadValueIsAnError) {
   {
     const ScopedEnv env("MESHVK_PROFILE_SAMPLE", "2");
     const auto sampled = profile_replays(prof::Options{}, 4);
@@ -146,7 +151,7 @@ TEST(ProfileSampling, TheEnvironmentSetsNAndABadValueIsAnError) {
   }
 }
 
-TEST(ProfileSampling, NumbersRestartWithEachSession) {
+TEST(ProfileSamplingOptions, NumbersRestartWithEachSession) {
   // Two sessions of 2 replays at N = 2: each session's first replay is sampled.
   for (int session = 0; session < 2; ++session) {
     const auto r = profile_replays(prof::Options{.sample_replays = 2}, 2);
