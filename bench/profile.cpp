@@ -1,6 +1,7 @@
 // meshvk-bench profile: what the profiler costs. A jit replay of psum(2*sin(x)+1) in shard_map
-// over 8 devices, timed with profiling off and on (repetitions interleaved so machine noise
-// weighs on both alike), then the profile summary of the last profiled repetition.
+// over 8 devices, timed with profiling off, on for every replay and on for 1 replay in 8
+// (Options::sample_replays; repetitions interleaved so machine noise weighs on all alike), then
+// the profile summary of the last repetition that profiled every replay.
 //
 // Three programs with identical work: one traced with profiling off (no timestamp queries in its
 // command buffers), the same kind of program replayed with profiling off (the "A/A" pair, whose
