@@ -68,6 +68,14 @@ struct Options {
   // Where stop() and the destruction of a Runtime write the Chrome trace; empty: MESHVK_TRACE,
   // or nowhere when that is not set.
   std::string trace_path;
+  // Profile one jit replay in N of each jit function: its replays 1, N+1, 2N+1, ... (numbered
+  // per function name from start() or clear()) record their device spans, submits and waits as
+  // usual; the others record only a host span "replay (not sampled)", so the trace shows which
+  // ones were left out. Every "replay" host span carries its number in Span::value. A traced
+  // call and eager ops are always profiled. An unsampled replay still runs the timestamps its
+  // traced command buffers carry (they are not read back). 0: MESHVK_PROFILE_SAMPLE when set,
+  // else 1 (every replay).
+  uint32_t sample_replays = 0;
 };
 
 // Starts collecting, with `options` replacing those of an earlier start(). Calling it again

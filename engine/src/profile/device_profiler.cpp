@@ -143,6 +143,7 @@ void DeviceProfiler::give_back(Slice& slice) {
 
 std::shared_ptr<Slice> DeviceProfiler::begin(int lane, VkCommandBuffer cb) {
   if (valid_bits_ == 0) return nullptr;  // the queue family cannot write timestamps
+  if (context().muted) return nullptr;   // an unsampled replay (Options::sample_replays)
   if (clock_.source.empty()) setup_clock();
   auto slice = std::make_shared<Slice>(*this, lane, cb);
   const Context& ctx = context();
@@ -184,6 +185,7 @@ void DeviceProfiler::submitting(int lane, VkCommandBuffer cb, uint64_t signal,
                                 std::span<const uint64_t> need) {
   const int device = lane;
   poll_device(device);
+  if (!flows_.empty()) resolve_flows();
   std::shared_ptr<Slice> slice;
   if (staged_ && staged_->cb_ == cb) {
     slice = std::move(staged_);

@@ -180,7 +180,7 @@ class DeviceProfiler {
   void give_back(Slice& slice);
   int free_slot(Slice& slice);
   Submitted* find(int device, uint64_t value);
-  void poll_device(int device);
+  void poll_device(int device);  // callers resolve flows after polling the lanes they poll
   bool publish(int device, const Submitted& s);
   void resolve_flows();
 
@@ -199,6 +199,7 @@ class DeviceProfiler {
   std::unordered_map<VkCommandBuffer, std::shared_ptr<Slice>> captured_;
   std::vector<PendingFlow> flows_;
   std::vector<uint64_t> ticks_;  // scratch for read-back
+  std::vector<int> sent_from_;   // scratch for publish(): lanes a span received a transfer from
 };
 
 }  // namespace meshvk::profile

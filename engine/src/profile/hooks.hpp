@@ -17,8 +17,15 @@ struct Context {
   const char* program = "";     // "jit(f)"
   const char* op = "";          // the program op
   const char* collective = "";  // "all_gather(one_shot)"
+  bool muted = false;           // in a jit replay that Options::sample_replays leaves out
 };
 Context& context();
+
+// Whether the current thread records profile events: profiling is on and it is not in an
+// unsampled replay.
+inline bool recording() {
+  return on() && !context().muted;
+}
 
 // Where a copy reads from: a buffer written by submission `value` of stream `timeline`.
 struct From {
@@ -58,7 +65,7 @@ class HostSpan {
  public:
   HostSpan(DeviceProfiler& profiler, const char* name, int peer = -1, uint64_t value = 0)
       : profiler_(profiler), name_(name), peer_(peer), value_(value) {
-    if (on()) [[unlikely]]
+    if (recording()) [[unlikely]]
       start_ = now_ns();
   }
   ~HostSpan() {
@@ -90,6 +97,8 @@ class JitScope {
   const char* saved_ = nullptr;
   int64_t start_ = 0;
   const char* what_ = "";
+  uint64_t replay_ = 0;  // the replay's number (Options::sample_replays); 0 for a trace
+  bool was_muted_ = false;
 };
 
 // Tags the device work recorded in its scope with a program op ("matmul", "psum", ...).
@@ -124,7 +133,7 @@ class SubmitHook {
   SubmitHook(DeviceProfiler& profiler, int device, VkCommandBuffer cb, uint64_t signal,
              std::span<const uint64_t> need)
       : profiler_(profiler), device_(device), signal_(signal) {
-    if (on()) [[unlikely]] {
+    if (recording()) [[unlikely]] {
       start_ = now_ns();
       if (cb) profiler.submitting(device, cb, signal, need);
     }
@@ -163,7 +172,7 @@ class WaitHook {
  public:
   WaitHook(DeviceProfiler& profiler, int device, uint64_t value)
       : profiler_(profiler), device_(device), value_(value) {
-    if (on()) [[unlikely]]
+    if (recording()) [[unlikely]]
       start_ = now_ns();
   }
   ~WaitHook();

@@ -22,11 +22,13 @@ void DeviceProfiler::poll_if_idle() {
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock) return;
   for (size_t d = 0; d < lanes_.size(); ++d) poll_device(static_cast<int>(d));
+  if (!flows_.empty()) resolve_flows();
 }
 
 void DeviceProfiler::poll() {
   std::lock_guard lock(mutex_);
   for (size_t d = 0; d < lanes_.size(); ++d) poll_device(static_cast<int>(d));
+  if (!flows_.empty()) resolve_flows();
 }
 
 void DeviceProfiler::flush() {
@@ -65,7 +67,6 @@ void DeviceProfiler::poll_device(int device) {
       lane.in_flight.pop_front();
     }
   }
-  if (!flows_.empty()) resolve_flows();
 }
 
 bool DeviceProfiler::publish(int device, const Submitted& s) {
@@ -124,7 +125,8 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
       first = last = step.id;
     }
   }
-  std::vector<int> sent_from;
+  std::vector<int>& sent_from = sent_from_;
+  sent_from.clear();
   for (const SpanRecord& r : slice.spans_) {
     if (r.begin == kNoQuery || r.end == kNoQuery) continue;
     Span span = base;

@@ -20,6 +20,12 @@ Recorder& Recorder::get() {
 }
 
 void Recorder::start(const Options& options) {
+  // Checked before anything changes: a bad MESHVK_PROFILE_SAMPLE leaves the profiler as it was.
+  const uint32_t sample =
+      options.sample_replays
+          ? options.sample_replays
+          : static_cast<uint32_t>(
+                detail::env_unsigned("MESHVK_PROFILE_SAMPLE", 1, 1'000'000, "replays").value_or(1));
   {
     std::lock_guard lock(info_mutex_);
     auto fits = [&](const Ring* r) {
@@ -43,6 +49,7 @@ void Recorder::start(const Options& options) {
     trace_path_ = options.trace_path.empty() ? environment_trace_ : options.trace_path;
     trace_error_.clear();
   }
+  sample_replays_.store(sample);
   if (!g_on.load()) clear();  // a new session; start() while running keeps what it has
   g_on.store(true);
 }
@@ -56,6 +63,13 @@ void Recorder::clear() {
   if (Ring* r = ring_.load()) first_ticket_.store(r->head());
   dropped_spans.store(0);
   dropped_flows.store(0);
+  std::lock_guard lock(replays_mutex_);
+  replays_.clear();
+}
+
+uint64_t Recorder::next_replay(const char* program) {
+  std::lock_guard lock(replays_mutex_);
+  return ++replays_[program];
 }
 
 const void* Recorder::head(uint64_t& head) const {

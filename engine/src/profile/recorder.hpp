@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "meshvk/profile.hpp"
@@ -45,6 +46,13 @@ class Recorder {
   std::atomic<uint64_t> dropped_spans{0};
   std::atomic<uint64_t> dropped_flows{0};
 
+  // Options::sample_replays: the number of this replay of jit function `program` (an interned
+  // "jit(name)"), 1 for the first since start() or clear(), and whether that one is profiled.
+  uint64_t next_replay(const char* program);
+  bool sampled(uint64_t replay) const {
+    return (replay - 1) % sample_replays_.load(std::memory_order_relaxed) == 0;
+  }
+
   void start(const Options& options);
   void stop();
   void clear();
@@ -80,6 +88,9 @@ class Recorder {
   std::atomic<uint64_t> first_ticket_{0};     // events before it were cleared
   std::atomic<uint64_t> span_ids_{1};
   std::atomic<uint64_t> flow_ids_{1};
+  std::atomic<uint32_t> sample_replays_{1};
+  std::mutex replays_mutex_;                           // innermost, like info_mutex_
+  std::unordered_map<const char*, uint64_t> replays_;  // replays so far, per jit function
 
   // Neither lock is taken on the submission path. live_mutex_ is held while calling into a
   // profiler, which takes its runtime's mutex: never the other way round. info_mutex_ is

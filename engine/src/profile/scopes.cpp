@@ -16,15 +16,27 @@ JitScope::JitScope(DeviceProfiler& profiler, const std::string& name, bool trace
   Context& c = context();
   saved_ = c.program;
   c.program = intern("jit(" + name + ")");
-  what_ = trace ? "trace" : "replay";
+  what_ = "trace";
+  was_muted_ = c.muted;
+  if (!trace) {
+    // Options::sample_replays: the others run without device spans, submits or waits, the
+    // profiler's cost per replay (reading back and publishing ~100 events) spent on 1 in N.
+    Recorder& rec = Recorder::get();
+    replay_ = rec.next_replay(c.program);
+    const bool sampled = rec.sampled(replay_);
+    what_ = sampled ? "replay" : "replay (not sampled)";
+    c.muted = c.muted || !sampled;
+  }
   start_ = now_ns();
 }
 
 JitScope::~JitScope() {
   if (!start_) [[likely]]
     return;
-  profiler_.host_span(what_, start_, now_ns(), -1, 0);
-  context().program = saved_;
+  Context& c = context();
+  c.muted = was_muted_;
+  profiler_.host_span(what_, start_, now_ns(), -1, replay_);
+  c.program = saved_;
 }
 
 OpScope::OpScope(std::string_view op) {
