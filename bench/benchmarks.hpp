@@ -11,5 +11,6 @@ int run_train(const Options& options);
 int run_jit(const Options& options);
 int run_profile(const Options& options);
 int run_peers(const Options& options);
+int run_processes(const Options& options);
 
 }  // namespace meshvk::bench

@@ -33,6 +33,10 @@ constexpr Benchmark kBenchmarks[] = {
      meshvk::bench::run_jit},
     {"profile", "profiler overhead: jit replays with profiling off and on, then the profile summary",
      meshvk::bench::run_profile},
+    {"processes",
+     "all-reduce and all-gather between processes (mpirun, 1 device each) vs MPI_Allreduce and "
+     "MPI_Allgather on the same bytes; --processes N (default 2)",
+     meshvk::bench::run_processes},
     {"peers",
      "meshvk vs PyTorch (CPU) and Open MPI on the same machine and data: training step, matmul, "
      "elementwise, reductions, collectives; --rows, --batch, --matmul, --elements, --min-bytes, "
@@ -72,7 +76,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--only" && i + 1 < argc) {
       options.only = argv[++i];
     } else if ((arg == "--rows" || arg == "--batch" || arg == "--matmul" || arg == "--elements" ||
-                arg == "--min-bytes" || arg == "--max-bytes" || arg == "--timeout") &&
+                arg == "--min-bytes" || arg == "--max-bytes" || arg == "--timeout" ||
+                arg == "--processes") &&
                i + 1 < argc) {
       options.settings[std::string(arg.substr(2))] = argv[++i];
     } else {
@@ -80,7 +85,8 @@ int main(int argc, char** argv) {
       return usage(std::cerr, 2);
     }
   }
-  if (!options.settings.empty() && name != "peers") {
+  if (!options.settings.empty() && name != "peers" &&
+      !(name == "processes" && options.settings.size() == 1 && options.settings.count("processes"))) {
     std::cerr << "meshvk-bench: --" << options.settings.begin()->first
               << " is an option of `meshvk-bench peers` only\n";
     return usage(std::cerr, 2);
