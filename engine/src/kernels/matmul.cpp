@@ -6,6 +6,13 @@
 //   matrices yet.
 // Both split the work by batch entries and row blocks so that no binding exceeds the adapter's
 // maxStorageBufferRange / maxTexelBufferElements.
+//
+// Both sum in one order, so their results (and every block shape's) agree bit for bit on every
+// adapter: C[i][j] = 0 + S_0 + S_1 + ... in turn, where S_q is the sum of the products for
+// k = 4q .. 4q + 3 taken in turn, ((p0 + p1) + p2) + p3; every product and sum rounds to float32
+// and nothing is fused (`precise`, SPIR-V NoContraction). It is also how XLA summed the
+// tutorial's layer on 8 CPU devices (each device its 4 terms of k = 32, then the all-reduce the 8
+// pieces in turn), so one device prints the tutorial's digits too (tests/test_matmul_order.cpp).
 #include "kernels/matmul.hpp"
 
 #include <algorithm>
@@ -352,7 +359,8 @@ class BlockedKernelWriter {
       g_ << "  const int bi" << c << " = int(bbase + min(col0 + " << 8 * c << "u, p.n4 - 1u));\n";
     for (int r = 0; r < s_.rows; ++r)
       for (int c = 0; c < s_.col_vecs; ++c)
-        g_ << "  " << vec() << " acc" << r << "_" << c << " = " << vec() << "(0);\n";
+        g_ << "  " << (f_ ? "precise " : "") << vec() << " acc" << r << "_" << c << " = " << vec()
+           << "(0);\n";
   }
 
   // A[row][k] for k = 4 (q + j) + t, as this lane sees it.
@@ -382,11 +390,16 @@ class BlockedKernelWriter {
       for (int j = 0; j < steps; ++j)
         for (int t = 0; t < 4; ++t)
           g_ << "      const " << scalar() << " s" << j << t << " = " << a_value(r, j, t) << ";\n";
+      // acc += ((p0 + p1) + p2) + p3 (GLSL's + associates to the left): the 4 products of a
+      // vec4 step are summed first, then added (the order in the header comment; the
+      // accumulators are `precise`, so no driver re-associates or fuses).
       for (int c = 0; c < s_.col_vecs; ++c)
-        for (int j = 0; j < steps; ++j)
+        for (int j = 0; j < steps; ++j) {
+          g_ << "      acc" << r << "_" << c << " += ";
           for (int t = 0; t < 4; ++t)
-            g_ << "      acc" << r << "_" << c << " += s" << j << t << " * b" << j << t << "_" << c
-               << ";\n";
+            g_ << (t == 0 ? "" : " + ") << "s" << j << t << " * b" << j << t << "_" << c;
+          g_ << ";\n";
+        }
       g_ << "    }\n";
     }
   }
@@ -603,7 +616,7 @@ std::string tiled_kernel(DType dtype, bool trans_a, bool trans_b) {
        "  const uint tid = ty * 16u + tx;\n"
        "  const uint abase = p.a_first + bi * p.a_batch, bbase = p.b_first + bi * p.b_batch;\n"
        "  "
-    << S
+    << (dtype == DType::float32 ? "precise " : "") << S
     << " acc[4][4];\n"
        "  for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) acc[i][j] = "
     << S
@@ -635,14 +648,18 @@ std::string tiled_kernel(DType dtype, bool trans_a, bool trans_b) {
       << S << "(0);\n";
   g << "    }\n"
        "    barrier();\n"
-       "    for (uint kk = 0u; kk < 16u; ++kk) {\n"
+       "    for (uint kk = 0u; kk < 16u; kk += 4u) {\n"
        "      "
     << S
-    << " av[4], bv[4];\n"
-       "      for (uint i = 0u; i < 4u; ++i) av[i] = As[kk][ty + 16u * i];\n"
-       "      for (uint j = 0u; j < 4u; ++j) bv[j] = Bs[kk][tx + 16u * j];\n"
-       "      for (uint i = 0u; i < 4u; ++i) for (uint j = 0u; j < 4u; ++j) acc[i][j] += av[i] * "
-       "bv[j];\n"
+    << " av[4][4], bv[4][4];\n"
+       "      for (uint t = 0u; t < 4u; ++t) for (uint i = 0u; i < 4u; ++i) {\n"
+       "        av[t][i] = As[kk + t][ty + 16u * i];\n"
+       "        bv[t][i] = Bs[kk + t][tx + 16u * i];\n"
+       "      }\n"
+       // The blocked kernel's order: the 4 products of k = kk .. kk + 3 summed in turn, then added.
+       "      for (uint i = 0u; i < 4u; ++i) for (uint j = 0u; j < 4u; ++j)\n"
+       "        acc[i][j] += av[0][i] * bv[0][j] + av[1][i] * bv[1][j] + av[2][i] * bv[2][j] + "
+       "av[3][i] * bv[3][j];\n"
        "    }\n"
        "    barrier();\n"
        "  }\n"
