@@ -2,7 +2,8 @@
 # twice; not with -DNO_ADAPTERS=1) and `mpirun -np 2` x 4 devices, and checks that the three print the same text (the
 # processes line of process_workload and timing lines aside), that every run exits 0 and that
 # the validation layer says nothing.
-#   cmake -DPROGRAM=path [-DARGS=...] -DMPIEXEC=mpirun -DGOLDEN=dir -P compare_runs.cmake
+#   cmake -DPROGRAM=path [-DARGS="--size 512"] -DMPIEXEC=mpirun -DGOLDEN=dir -P compare_runs.cmake
+separate_arguments(ARGS UNIX_COMMAND "${ARGS}")  # "--size 512" -> --size;512
 set(common MESHVK_VALIDATION=1 LP_NUM_THREADS=1 MESHVK_GOLDEN_DIR=${GOLDEN}
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
