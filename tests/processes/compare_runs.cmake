@@ -19,7 +19,7 @@ function(run label out_var)
   endif()
   # Lines that differ between any two runs: wall-clock timings and the process count.
   string(REGEX REPLACE "[^\n]*this machine:[^\n]*\n" "" out "${out}")
-  string(REGEX REPLACE "[^\n]*(per loop|ms/step|ms per|ms each)[^\n]*\n" "" out "${out}")
+  string(REGEX REPLACE "[^\n]*(per loop|ms/step|ms per|ms each|step time)[^\n]*\n" "" out "${out}")
   string(REGEX REPLACE "devices 8 processes [0-9]+" "devices 8" out "${out}")
   set(${out_var} "${out}" PARENT_SCOPE)
 endfunction()

@@ -87,8 +87,20 @@ void download(RuntimeState& rt, const ShardedValue& v, void* host, bool across_p
     }
   }
   if (!rt.multi_process()) return download_pieces(rt, v, map, chosen, host);
-  // Whether some process lacks a piece: the same answer on every process, so that all of them
-  // exchange or none does.
+  if (!across_processes) {
+    // Only this process reads: its own copies of every piece, or JAX's error.
+    bool all_local = true;
+    for (const size_t c : chosen) all_local = all_local && rt.is_local(map[c].device);
+    if (all_local) return download_pieces(rt, v, map, chosen, host);
+    throw Error(
+        "to_host: fetching the value of an array that spans non-addressable (non process-local) "
+        "devices is not possible (" + v.sharding.to_string() + " on process " +
+        std::to_string(rt.process_index()) + " of " + std::to_string(rt.process_count()) +
+        "); use meshvk::multihost::process_allgather to read the global array, or "
+        "addressable_shards() to read this process's pieces");
+  }
+  // Read collectively. Whether some process lacks a piece: the same answer on every process, so
+  // that all of them exchange or none does.
   bool exchange = false;
   for (int p = 0; p < rt.process_count() && !exchange; ++p)
     for (const size_t f : first) {
@@ -97,13 +109,6 @@ void download(RuntimeState& rt, const ShardedValue& v, void* host, bool across_p
       if (!held) exchange = true;
     }
   if (!exchange) return download_pieces(rt, v, map, chosen, host);
-  if (!across_processes)
-    throw Error(
-        "to_host: fetching the value of an array that spans non-addressable (non process-local) "
-        "devices is not possible (" + v.sharding.to_string() + " on process " +
-        std::to_string(rt.process_index()) + " of " + std::to_string(rt.process_count()) +
-        "); use meshvk::multihost::process_allgather to read the global array, or "
-        "addressable_shards() to read this process's pieces");
   // Each piece from the process of its first holder, then every process's bytes to every one.
   std::vector<size_t> mine;
   for (const size_t f : first)

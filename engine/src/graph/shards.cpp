@@ -4,6 +4,7 @@
 #include "graph/array_impl.hpp"
 #include "meshvk/array.hpp"
 #include "meshvk/error.hpp"
+#include "runtime/process_group.hpp"
 
 namespace meshvk {
 
@@ -20,9 +21,14 @@ std::vector<Shard> Array::addressable_shards() const {
     throw Error("addressable_shards: the array has " + std::to_string(value.shards.size()) +
                 " pieces for " + std::to_string(map.size()) + " devices of " +
                 value.sharding.to_string());
+  // With several processes, a program that initialized meshvk::distributed gets this process's
+  // pieces only (JAX's rule); one written for one process and run unchanged under mpirun gets
+  // them all, and reads another process's collectively (to_host).
+  const detail::ProcessGroup* group = detail::ProcessGroup::get();
+  const bool local_only = group && group->initialized_by_user;
   std::vector<Shard> shards;
   for (size_t i = 0; i < map.size(); ++i) {
-    if (!impl()->runtime->is_local(map[i].device)) continue;  // another process's (global_shards)
+    if (local_only && !impl()->runtime->is_local(map[i].device)) continue;
     int replica = 0;
     for (size_t j = 0; j < i; ++j) replica += map[j].index == map[i].index ? 1 : 0;
     Shape piece;

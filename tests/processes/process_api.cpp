@@ -1,0 +1,102 @@
+// meshvk/distributed.hpp in a program written for several processes: run under `mpirun -np 2`
+// with 4 devices per process (ctest processes_api); every process checks what it sees and exits
+// non-zero (naming the check) when something is wrong.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "meshvk/meshvk.hpp"
+
+namespace mv = meshvk;
+using mv::P;
+
+namespace {
+int failures = 0;
+void check(bool ok, const std::string& what) {
+  if (ok) return;
+  ++failures;
+  std::fprintf(stderr, "process %d: FAILED: %s\n", mv::process_index(), what.c_str());
+}
+}  // namespace
+
+int main() {
+  try {
+    check(!mv::distributed::is_initialized(), "not initialized before initialize()");
+    mv::distributed::initialize();
+    check(mv::distributed::is_initialized(), "initialized");
+    bool refused = false;
+    try {
+      mv::distributed::initialize({.num_processes = 3});
+    } catch (const mv::Error& e) {
+      refused = std::string(e.what()).find("Open MPI started 2 processes") != std::string::npos;
+    }
+    check(refused, "initialize with the wrong num_processes is an Error naming the real count");
+    mv::Runtime rt;
+    const int me = mv::process_index();
+    check(mv::process_count() == 2, "process_count() == 2");
+    check(rt.num_devices() == 8 && mv::local_device_count() == 4, "8 devices, 4 local");
+    const auto local = mv::local_devices();
+    check(local.size() == 4 && local[0].id == 4 * me && local[3].id == 4 * me + 3 &&
+              local[0].process_index == me,
+          "local_devices() are this process's, process-major");
+    const auto all = mv::devices();
+    check(all.size() == 8 && all[5].process_index == 1 && mv::process_of(5) == 1, "devices() are global");
+
+    // Each process gives its half of the rows; the global array is the whole.
+    const auto mesh = mv::make_mesh({8}, {"x"});
+    const mv::NamedSharding rows(mesh, P("x", mv::None));
+    std::vector<float> mine(8 * 3);
+    std::iota(mine.begin(), mine.end(), static_cast<float>(me * 24));
+    const mv::Array x = mv::make_array_from_process_local_data(rows, mine, {8, 3}, {16, 3});
+    check(x.shape() == mv::Shape{16, 3}, "make_array_from_process_local_data: the global shape");
+    std::vector<float> expected(48);
+    std::iota(expected.begin(), expected.end(), 0.0f);
+    check(mv::multihost::process_allgather(x) == expected, "process_allgather of the global array");
+    check(mv::multihost::process_allgather(x * 2.0f) == [&] {
+      auto twice = expected;
+      for (float& v : twice) v *= 2;
+      return twice;
+    }(), "an op on it, gathered");
+    // JAX's rule for a program that initialized: no to_host of what spans processes.
+    bool raised = false;
+    try {
+      (void)x.to_host<float>();
+    } catch (const mv::Error& e) {
+      raised = std::string(e.what()).find("non-addressable") != std::string::npos &&
+               std::string(e.what()).find("process_allgather") != std::string::npos;
+    }
+    check(raised, "to_host of an array spanning processes raises JAX's error");
+    const auto shards = x.addressable_shards();
+    check(shards.size() == 4 && shards[0].device == 4 * me, "addressable_shards: this process's 4");
+    check(shards[1].data.to_host<float>() ==
+              std::vector<float>(expected.begin() + (4 * me + 1) * 6, expected.begin() + (4 * me + 2) * 6),
+          "a local shard reads back");
+    // A replicated result may be read on every process.
+    const mv::Array total = mv::sum(x);
+    check(total.to_host<float>() == std::vector<float>{47.0f * 48 / 2}, "sum of the global array");
+    mv::multihost::sync_global_devices("done");
+    bool mismatch = false;
+    try {
+      mv::multihost::sync_global_devices(me == 0 ? "a" : "b");
+    } catch (const mv::Error& e) {
+      mismatch = std::string(e.what()).find("another barrier") != std::string::npos;
+    }
+    check(mismatch, "sync_global_devices with different names is an Error");
+    bool bad_local = false;
+    try {
+      (void)mv::make_array_from_process_local_data(rows, mine, {4, 3}, {16, 3});
+    } catch (const mv::Error& e) {
+      bad_local = std::string(e.what()).find("(8, 3)") != std::string::npos;
+    }
+    check(bad_local, "local data of the wrong shape is an Error naming the right one");
+    check(mv::multihost::process_allgather(x) == expected, "the runtime still works after the errors");
+    std::printf("process %d: %s\n", me, failures ? "FAILED" : "all checks passed");
+    return failures ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "process %d: %s\n", mv::process_index(), e.what());
+    return 1;
+  }
+}
