@@ -1,7 +1,9 @@
-// A process of the job that dies or hangs in the middle of a collective: run under
-// `mpirun -np 2` with 4 devices per process, `process_failure kill|hang`, process 1 stops at the
-// third all-reduce. Process 0 must end the job within MESHVK_WAIT_TIMEOUT_MS with a message
-// naming process 1 and the collective (tests/processes/failure_check.cmake checks it).
+// A process of the job that dies or hangs in the middle of a collective, or runs another
+// program: under `mpirun -np 2` with 4 devices per process, `process_failure kill|hang`, process
+// 1 stops at the third all-reduce, and process 0 must end the job within MESHVK_WAIT_TIMEOUT_MS
+// with a message naming process 1 and the collective; `process_failure diverge`, process 1 jits
+// an all-gather where process 0 jits the all-reduce, and the job ends at that trace, naming the
+// function (tests/processes/failure_check.cmake checks each).
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +18,7 @@ namespace mv = meshvk;
 
 int main(int argc, char** argv) {
   const bool kill = argc > 1 && std::strcmp(argv[1], "kill") == 0;
+  const bool diverge = argc > 1 && std::strcmp(argv[1], "diverge") == 0;
   try {
     mv::Runtime rt;
     const auto mesh = mv::make_mesh({rt.num_devices()}, {"x"});
@@ -25,7 +28,15 @@ int main(int argc, char** argv) {
     const auto total = mv::shard_map([](const mv::Array& v) { return mv::psum(v, "x"); }, mesh,
                                      {mv::P("x")}, mv::P("x"));
     for (int i = 0; i < 5; ++i) {
-      if (i == 2 && mv::process_index() == 1) {
+      if (i == 2 && diverge) {
+        const auto other = mv::shard_map([](const mv::Array& v) { return mv::all_gather(v, "x", 0, true); },
+                                         mesh, {mv::P("x")}, mv::P("x"));
+        const auto step = mv::jit([&](const mv::Array& v) {
+          return mv::process_index() == 1 ? other(v) : total(v);
+        }, {.name = "step"});
+        (void)step(x).to_host<float>();
+      }
+      if (i == 2 && !diverge && mv::process_index() == 1) {
         std::fprintf(stderr, "process 1: %s now\n", kill ? "dying" : "hanging");
         std::fflush(stderr);
         if (kill) std::raise(SIGKILL);

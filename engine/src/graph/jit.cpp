@@ -3,6 +3,7 @@
 // touch); later calls replay the captured program with the new inputs copied in.
 #include "meshvk/jit.hpp"
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -18,10 +19,47 @@
 #include "meshvk/mesh_context.hpp"
 #include "meshvk/runtime.hpp"
 #include "profile/hooks.hpp"
+#include "runtime/process_group.hpp"
 
 namespace meshvk {
 
 namespace {
+
+// Several processes: every process must have traced the same transfers between processes (the
+// same program), or the counts each keeps of the others' work part ways and the job would hang
+// or read the wrong bytes. A digest of them is compared right after the trace; a difference
+// ends the job at once, naming the function.
+void check_same_program(detail::RuntimeState& rt, const detail::Capture& capture,
+                        const std::vector<Array>& results, const std::string& name) {
+  uint64_t digest = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int b = 0; b < 8; ++b) digest = (digest ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  for (const auto& s : capture.submissions)
+    if (rt.is_peer_timeline(s.timeline)) mix(static_cast<uint64_t>(s.timeline) << 32 | (s.signal - capture.start_values[s.timeline]));
+  for (const auto& use : capture.ring_uses) {
+    mix(static_cast<uint64_t>(use.src_process) << 32 | static_cast<uint32_t>(use.dst_process));
+    mix(use.bytes);
+  }
+  // And what it returns: the same transfers may serve different programs.
+  for (const Array& r : results) {
+    mix(static_cast<uint64_t>(r.dtype()));
+    for (const int64_t d : r.shape()) mix(static_cast<uint64_t>(d));
+    if (const NamedSharding* n = r.sharding().named())
+      for (const char c : n->spec().to_string()) mix(static_cast<uint8_t>(c));
+  }
+  const std::vector<uint8_t> all = rt.exchange(&digest, sizeof digest);
+  for (int p = 0; p < rt.process_count(); ++p) {
+    uint64_t theirs;
+    std::memcpy(&theirs, all.data() + p * sizeof digest, sizeof digest);
+    if (theirs != digest)
+      detail::ProcessGroup::get()->abort(
+          "jit(" + name + "): process " + std::to_string(rt.process_index()) +
+          " traced a program whose transfers between processes differ from process " +
+          std::to_string(p) + "'s; every process must run the same program; ending the job");
+  }
+}
+
 
 std::string layout_text(const Array& x) {
   std::string s = type_of(x);
@@ -161,6 +199,7 @@ struct JitFunction::State {
     }
     rt->end_capture();
     ++traces;
+    if (rt->multi_process()) check_same_program(*rt, *capture, results, options.name);
     std::vector<exec::ShardedValue> outputs;
     for (const Array& r : results) outputs.push_back(detail::materialized(r));
 
