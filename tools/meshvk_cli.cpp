@@ -29,6 +29,10 @@ int run_devices() {
     const std::vector<meshvk::DeviceInfo> devices = rt.devices();
     int adapters = 0;
     for (const meshvk::DeviceInfo& d : devices) adapters = std::max(adapters, d.adapter_index + 1);
+    const int processes = meshvk::process_count();
+    if (processes > 1)
+      std::cout << processes << " processes of " << meshvk::local_device_count() << " devices, "
+                << "this is process " << meshvk::process_index() << "\n";
     if (adapters > 1)
       std::cout << adapters << " adapters (" << rt.platform() << "), " << devices.size()
                 << " virtual devices\n";
@@ -37,6 +41,7 @@ int run_devices() {
                 << devices.size() << " virtual devices\n";
     for (const meshvk::DeviceInfo& d : devices) {
       std::cout << "  device " << d.id << ": " << d.repr() << ", platform " << d.platform
+                << (processes > 1 ? ", process " + std::to_string(d.process_index) : std::string())
                 << ", adapter " << (adapters > 1 ? std::to_string(d.adapter_index) + " " : "")
                 << d.adapter << ", queue family " << d.queue_family << " index "
                 << d.queue_index
