@@ -114,9 +114,6 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
       in_piece += take;
     }
   }
-  auto scratch = rt.allocate(dst.device(), bytes);  // nothing, on another process
-  std::vector<VkBufferCopy> into_place;
-  uint64_t packed = 0;
   for (const auto& piece : pieces) {
     const uint64_t piece_bytes = total_bytes(piece);
     const detail::RuntimeState::RingRange range = rt.reserve_ring(sp, dp, piece_bytes);
@@ -143,33 +140,32 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
     }
     const detail::Fence sent = rt.submit(std::move(send));
     if (!sent.none() && rt.is_local(src.device())) const_cast<detail::DeviceBuffer&>(src).used_by(sent);
-    // 2. The destination's process reads it out into scratch memory once it is there.
+    // 2. The destination's process copies it into place once it is there, on its own peer
+    //    timeline (which the other processes count), after whatever wrote the destination
+    //    before; the destination's recording, which goes on after, waits for it.
     detail::Recording receive = rt.begin_peer(dst.device());
     receive.wait_for(sent);
+    receive.wait_for(dst.ready());
     if (!receive.remote) {
       uint64_t start = 0;
       const VkBuffer ring = rt.ring_view(dst.device(), sp, dp, start);
-      const VkBufferCopy in{start + range.offset, scratch->offset() + packed, piece_bytes};
+      std::vector<VkBufferCopy> in;
+      uint64_t at = start + range.offset;
+      for (const VkBufferCopy& r : piece) {
+        in.push_back({at, r.dstOffset, r.size});
+        at += r.size;
+      }
       const profile::DeviceSpan span(receive.profile.get(), what, piece_bytes,  // profile hook
                                      {sent.timeline, sent.value});
-      vkCmdCopyBuffer(receive.cb, ring, scratch->vk_buffer(), 1, &in);
+      vkCmdCopyBuffer(receive.cb, ring, dst.vk_buffer(), static_cast<uint32_t>(in.size()), in.data());
     }
     const detail::Fence received = rt.submit(std::move(receive));
     rt.ring_read_by(sp, dp, range.offset, piece_bytes, received);
     if (detail::Capture* c = rt.capture())
       c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received});
-    scratch->written_by(received);
+    if (!received.none()) const_cast<detail::DeviceBuffer&>(dst).used_by(received);
     dst_rec.wait_for(received);
-    for (const VkBufferCopy& r : piece) {
-      into_place.push_back({scratch->offset() + packed, r.dstOffset, r.size});
-      packed += r.size;
-    }
   }
-  // 3. Into place, in the destination's own order of work.
-  if (!dst_rec.remote)
-    vkCmdCopyBuffer(dst_rec.cb, scratch->vk_buffer(), dst.vk_buffer(),
-                    static_cast<uint32_t>(into_place.size()), into_place.data());
-  dst_rec.keep_alive.push_back(scratch);
 }
 
 Transport& transport_between(const detail::RuntimeState& rt, int src_device, int dst_device) {

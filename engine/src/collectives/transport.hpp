@@ -11,9 +11,11 @@
 //      (RuntimeState's communication thread), since no semaphore spans two VkDevices;
 //   3. another process of the job (meshvk/distributed.hpp): the source's process copies into a
 //      ring of the node's shared memory on the source's peer timeline, the destination's copies
-//      it out on its own peer timeline into scratch memory, and the destination's recording
-//      copies that into place; every process runs this for every transfer (the ones of other
-//      processes only count), so each knows the values it waits for.
+//      it into place on its own peer timeline, and the destination's recording waits for that;
+//      every process runs this for every transfer (the ones of other processes only count), so
+//      each knows the values it waits for. The destination's regions must not be read or
+//      written by what dst_rec recorded before the call (they are written before dst_rec runs);
+//      every caller copies into memory dst_rec has not touched.
 // Every tier records the reading side into the destination's recording, so collectives and
 // reshards are written once for all of them.
 #include <cstdint>

@@ -37,11 +37,15 @@ void RuntimeState::enqueue(Stream& s, VkCommandBuffer cb, std::vector<uint64_t> 
     queue_submit(s, cb, need, signal);
     s.queued = signal;
     // Other processes may wait for it: the communication thread publishes it when reached.
-    if (processes_ > 1) held_cv_.notify_one();
+    if (processes_ > 1) {
+      held_cv_.notify_one();
+      ring_own_doorbell();
+    }
     return;
   }
   s.held.push_back({cb, std::move(need), signal});
   held_cv_.notify_one();
+  if (processes_ > 1) ring_own_doorbell();
 }
 
 bool RuntimeState::drain_held() {
@@ -102,9 +106,14 @@ void RuntimeState::communicate() {
     }
     if (processes_ > 1 && (blocking || !idle || !progress_published())) {
       // Other processes wait on what this one publishes, and this one on what they publish:
-      // look again soon (a local device finishing wakes it at once).
+      // sleep until a local device finishes, or (with nothing local to publish) until another
+      // process rings.
+      const bool publishing = !progress_published();
       lock.unlock();
-      wait_local_progress(blocking && blocking->remote ? 100'000 : 1'000'000);
+      if (publishing)
+        wait_local_progress(blocking && blocking->remote ? 200'000 : 1'000'000);
+      else
+        wait_for_peers(2'000'000);
       lock.lock();
     } else if (idle) {
       held_cv_.wait(lock);
@@ -130,6 +139,7 @@ void RuntimeState::stop_communication() {
     stopping_ = true;
   }
   held_cv_.notify_one();
+  if (processes_ > 1) ring_own_doorbell();
   communication_.join();
 }
 

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <thread>
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "meshvk/error.hpp"
@@ -21,8 +23,23 @@
 namespace meshvk::detail {
 
 namespace {
-// The progress table at the start of each process's segment: one value per timeline.
+// The progress table at the start of each process's segment: one value per timeline, then (at
+// its end) the process's doorbell: a counter other processes raise and wake (a futex shared
+// between processes) when they publish, so a communication thread waiting for their values
+// sleeps until then instead of polling.
 constexpr uint64_t kTableBytes = 64 << 10;
+constexpr uint64_t kDoorbellOffset = kTableBytes - 64;
+
+uint32_t* doorbell(uint8_t* segment) {
+  return reinterpret_cast<uint32_t*>(segment + kDoorbellOffset);
+}
+void futex_wake(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+void futex_wait(uint32_t* word, uint32_t seen, uint64_t timeout_ns) {
+  const timespec t{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  syscall(SYS_futex, word, FUTEX_WAIT, seen, &t, nullptr, 0);
+}
 }  // namespace
 
 void RuntimeState::join_processes(int local_devices) {
@@ -62,7 +79,7 @@ void RuntimeState::join_processes(int local_devices) {
 void RuntimeState::share_memory() {
   ProcessGroup& group = *ProcessGroup::get();
   ring_bytes_ = env_unsigned("MESHVK_PEER_RING_MIB", 1, 4096, "MiB").value_or(64) << 20;
-  if (uint64_t{static_cast<uint64_t>(num_timelines())} * 8 > kTableBytes)
+  if (uint64_t{static_cast<uint64_t>(num_timelines())} * 8 > kDoorbellOffset)
     throw Error("internal: too many timelines for the progress table");
   // Every process makes the same streams (the adapters are alike), so timelines agree.
   const int32_t timelines = num_timelines();
@@ -99,6 +116,7 @@ uint64_t* RuntimeState::progress_table(int process) const {
 
 void RuntimeState::publish_progress() {
   uint64_t* table = progress_table(process_);
+  bool any = false;
   for (size_t t = 0; t < streams_.size(); ++t) {
     const Stream& s = *streams_[t];
     if (s.remote || published_[t] == s.queued) continue;
@@ -106,7 +124,33 @@ void RuntimeState::publish_progress() {
     if (value == published_[t]) continue;
     published_[t] = value;
     std::atomic_ref<uint64_t>(table[t]).store(value, std::memory_order_release);
+    any = true;
   }
+  if (!any) return;
+  ProcessGroup& group = *ProcessGroup::get();
+  for (int r = 0; r < processes_; ++r) {
+    if (r == process_) continue;
+    uint32_t* bell = doorbell(group.segment(r));
+    std::atomic_ref<uint32_t>(*bell).fetch_add(1, std::memory_order_release);
+    futex_wake(bell);
+  }
+}
+
+void RuntimeState::ring_own_doorbell() {
+  uint32_t* bell = doorbell(ProcessGroup::get()->segment(process_));
+  std::atomic_ref<uint32_t>(*bell).fetch_add(1, std::memory_order_release);
+  futex_wake(bell);
+}
+
+void RuntimeState::wait_for_peers(uint64_t timeout_ns) {
+  uint32_t* bell = doorbell(ProcessGroup::get()->segment(process_));
+  const uint32_t seen = std::atomic_ref<uint32_t>(*bell).load(std::memory_order_acquire);
+  {
+    // A value published since the caller looked has rung already: no wait.
+    std::lock_guard lock(held_mutex_);
+    if (drain_held()) return;
+  }
+  futex_wait(bell, seen, timeout_ns);
 }
 
 bool RuntimeState::progress_published() const {

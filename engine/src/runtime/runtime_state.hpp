@@ -375,6 +375,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   void publish_progress();                      // under held_mutex_
   bool progress_published() const;              // every local value reached is published
   void wait_local_progress(uint64_t timeout_ns);  // until a local stream moves, at most that
+  void wait_for_peers(uint64_t timeout_ns);       // until another process publishes, at most that
+  void ring_own_doorbell();                       // wakes this process's communication thread
   std::vector<uint64_t> published_;             // per timeline; guarded by held_mutex_
   std::vector<uint64_t*> tables_;               // per process, in its segment
   bool host_holds() const { return adapters_.size() > 1 || processes_ > 1; }
