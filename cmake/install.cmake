@@ -36,6 +36,13 @@ foreach(lib SPIRV glslang-default-resource-limits glslang MachineIndependent OGL
   string(APPEND MESHVK_PC_GLSLANG_LIBS " -l${lib}")
 endforeach()
 string(STRIP "${MESHVK_PC_GLSLANG_LIBS}" MESHVK_PC_GLSLANG_LIBS)
+# Open MPI's libraries, by path, when meshvk was built with it.
+set(MESHVK_PC_MPI_LIBS "")
+if(MESHVK_WITH_MPI)
+  foreach(lib ${MPI_CXX_LIBRARIES})
+    string(APPEND MESHVK_PC_MPI_LIBS " ${lib}")
+  endforeach()
+endif()
 configure_file(cmake/meshvk.pc.in ${PROJECT_BINARY_DIR}/meshvk.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/meshvk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
