@@ -19,11 +19,11 @@ int main() {
     const meshvk::testing::Results results = meshvk::testing::workload();
     rt.synchronize();
     if (rt.state()->multi_process())
-      std::printf("between processes: %s\n",
-                  rt.state()->between_processes() ==
-                          meshvk::detail::RuntimeState::BetweenProcesses::staged
-                      ? "staged"
-                      : "shared");
+      std::printf(
+          "between processes: %s\n",
+          rt.state()->between_processes() == meshvk::detail::RuntimeState::BetweenProcesses::staged
+              ? "staged"
+              : "shared");
     std::printf("devices %d processes %d\n", rt.num_devices(), meshvk::process_count());
     for (const auto& [name, values] : results) {
       // FNV-1a over the bytes: any bit that differs shows.

@@ -54,8 +54,7 @@ std::string error_of(const char* value) {
 TEST(ProcessTransport, AnotherValueIsAnErrorNamingTheValidOnes) {
   for (const char* bad : {"tcp", "Staged", "shared,staged"}) {
     const std::string e = error_of(bad);
-    EXPECT_NE(e.find(std::string("MESHVK_PROCESS_TRANSPORT=") + bad + ":"), std::string::npos)
-        << e;
+    EXPECT_NE(e.find(std::string("MESHVK_PROCESS_TRANSPORT=") + bad + ":"), std::string::npos) << e;
     EXPECT_NE(e.find("shared"), std::string::npos) << e;
     EXPECT_NE(e.find("staged"), std::string::npos) << e;
   }

@@ -77,8 +77,9 @@ void RuntimeState::share_memory() {
   if (uint64_t{static_cast<uint64_t>(num_timelines())} * 8 > kTableBytes)
     throw Error("internal: too many timelines for the progress table");
   if (!group.single_node() && forced_between_ == BetweenProcesses::shared)
-    throw Error("MESHVK_PROCESS_TRANSPORT=shared: the job's processes run on several nodes, "
-                "which share no memory; use staged or unset it");
+    throw Error(
+        "MESHVK_PROCESS_TRANSPORT=shared: the job's processes run on several nodes, "
+        "which share no memory; use staged or unset it");
   between_processes_ = group.single_node() ? forced_between_.value_or(BetweenProcesses::shared)
                                            : BetweenProcesses::staged;
   // Every process makes the same streams (the adapters are alike), so timelines agree, and

@@ -52,20 +52,29 @@ void check(int rc, const char* what) {
   MPI_Error_string(rc, text, &length);
   throw Error(std::string("Open MPI: ") + what + " failed: " + std::string(text, length));
 }
+
+// A runtime that outlives MPI (held past the exit handler that finalizes it) has nobody left to
+// talk to: its link goes quiet rather than call MPI after MPI_Finalize.
+bool finalized() {
+  int done = 0;
+  MPI_Finalized(&done);
+  return done != 0;
+}
 }  // namespace
 
 StagedLink::StagedLink(ProcessGroup& group, int timelines, uint64_t ring_bytes)
     : rank_(group.rank()), size_(group.size()), ring_bytes_(ring_bytes) {
   if (!group.threads_multiple())
-    throw Error("MESHVK_PROCESS_TRANSPORT=staged (or processes on several nodes) needs an Open MPI "
-                "that supports MPI_THREAD_MULTIPLE, and this one does not; run every process on "
-                "one node with MESHVK_PROCESS_TRANSPORT=shared");
+    throw Error(
+        "MESHVK_PROCESS_TRANSPORT=staged (or processes on several nodes) needs an Open MPI "
+        "that supports MPI_THREAD_MULTIPLE, and this one does not; run every process on "
+        "one node with MESHVK_PROCESS_TRANSPORT=shared");
   bytes_ = 2 * static_cast<uint64_t>(size_ - 1) * ring_bytes_;
   void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
-    throw Error("the staged transport's rings: " + std::to_string(bytes_ >> 20) + " MiB of host "
-                "memory for process " + std::to_string(rank_) + ": " + std::strerror(errno) +
-                "; lower MESHVK_PEER_RING_MIB");
+    throw Error("the staged transport's rings: " + std::to_string(bytes_ >> 20) +
+                " MiB of host memory for process " + std::to_string(rank_) + ": " +
+                std::strerror(errno) + "; lower MESHVK_PEER_RING_MIB");
   memory_ = static_cast<uint8_t*>(p);
   mirror_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(timelines));
   for (int t = 0; t < timelines; ++t) mirror_[t].store(0);
@@ -75,9 +84,7 @@ StagedLink::StagedLink(ProcessGroup& group, int timelines, uint64_t ring_bytes)
 }
 
 StagedLink::~StagedLink() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) {
+  if (!finalized()) {
     // Requests left by a shutdown that gave up (a peer gone): not waited for.
     for (auto& p : pending_)
       if (p->request != MPI_REQUEST_NULL) MPI_Request_free(&p->request);
@@ -102,6 +109,7 @@ void StagedLink::post_header(const Header& h, int dst) {
 }
 
 void StagedLink::send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes) {
+  if (finalized()) return;
   post_header({kData, static_cast<uint64_t>(timeline), value, offset, bytes}, dst);
   const uint8_t* from = memory_ + outbound(dst) + offset;
   for (uint64_t at = 0; at < bytes; at += kChunk)
@@ -109,11 +117,13 @@ void StagedLink::send_data(int dst, int timeline, uint64_t value, uint64_t offse
 }
 
 void StagedLink::send_progress(int timeline, uint64_t value) {
+  if (finalized()) return;
   for (int r = 0; r < size_; ++r)
     if (r != rank_) post_header({kProgress, static_cast<uint64_t>(timeline), value, 0, 0}, r);
 }
 
 bool StagedLink::receive() {
+  if (finalized()) return false;
   bool any = false;
   while (true) {
     int arrived = 0;
@@ -149,6 +159,7 @@ bool StagedLink::receive() {
 }
 
 bool StagedLink::sends_done() {
+  if (finalized()) return true;
   for (auto it = pending_.begin(); it != pending_.end();) {
     int finished = 0;
     check(MPI_Test(&(*it)->request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
@@ -158,13 +169,14 @@ bool StagedLink::sends_done() {
 }
 
 void StagedLink::say_goodbye() {
-  if (said_goodbye_) return;
+  if (said_goodbye_ || finalized()) return;
   said_goodbye_ = true;
   for (int r = 0; r < size_; ++r)
     if (r != rank_) post_header({kGoodbye, 0, 0, 0, 0}, r);
 }
 
 bool StagedLink::done() {
+  if (finalized()) return true;
   receive();
   return sends_done() && goodbyes_ >= size_ - 1;
 }
@@ -180,10 +192,16 @@ StagedLink::StagedLink(ProcessGroup&, int, uint64_t) : rank_(0), size_(1), ring_
 StagedLink::~StagedLink() = default;
 void StagedLink::send_data(int, int, uint64_t, uint64_t, uint64_t) {}
 void StagedLink::send_progress(int, uint64_t) {}
-bool StagedLink::receive() { return false; }
-bool StagedLink::sends_done() { return true; }
+bool StagedLink::receive() {
+  return false;
+}
+bool StagedLink::sends_done() {
+  return true;
+}
 void StagedLink::say_goodbye() {}
-bool StagedLink::done() { return true; }
+bool StagedLink::done() {
+  return true;
+}
 
 #endif
 

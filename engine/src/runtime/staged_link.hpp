@@ -36,9 +36,7 @@ class StagedLink {
   uint64_t inbound(int src) const;
 
   // The value this process last heard a remote timeline reached (0: nothing yet). Any thread.
-  uint64_t mirror(int timeline) const {
-    return mirror_[timeline].load(std::memory_order_acquire);
-  }
+  uint64_t mirror(int timeline) const { return mirror_[timeline].load(std::memory_order_acquire); }
 
   // Communication thread only, from here on.
   // Ships [offset, offset + bytes) of the ring to `dst`, then tells it `timeline` reached `value`.
