@@ -9,6 +9,11 @@
 #   cmake -DPROGRAM=path [-DARGS="--size 512"] [-DEXTRA_ENV=...] [-DEXPECT=line] -DMPIEXEC=mpirun
 #         -DGOLDEN=dir -P compare_runs.cmake
 separate_arguments(ARGS UNIX_COMMAND "${ARGS}")  # "--size 512" -> --size;512
+# NP: processes of the mpirun run (2 unless given; 8 devices in all, so 8 / NP each).
+if(NOT NP)
+  set(NP 2)
+endif()
+math(EXPR per_process "8 / ${NP}")
 separate_arguments(EXTRA_ENV UNIX_COMMAND "${EXTRA_ENV}")
 set(extra_x "")
 foreach(assignment ${EXTRA_ENV})
@@ -45,11 +50,12 @@ if(NOT NO_ADAPTERS)  # the samples skip it: test_adapters covers two adapters
       MESHVK_ADAPTERS=llvmpipe,llvmpipe ${PROGRAM} ${ARGS})
   list(APPEND others adapters)
 endif()
-run("mpirun -np 2 x 4 devices ${EXTRA_ENV}" processes MESHVK_NUM_DEVICES=4 ${EXTRA_ENV}
-    ${MPIEXEC} -np 2 -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
+run("mpirun -np ${NP} x ${per_process} devices ${EXTRA_ENV}" processes
+    MESHVK_NUM_DEVICES=${per_process} ${EXTRA_ENV}
+    ${MPIEXEC} -np ${NP} -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
     -x MESHVK_GOLDEN_DIR ${extra_x} ${PROGRAM} ${ARGS})
 if(EXPECT AND NOT processes_raw MATCHES "(^|\n)${EXPECT}\n")
-  message(FATAL_ERROR "mpirun -np 2 did not print '${EXPECT}':\n${processes_raw}")
+  message(FATAL_ERROR "mpirun -np ${NP} did not print '${EXPECT}':\n${processes_raw}")
 endif()
 string(LENGTH "${one}" length)
 if(length LESS 20)

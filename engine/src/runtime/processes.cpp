@@ -105,6 +105,7 @@ void RuntimeState::share_memory() {
     link_ = std::make_unique<StagedLink>(group, num_timelines(), ring_bytes_);
     send_notes_.resize(streams_.size());
     progress_sent_.assign(streams_.size(), 0);
+    progress_told_.assign(streams_.size() * processes_, 0);
     for (auto& adapter : adapters_) {
       segment_views_.emplace_back();
       segment_views_.back().push_back(
@@ -146,17 +147,25 @@ void RuntimeState::publish_progress() {
       const uint64_t value = s.semaphore.value();
       published_[t] = value;
       auto& notes = send_notes_[t];
+      // What each process was told of t: a send's data tells its destination only.
+      uint64_t* told = &progress_told_[t * processes_];
       while (!notes.empty() && notes.front().value <= value) {
         const SendNote& n = notes.front();
         link_->send_data(n.dst_process, static_cast<int>(t), n.value, n.offset, n.bytes);
-        progress_sent_[t] = std::max(progress_sent_[t], n.value);
+        told[n.dst_process] = std::max(told[n.dst_process], n.value);
         notes.pop_front();
       }
-      const uint64_t told = notes.empty() ? value : std::min(value, notes.front().value - 1);
-      if (told > progress_sent_[t]) {
-        link_->send_progress(static_cast<int>(t), told);
-        progress_sent_[t] = told;
+      const uint64_t tell = notes.empty() ? value : std::min(value, notes.front().value - 1);
+      uint64_t everyone = tell;
+      for (int p = 0; p < processes_; ++p) {
+        if (p == process_) continue;
+        if (tell > told[p]) {
+          link_->send_progress(p, static_cast<int>(t), tell);
+          told[p] = tell;
+        }
+        everyone = std::min(everyone, told[p]);
       }
+      progress_sent_[t] = everyone;
     }
     for (size_t t = 0; t < streams_.size(); ++t)
       if (!streams_[t]->remote && !is_peer_timeline(static_cast<int>(t)))

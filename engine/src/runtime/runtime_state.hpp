@@ -388,7 +388,10 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
     uint64_t offset, bytes;
   };
   std::vector<std::deque<SendNote>> send_notes_;  // per timeline; guarded by held_mutex_
-  std::vector<uint64_t> progress_sent_;           // per timeline; communication thread only
+  // Communication thread only: per timeline, the value every other process was told (progress
+  // or a send's data), and per timeline and process, what that process was told.
+  std::vector<uint64_t> progress_sent_;
+  std::vector<uint64_t> progress_told_;
   bool exchange_staged();                         // communication thread, without held_mutex_
   // Per adapter, per process: the process's segment of the node's shared memory imported there
   // (staged: one per adapter, the link's memory).

@@ -116,10 +116,9 @@ void StagedLink::send_data(int dst, int timeline, uint64_t value, uint64_t offse
     post(from + at, std::min(kChunk, bytes - at), dst, kPayloadTag);
 }
 
-void StagedLink::send_progress(int timeline, uint64_t value) {
+void StagedLink::send_progress(int dst, int timeline, uint64_t value) {
   if (finalized()) return;
-  for (int r = 0; r < size_; ++r)
-    if (r != rank_) post_header({kProgress, static_cast<uint64_t>(timeline), value, 0, 0}, r);
+  post_header({kProgress, static_cast<uint64_t>(timeline), value, 0, 0}, dst);
 }
 
 bool StagedLink::receive() {
@@ -191,7 +190,7 @@ StagedLink::StagedLink(ProcessGroup&, int, uint64_t) : rank_(0), size_(1), ring_
 }
 StagedLink::~StagedLink() = default;
 void StagedLink::send_data(int, int, uint64_t, uint64_t, uint64_t) {}
-void StagedLink::send_progress(int, uint64_t) {}
+void StagedLink::send_progress(int, int, uint64_t) {}
 bool StagedLink::receive() {
   return false;
 }

@@ -41,8 +41,8 @@ class StagedLink {
   // Communication thread only, from here on.
   // Ships [offset, offset + bytes) of the ring to `dst`, then tells it `timeline` reached `value`.
   void send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes);
-  // Tells every other process that `timeline` reached `value`.
-  void send_progress(int timeline, uint64_t value);
+  // Tells `dst` that `timeline` reached `value`.
+  void send_progress(int dst, int timeline, uint64_t value);
   // Handles every message that arrived, in arrival order; true when there was any.
   bool receive();
   // Completes the sends MPI finished; true when none is left.
