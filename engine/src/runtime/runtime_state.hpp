@@ -67,7 +67,7 @@ struct Stream {
   bool transfer;  // the device's transfer stream
   int adapter;    // the runtime's adapter (VkDevice) it runs on
   // Of a device of another process: nothing goes to its queue; its values are that process's,
-  // published in the node's shared memory (RuntimeState::timeline_value).
+  // published in the node's shared memory or sent as messages (RuntimeState::timeline_value).
   bool remote = false;
   vk::CommandPool pool;
   vk::TimelineSemaphore semaphore;
@@ -200,7 +200,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // value another reaches.
   int peer_timeline(int device) const { return peer_base_ + device; }
   bool is_peer_timeline(int timeline) const { return peer_base_ >= 0 && timeline >= peer_base_; }
-  // The value a timeline has reached: its semaphore's here, what its process published there.
+  // The value a timeline has reached: its semaphore's here, what its process published there
+  // (shared) or last told this one (staged).
   uint64_t timeline_value(int timeline) const;
   // Bytes moving between processes are staged in a ring per ordered pair of processes, of host
   // memory every VkDevice imports by pointer: the node's shared memory (shared), or each
