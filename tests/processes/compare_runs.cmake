@@ -2,8 +2,24 @@
 # twice; not with -DNO_ADAPTERS=1) and `mpirun -np 2` x 4 devices, and checks that the three print the same text (the
 # processes line of process_workload and timing lines aside), that every run exits 0 and that
 # the validation layer says nothing.
-#   cmake -DPROGRAM=path [-DARGS="--size 512"] -DMPIEXEC=mpirun -DGOLDEN=dir -P compare_runs.cmake
+# EXTRA_ENV ("NAME=value NAME=value") goes to the mpirun processes too (-x), e.g. the staged transport
+# over TCP, as between nodes: -DEXTRA_ENV="MESHVK_PROCESS_TRANSPORT=staged OMPI_MCA_btl=self,tcp".
+# EXPECT: a line the mpirun run must print (process_workload's "between processes: staged"), left
+# out of the comparison like every "between processes:" line.
+#   cmake -DPROGRAM=path [-DARGS="--size 512"] [-DEXTRA_ENV=...] [-DEXPECT=line] -DMPIEXEC=mpirun
+#         -DGOLDEN=dir -P compare_runs.cmake
 separate_arguments(ARGS UNIX_COMMAND "${ARGS}")  # "--size 512" -> --size;512
+# NP: processes of the mpirun run (2 unless given; 8 devices in all, so 8 / NP each).
+if(NOT NP)
+  set(NP 2)
+endif()
+math(EXPR per_process "8 / ${NP}")
+separate_arguments(EXTRA_ENV UNIX_COMMAND "${EXTRA_ENV}")
+set(extra_x "")
+foreach(assignment ${EXTRA_ENV})
+  string(REGEX REPLACE "=.*" "" name "${assignment}")
+  list(APPEND extra_x -x ${name})
+endforeach()
 set(common MESHVK_VALIDATION=1 LP_NUM_THREADS=1 MESHVK_GOLDEN_DIR=${GOLDEN}
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
@@ -17,7 +33,10 @@ function(run label out_var)
   if(err MATCHES "validation (error|warning)|Validation Error")
     message(FATAL_ERROR "${label}: the validation layer reported something:\n${err}")
   endif()
-  # Lines that differ between any two runs: wall-clock timings and the process count.
+  set(${out_var}_raw "${out}" PARENT_SCOPE)
+  # Lines that differ between any two runs: wall-clock timings, the process count and how bytes
+  # moved between processes.
+  string(REGEX REPLACE "between processes: [a-z]+\n" "" out "${out}")
   string(REGEX REPLACE "[^\n]*this machine:[^\n]*\n" "" out "${out}")
   string(REGEX REPLACE "[^\n]*(per loop|ms/step|ms per|ms each|step time)[^\n]*\n" "" out "${out}")
   string(REGEX REPLACE "devices 8 processes [0-9]+" "devices 8" out "${out}")
@@ -31,9 +50,13 @@ if(NOT NO_ADAPTERS)  # the samples skip it: test_adapters covers two adapters
       MESHVK_ADAPTERS=llvmpipe,llvmpipe ${PROGRAM} ${ARGS})
   list(APPEND others adapters)
 endif()
-run("mpirun -np 2 x 4 devices" processes MESHVK_NUM_DEVICES=4
-    ${MPIEXEC} -np 2 -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
-    -x MESHVK_GOLDEN_DIR ${PROGRAM} ${ARGS})
+run("mpirun -np ${NP} x ${per_process} devices ${EXTRA_ENV}" processes
+    MESHVK_NUM_DEVICES=${per_process} ${EXTRA_ENV}
+    ${MPIEXEC} -np ${NP} -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
+    -x MESHVK_GOLDEN_DIR ${extra_x} ${PROGRAM} ${ARGS})
+if(EXPECT AND NOT processes_raw MATCHES "(^|\n)${EXPECT}\n")
+  message(FATAL_ERROR "mpirun -np ${NP} did not print '${EXPECT}':\n${processes_raw}")
+endif()
 string(LENGTH "${one}" length)
 if(length LESS 20)
   message(FATAL_ERROR "the program printed almost nothing:\n${one}")

@@ -2,14 +2,21 @@
 # it stops answering; diverge: it jits another program): process 0 must end the job with a
 # message naming process 1 and the all-reduce it waited in (diverge: the jit function), within
 # MESHVK_WAIT_TIMEOUT_MS (3 s here) plus start-up, not hang.
-#   cmake -DPROGRAM=path -DMODE=kill|hang|diverge -DMPIEXEC=mpirun -P failure_check.cmake
+# EXTRA_ENV ("NAME=value NAME=value") goes to the processes too (-x), e.g. the staged transport.
+#   cmake -DPROGRAM=path -DMODE=kill|hang|diverge [-DEXTRA_ENV=...] -DMPIEXEC=mpirun -P failure_check.cmake
+separate_arguments(EXTRA_ENV UNIX_COMMAND "${EXTRA_ENV}")
+set(extra_x "")
+foreach(assignment ${EXTRA_ENV})
+  string(REGEX REPLACE "=.*" "" name "${assignment}")
+  list(APPEND extra_x -x ${name})
+endforeach()
 string(TIMESTAMP start "%s")
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env MESHVK_NUM_DEVICES=4 MESHVK_VALIDATION=1 LP_NUM_THREADS=1
           MESHVK_WAIT_TIMEOUT_MS=3000 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-          OMPI_MCA_btl_vader_single_copy_mechanism=none
+          OMPI_MCA_btl_vader_single_copy_mechanism=none ${EXTRA_ENV}
           ${MPIEXEC} -np 2 -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
-          -x MESHVK_WAIT_TIMEOUT_MS ${PROGRAM} ${MODE}
+          -x MESHVK_WAIT_TIMEOUT_MS ${extra_x} ${PROGRAM} ${MODE}
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 240)
 string(TIMESTAMP stop "%s")
 math(EXPR seconds "${stop} - ${start}")

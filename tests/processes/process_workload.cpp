@@ -1,13 +1,16 @@
 // The workload of tests/support/workload.hpp as a program: one line per result, its name and a
 // digest of its bits, on standard output. Run as one process of 8 devices, one process of 2
 // adapters x 4 devices, and under `mpirun -np 2` with 4 devices per process, the lines must be
-// identical (tests/processes/compare_runs.cmake). Under mpirun only process 0 prints.
+// identical (tests/processes/compare_runs.cmake). Under mpirun only process 0 prints, first how
+// bytes moved between the processes ("between processes: shared" or "staged"), which the
+// comparison checks and then leaves out.
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
 #include "meshvk/meshvk.hpp"
+#include "runtime/runtime_state.hpp"  // which transport moved bytes between the processes
 #include "workload.hpp"
 
 int main() {
@@ -15,6 +18,12 @@ int main() {
     meshvk::Runtime rt;
     const meshvk::testing::Results results = meshvk::testing::workload();
     rt.synchronize();
+    if (rt.state()->multi_process())
+      std::printf(
+          "between processes: %s\n",
+          rt.state()->between_processes() == meshvk::detail::RuntimeState::BetweenProcesses::staged
+              ? "staged"
+              : "shared");
     std::printf("devices %d processes %d\n", rt.num_devices(), meshvk::process_count());
     for (const auto& [name, values] : results) {
       // FNV-1a over the bytes: any bit that differs shows.

@@ -138,7 +138,14 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
       }
       kernels::barrier_to_host(send.cb);
     }
+    // Staged between processes, the communication thread ships the bytes once the send is done:
+    // it learns of the send before the send can be done.
+    std::unique_lock held(rt.mutex());
+    if (!send.remote)
+      rt.note_send(send.timeline, rt.last_submitted(send.timeline) + 1, dp, range.offset,
+                   piece_bytes);
     const detail::Fence sent = rt.submit(std::move(send));
+    held.unlock();
     if (!sent.none() && rt.is_local(src.device())) const_cast<detail::DeviceBuffer&>(src).used_by(sent);
     // 2. The destination's process copies it into place once it is there, on its own peer
     //    timeline (which the other processes count), after whatever wrote the destination

@@ -10,12 +10,17 @@
 //      either way the destination's submission is held on the host until the source's is done
 //      (RuntimeState's communication thread), since no semaphore spans two VkDevices;
 //   3. another process of the job (meshvk/distributed.hpp): the source's process copies into a
-//      ring of the node's shared memory on the source's peer timeline, the destination's copies
-//      it into place on its own peer timeline, and the destination's recording waits for that;
-//      every process runs this for every transfer (the ones of other processes only count), so
-//      each knows the values it waits for. The destination's regions must not be read or
-//      written by what dst_rec recorded before the call (they are written before dst_rec runs);
-//      every caller copies into memory dst_rec has not touched.
+//      ring on the source's peer timeline, the destination's copies it into place on its own
+//      peer timeline, and the destination's recording waits for that; every process runs this
+//      for every transfer (the ones of other processes only count), so each knows the values it
+//      waits for. The destination's regions must not be read or written by what dst_rec
+//      recorded before the call (they are written before dst_rec runs); every caller copies
+//      into memory dst_rec has not touched. The ring is either
+//      shared: the node's shared memory, which both processes' VkDevices import, or
+//      staged (between nodes, or MESHVK_PROCESS_TRANSPORT=staged): each process's own host
+//        memory; once the send is done, the source's communication thread sends the bytes as
+//        MPI messages into the destination's copy of the ring, then the send's value
+//        (RuntimeState::note_send, runtime/staged_link.hpp).
 // Every tier records the reading side into the destination's recording, so collectives and
 // reshards are written once for all of them.
 #include <cstdint>
@@ -66,7 +71,7 @@ class HostStagedTransport final : public Transport {
                     std::span<const VkBufferCopy> regions, const char* what) override;
 };
 
-// Tier 3: between processes, through the node's shared memory.
+// Tier 3: between processes, through the node's shared memory or MPI messages.
 class ProcessTransport final : public Transport {
  public:
   void copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,

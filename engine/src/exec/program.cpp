@@ -139,6 +139,10 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
   for (const auto& use : capture_->ring_uses)
     ring_waits[{use.sent.timeline, use.sent.value}] =
         rt_->ring_readers(use.src_process, use.dst_process, use.offset, use.bytes);
+  // This process's sends among them, which the staged transport ships when they are done.
+  std::map<std::pair<int, uint64_t>, const detail::Capture::RingUse*> sends;
+  for (const auto& use : capture_->ring_uses)
+    if (use.src_process == rt_->process_index()) sends[{use.sent.timeline, use.sent.value}] = &use;
   std::vector<Fence> last(timelines);
   const auto& subs = capture_->submissions;
   const bool merge = rt_->merges_replays();
@@ -176,6 +180,8 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
         for (const Fence& w : sub.waits) waits.push_back(remap(w));
         if (const auto it = ring_waits.find({t, sub.signal}); it != ring_waits.end())
           waits.insert(waits.end(), it->second.begin(), it->second.end());
+        if (const auto it = sends.find({t, sub.signal}); it != sends.end())
+          rt_->note_send(t, next, it->second->dst_process, it->second->offset, it->second->bytes);
         moved[{t, sub.signal}] = next++;
         batch.push_back({sub.cb, std::move(waits), sub.activity});
         pending[t].pop_front();

@@ -69,12 +69,22 @@ bool RuntimeState::drain_held() {
 void RuntimeState::communicate() {
   std::unique_lock lock(held_mutex_);
   std::chrono::steady_clock::time_point give_up{};
+  // Staged between processes: how long to sleep while nothing moves (doubling up to 1 ms), as
+  // messages only arrive when this thread looks.
+  uint64_t quiet_ns = 50'000;
   while (true) {
     try {
       if (processes_ > 1) publish_progress();
+      if (link_) {
+        lock.unlock();
+        const bool received = exchange_staged();
+        lock.lock();
+        quiet_ns = received ? 50'000 : std::min<uint64_t>(quiet_ns * 2, 1'000'000);
+      }
       if (drain_held()) continue;
     } catch (const std::exception& e) {
       // A failed vkQueueSubmit: nothing held can run any more; waits on it time out naming this.
+      if (!lock.owns_lock()) lock.lock();
       communication_error_ = e.what();
       for (auto& s : streams_) s->held.clear();
       return;
@@ -98,8 +108,19 @@ void RuntimeState::communicate() {
                                    [](const auto& s) { return !s->held.empty(); });
     if (stopping_) {
       // Shutting down: held work still gets its chance for one wait timeout, then is dropped
-      // unsubmitted (its command buffers and buffers go with the runtime).
-      if (idle) return;
+      // unsubmitted (its command buffers and buffers go with the runtime). Staged, every value
+      // and byte other processes may wait for goes out first, and the thread ends once every
+      // process said it sends nothing more and its own messages are through (none is left
+      // unmatched when MPI finalizes).
+      if (link_ && idle && progress_published()) {
+        lock.unlock();
+        link_->say_goodbye();
+        const bool done = link_->done();
+        lock.lock();
+        if (done) return;
+      } else if (!link_ && idle) {
+        return;
+      }
       if (give_up == std::chrono::steady_clock::time_point{})
         give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_timeout_ns_);
       if (std::chrono::steady_clock::now() > give_up) return;
@@ -110,11 +131,15 @@ void RuntimeState::communicate() {
       // process rings.
       const bool publishing = !progress_published();
       lock.unlock();
-      if (publishing)
+      if (link_)  // staged: messages arrive only when this thread looks
+        wait_local_progress(blocking && blocking->remote ? 100'000 : quiet_ns);
+      else if (publishing)
         wait_local_progress(blocking && blocking->remote ? 200'000 : 1'000'000);
       else
         wait_for_peers(2'000'000);
       lock.lock();
+    } else if (idle && link_) {
+      held_cv_.wait_for(lock, std::chrono::nanoseconds(quiet_ns));
     } else if (idle) {
       held_cv_.wait(lock);
     } else if (blocking) {

@@ -100,13 +100,18 @@ ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // MULTIPLE: the staged transport's communication thread sends and receives while the
+      // program's thread runs collectives on the host.
       int provided = 0;
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
       std::atexit(finalize_at_exit);
     }
     std::unique_ptr<ProcessGroup> made(new ProcessGroup());  // private constructor
     made->mpi_ = std::make_unique<Mpi>();
+    int level = 0;
+    MPI_Query_thread(&level);
+    made->threads_multiple_ = level >= MPI_THREAD_MULTIPLE;
     MPI_Comm_rank(MPI_COMM_WORLD, &made->rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &made->size_);
     check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, made->rank_,

@@ -27,6 +27,9 @@ class ProcessGroup {
   int size() const { return size_; }
   // Whether every process of the job runs on this node (the shared-memory transport applies).
   bool single_node() const { return single_node_; }
+  // Whether MPI lets several threads call it at once (MPI_THREAD_MULTIPLE), as the staged
+  // transport's communication thread needs.
+  bool threads_multiple() const { return threads_multiple_; }
 
   // A process of the job on this node that has died (is gone or a zombie), or -1: what a wait
   // that sees no progress checks, so that a dead peer ends the job at once.
@@ -51,6 +54,7 @@ class ProcessGroup {
   ProcessGroup() = default;
   int rank_ = 0, size_ = 1;
   bool single_node_ = true;
+  bool threads_multiple_ = false;
   uint64_t segment_bytes_ = 0;
   std::vector<uint8_t*> segments_;
   std::vector<int> pids_;  // per process; only meaningful on one node

@@ -2,7 +2,8 @@
 // number of devices and runs the same program; work for another process's device is skipped
 // (remote Recordings) except for the transfers between processes, which every process counts
 // alike on the devices' peer timelines. Each process publishes the values its timelines reached
-// in the node's shared memory, next to the rings the transfers are staged through; the
+// in the node's shared memory, next to the rings the transfers are staged through (shared), or
+// sends them as MPI messages beside the rings' bytes (staged, runtime/staged_link.hpp); the
 // communication thread (runtime/communication.cpp) publishes and submits held work.
 #include <algorithm>
 #include <atomic>
@@ -44,6 +45,17 @@ void futex_wait(uint32_t* word, uint32_t seen, uint64_t timeout_ns) {
 
 void RuntimeState::join_processes(int local_devices) {
   local_count_ = local_devices;
+  // Checked in every runtime, so that a misspelt value fails where it is set, not on a cluster.
+  if (const auto forced = env_text("MESHVK_PROCESS_TRANSPORT")) {
+    if (*forced == "shared")
+      forced_between_ = BetweenProcesses::shared;
+    else if (*forced == "staged")
+      forced_between_ = BetweenProcesses::staged;
+    else
+      throw Error("MESHVK_PROCESS_TRANSPORT=" + *forced +
+                  ": give shared (the node's shared memory) or staged (MPI messages, as between "
+                  "nodes), or unset it");
+  }
   ProcessGroup* group = ProcessGroup::get();
   if (!group && ProcessGroup::launched_by_mpirun()) {
     group = &ProcessGroup::initialize(-1, -1);
@@ -81,17 +93,44 @@ void RuntimeState::share_memory() {
   ring_bytes_ = env_unsigned("MESHVK_PEER_RING_MIB", 1, 4096, "MiB").value_or(64) << 20;
   if (uint64_t{static_cast<uint64_t>(num_timelines())} * 8 > kDoorbellOffset)
     throw Error("internal: too many timelines for the progress table");
-  // Every process makes the same streams (the adapters are alike), so timelines agree.
-  const int32_t timelines = num_timelines();
-  const std::vector<uint8_t> all = group.allgather(&timelines, sizeof timelines);
-  for (int r = 0; r < processes_; ++r)
-    if (std::memcmp(all.data() + r * sizeof timelines, &timelines, sizeof timelines) != 0)
+  if (!group.single_node() && forced_between_ == BetweenProcesses::shared)
+    throw Error(
+        "MESHVK_PROCESS_TRANSPORT=shared: the job's processes run on several nodes, "
+        "which share no memory; use staged or unset it");
+  between_processes_ = group.single_node() ? forced_between_.value_or(BetweenProcesses::shared)
+                                           : BetweenProcesses::staged;
+  // Every process makes the same streams (the adapters are alike), so timelines agree, and
+  // moves bytes the same way.
+  const int32_t mine[2] = {num_timelines(), static_cast<int32_t>(between_processes_)};
+  const std::vector<uint8_t> all = group.allgather(mine, sizeof mine);
+  for (int r = 0; r < processes_; ++r) {
+    int32_t theirs[2];
+    std::memcpy(theirs, all.data() + r * sizeof mine, sizeof mine);
+    if (theirs[0] != mine[0])
       throw Error("Runtime: process " + std::to_string(r) +
                   " has other streams than process " + std::to_string(process_) +
                   "; run every process on the same kind of adapter with the same settings "
                   "(MESHVK_TRANSFER_QUEUE, MESHVK_ADAPTERS)");
-  group.allocate_shared(kTableBytes + static_cast<uint64_t>(processes_ - 1) * ring_bytes_);
+    if (theirs[1] != mine[1])
+      throw Error("Runtime: process " + std::to_string(r) + " moves bytes between processes " +
+                  (theirs[1] ? "staged" : "shared") + " but process " + std::to_string(process_) +
+                  (mine[1] ? " staged" : " shared") +
+                  "; give every process the same MESHVK_PROCESS_TRANSPORT (mpirun -x)");
+  }
   published_.assign(streams_.size(), 0);
+  if (between_processes_ == BetweenProcesses::staged) {
+    link_ = std::make_unique<StagedLink>(group, num_timelines(), ring_bytes_);
+    send_notes_.resize(streams_.size());
+    progress_sent_.assign(streams_.size(), 0);
+    progress_told_.assign(streams_.size() * processes_, 0);
+    for (auto& adapter : adapters_) {
+      segment_views_.emplace_back();
+      segment_views_.back().push_back(
+          std::make_unique<vk::ImportedBuffer>(*adapter, link_->memory(), link_->bytes()));
+    }
+    return;
+  }
+  group.allocate_shared(kTableBytes + static_cast<uint64_t>(processes_ - 1) * ring_bytes_);
   for (int r = 0; r < processes_; ++r)
     tables_.push_back(reinterpret_cast<uint64_t*>(group.segment(r)));
   for (auto& adapter : adapters_) {
@@ -115,6 +154,41 @@ uint64_t* RuntimeState::progress_table(int process) const {
 }
 
 void RuntimeState::publish_progress() {
+  if (link_) {
+    // Staged: each reached send's bytes go out, then the values, never past a send whose bytes
+    // have not: the receiver takes a value of the timeline as "the bytes are here".
+    for (size_t t = 0; t < streams_.size(); ++t) {
+      const Stream& s = *streams_[t];
+      if (s.remote || !is_peer_timeline(static_cast<int>(t))) continue;
+      if (published_[t] == s.queued && progress_sent_[t] == published_[t]) continue;
+      const uint64_t value = s.semaphore.value();
+      published_[t] = value;
+      auto& notes = send_notes_[t];
+      // What each process was told of t: a send's data tells its destination only.
+      uint64_t* told = &progress_told_[t * processes_];
+      while (!notes.empty() && notes.front().value <= value) {
+        const SendNote& n = notes.front();
+        link_->send_data(n.dst_process, static_cast<int>(t), n.value, n.offset, n.bytes);
+        told[n.dst_process] = std::max(told[n.dst_process], n.value);
+        notes.pop_front();
+      }
+      const uint64_t tell = notes.empty() ? value : std::min(value, notes.front().value - 1);
+      uint64_t everyone = tell;
+      for (int p = 0; p < processes_; ++p) {
+        if (p == process_) continue;
+        if (tell > told[p]) {
+          link_->send_progress(p, static_cast<int>(t), tell);
+          told[p] = tell;
+        }
+        everyone = std::min(everyone, told[p]);
+      }
+      progress_sent_[t] = everyone;
+    }
+    for (size_t t = 0; t < streams_.size(); ++t)
+      if (!streams_[t]->remote && !is_peer_timeline(static_cast<int>(t)))
+        published_[t] = streams_[t]->semaphore.value();
+    return;
+  }
   uint64_t* table = progress_table(process_);
   bool any = false;
   for (size_t t = 0; t < streams_.size(); ++t) {
@@ -137,6 +211,7 @@ void RuntimeState::publish_progress() {
 }
 
 void RuntimeState::ring_own_doorbell() {
+  if (link_) return;  // staged: no shared memory; the thread polls its messages
   uint32_t* bell = doorbell(ProcessGroup::get()->segment(process_));
   std::atomic_ref<uint32_t>(*bell).fetch_add(1, std::memory_order_release);
   futex_wake(bell);
@@ -154,9 +229,27 @@ void RuntimeState::wait_for_peers(uint64_t timeout_ns) {
 }
 
 bool RuntimeState::progress_published() const {
-  for (size_t t = 0; t < streams_.size(); ++t)
+  for (size_t t = 0; t < streams_.size(); ++t) {
     if (!streams_[t]->remote && published_[t] < streams_[t]->queued) return false;
+    if (link_ && !send_notes_[t].empty()) return false;
+  }
   return true;
+}
+
+void RuntimeState::note_send(int timeline, uint64_t value, int dst_process, uint64_t offset,
+                             uint64_t bytes) {
+  if (!link_) return;
+  std::lock_guard lock(held_mutex_);
+  auto& notes = send_notes_[timeline];
+  if (!notes.empty() && notes.back().value >= value)
+    throw Error("internal: sends between processes noted out of order");
+  notes.push_back({value, dst_process, offset, bytes});
+}
+
+bool RuntimeState::exchange_staged() {
+  const bool received = link_->receive();
+  link_->sends_done();
+  return received;
 }
 
 void RuntimeState::wait_local_progress(uint64_t timeout_ns) {
@@ -189,6 +282,11 @@ void RuntimeState::wait_local_progress(uint64_t timeout_ns) {
 
 VkBuffer RuntimeState::ring_view(int virtual_device, int src_process, int dst_process,
                                  uint64_t& start) {
+  if (link_) {
+    // The sender's outbound ring, the receiver's inbound one: the same offsets within.
+    start = src_process == process_ ? link_->outbound(dst_process) : link_->inbound(src_process);
+    return segment_views_[adapter_of_[virtual_device]][0]->handle();
+  }
   // The ring lives in the sender's segment, after its table, one per other process.
   start = kTableBytes + static_cast<uint64_t>(dst_process < src_process ? dst_process : dst_process - 1) *
                             ring_bytes_;

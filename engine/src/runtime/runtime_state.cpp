@@ -546,6 +546,7 @@ uint64_t RuntimeState::timeline_value(int timeline) const {
   if (!s.remote) return s.semaphore.value();
   // Another process's: only peer timelines are published (and only they are waited for).
   if (!is_peer_timeline(timeline)) return UINT64_MAX;
+  if (link_) return link_->mirror(timeline);
   return std::atomic_ref<uint64_t>(progress_table(process_of(s.device))[timeline])
       .load(std::memory_order_acquire);
 }

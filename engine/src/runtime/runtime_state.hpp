@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 
 #include "meshvk/runtime.hpp"
 #include "runtime/memory_pool.hpp"
+#include "runtime/staged_link.hpp"
 #include "vk/device.hpp"
 #include "vk/external_memory.hpp"
 #include "vk/instance.hpp"
@@ -65,7 +67,7 @@ struct Stream {
   bool transfer;  // the device's transfer stream
   int adapter;    // the runtime's adapter (VkDevice) it runs on
   // Of a device of another process: nothing goes to its queue; its values are that process's,
-  // published in the node's shared memory (RuntimeState::timeline_value).
+  // published in the node's shared memory or sent as messages (RuntimeState::timeline_value).
   bool remote = false;
   vk::CommandPool pool;
   vk::TimelineSemaphore semaphore;
@@ -198,11 +200,21 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // value another reaches.
   int peer_timeline(int device) const { return peer_base_ + device; }
   bool is_peer_timeline(int timeline) const { return peer_base_ >= 0 && timeline >= peer_base_; }
-  // The value a timeline has reached: its semaphore's here, what its process published there.
+  // The value a timeline has reached: its semaphore's here, what its process published there
+  // (shared) or last told this one (staged).
   uint64_t timeline_value(int timeline) const;
-  // Bytes moving between processes are staged in a ring of the node's shared memory per ordered
-  // pair of processes, which every VkDevice of the node imports by pointer.
+  // Bytes moving between processes are staged in a ring per ordered pair of processes, of host
+  // memory every VkDevice imports by pointer: the node's shared memory (shared), or each
+  // process's own, the bytes shipped as MPI messages (staged: between nodes, or forced by
+  // MESHVK_PROCESS_TRANSPORT=staged; runtime/staged_link.hpp).
+  enum class BetweenProcesses { shared, staged };
+  BetweenProcesses between_processes() const { return between_processes_; }
   uint64_t ring_bytes() const { return ring_bytes_; }
+  // Staged: the local send on peer `timeline` that will signal `value` copies [offset, offset +
+  // bytes) of the ring to `dst_process`; the communication thread ships it once the value is
+  // reached. Called before that submission (its value is then last_submitted + 1), so that no
+  // progress message of the timeline overtakes its data. Nothing with the shared transport.
+  void note_send(int timeline, uint64_t value, int dst_process, uint64_t offset, uint64_t bytes);
   // The ring from `src_process` to `dst_process` as a buffer of `virtual_device`'s VkDevice, and
   // where the ring starts in it.
   VkBuffer ring_view(int virtual_device, int src_process, int dst_process, uint64_t& start);
@@ -367,7 +379,23 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
     std::deque<RingUse> uses;
   };
   std::map<std::pair<int, int>, Ring> rings_;  // per (source, destination) process
-  // Per adapter, per process: the process's segment of the node's shared memory imported there.
+  BetweenProcesses between_processes_ = BetweenProcesses::shared;
+  std::optional<BetweenProcesses> forced_between_;  // MESHVK_PROCESS_TRANSPORT
+  // Staged: the rings and the messages (before segment_views_, which import its memory).
+  std::unique_ptr<StagedLink> link_;
+  struct SendNote {
+    uint64_t value;
+    int dst_process;
+    uint64_t offset, bytes;
+  };
+  std::vector<std::deque<SendNote>> send_notes_;  // per timeline; guarded by held_mutex_
+  // Communication thread only: per timeline, the value every other process was told (progress
+  // or a send's data), and per timeline and process, what that process was told.
+  std::vector<uint64_t> progress_sent_;
+  std::vector<uint64_t> progress_told_;
+  bool exchange_staged();                         // communication thread, without held_mutex_
+  // Per adapter, per process: the process's segment of the node's shared memory imported there
+  // (staged: one per adapter, the link's memory).
   std::vector<std::vector<std::unique_ptr<vk::ImportedBuffer>>> segment_views_;
   uint64_t* progress_table(int process) const;  // per timeline, in the process's segment
   void join_processes(int local_devices);       // before the streams are made

@@ -1,0 +1,207 @@
+#include "runtime/staged_link.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <sys/mman.h>
+
+#include "meshvk/error.hpp"
+#include "runtime/process_group.hpp"
+
+#if MESHVK_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace meshvk::detail {
+
+namespace {
+enum Kind : uint64_t { kData = 1, kProgress = 2, kGoodbye = 3 };
+// Headers (data, progress, goodbye) on one tag, so they arrive in the order they were sent;
+// a data message's bytes follow its header on another, matched by source once the header is in.
+constexpr int kHeaderTag = 1, kPayloadTag = 2;
+// MPI counts in int: a ring piece (up to 2 GiB) goes in chunks.
+constexpr uint64_t kChunk = 1ull << 30;
+}  // namespace
+
+uint64_t StagedLink::outbound(int dst) const {
+  return static_cast<uint64_t>(dst < rank_ ? dst : dst - 1) * ring_bytes_;
+}
+
+uint64_t StagedLink::inbound(int src) const {
+  return static_cast<uint64_t>(size_ - 1 + (src < rank_ ? src : src - 1)) * ring_bytes_;
+}
+
+#if MESHVK_HAVE_MPI
+
+struct StagedLink::Comm {
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+
+struct StagedLink::Pending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  Header header{};  // what a header's request sends from
+};
+
+namespace {
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  throw Error(std::string("Open MPI: ") + what + " failed: " + std::string(text, length));
+}
+
+// A runtime that outlives MPI (held past the exit handler that finalizes it) has nobody left to
+// talk to: its link goes quiet rather than call MPI after MPI_Finalize.
+bool finalized() {
+  int done = 0;
+  MPI_Finalized(&done);
+  return done != 0;
+}
+}  // namespace
+
+StagedLink::StagedLink(ProcessGroup& group, int timelines, uint64_t ring_bytes)
+    : rank_(group.rank()), size_(group.size()), ring_bytes_(ring_bytes) {
+  if (!group.threads_multiple())
+    throw Error(
+        "MESHVK_PROCESS_TRANSPORT=staged (or processes on several nodes) needs an Open MPI "
+        "that supports MPI_THREAD_MULTIPLE, and this one does not; run every process on "
+        "one node with MESHVK_PROCESS_TRANSPORT=shared");
+  bytes_ = 2 * static_cast<uint64_t>(size_ - 1) * ring_bytes_;
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error("the staged transport's rings: " + std::to_string(bytes_ >> 20) +
+                " MiB of host memory for process " + std::to_string(rank_) + ": " +
+                std::strerror(errno) + "; lower MESHVK_PEER_RING_MIB");
+  memory_ = static_cast<uint8_t*>(p);
+  mirror_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(timelines));
+  for (int t = 0; t < timelines; ++t) mirror_[t].store(0);
+  comm_ = std::make_unique<Comm>();
+  // A communicator of its own: no message of the program's host collectives can match.
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_->comm), "MPI_Comm_dup");
+}
+
+StagedLink::~StagedLink() {
+  if (!finalized()) {
+    // Requests left by a shutdown that gave up (a peer gone): not waited for.
+    for (auto& p : pending_)
+      if (p->request != MPI_REQUEST_NULL) MPI_Request_free(&p->request);
+    if (comm_ && comm_->comm != MPI_COMM_NULL) MPI_Comm_free(&comm_->comm);
+  }
+  if (memory_) munmap(memory_, bytes_);
+}
+
+void StagedLink::post(const void* data, uint64_t bytes, int dst, int tag) {
+  auto p = std::make_unique<Pending>();
+  check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, tag, comm_->comm, &p->request),
+        "MPI_Isend");
+  pending_.push_back(std::move(p));
+}
+
+void StagedLink::post_header(const Header& h, int dst) {
+  auto p = std::make_unique<Pending>();
+  p->header = h;
+  check(MPI_Isend(&p->header, sizeof(Header), MPI_BYTE, dst, kHeaderTag, comm_->comm, &p->request),
+        "MPI_Isend");
+  pending_.push_back(std::move(p));
+}
+
+void StagedLink::send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes) {
+  if (finalized()) return;
+  post_header({kData, static_cast<uint64_t>(timeline), value, offset, bytes}, dst);
+  const uint8_t* from = memory_ + outbound(dst) + offset;
+  for (uint64_t at = 0; at < bytes; at += kChunk)
+    post(from + at, std::min(kChunk, bytes - at), dst, kPayloadTag);
+}
+
+void StagedLink::send_progress(int dst, int timeline, uint64_t value) {
+  if (finalized()) return;
+  post_header({kProgress, static_cast<uint64_t>(timeline), value, 0, 0}, dst);
+}
+
+bool StagedLink::receive() {
+  if (finalized()) return false;
+  bool any = false;
+  while (true) {
+    int arrived = 0;
+    MPI_Status status;
+    check(MPI_Iprobe(MPI_ANY_SOURCE, kHeaderTag, comm_->comm, &arrived, &status), "MPI_Iprobe");
+    if (!arrived) return any;
+    any = true;
+    const int src = status.MPI_SOURCE;
+    Header h{};
+    check(MPI_Recv(&h, sizeof h, MPI_BYTE, src, kHeaderTag, comm_->comm, MPI_STATUS_IGNORE),
+          "MPI_Recv");
+    if (h.kind == kGoodbye) {
+      ++goodbyes_;
+      continue;
+    }
+    if (h.kind == kData) {
+      if (h.offset > ring_bytes_ || h.bytes > ring_bytes_ - h.offset)
+        throw Error("internal: process " + std::to_string(src) + " sent " +
+                    std::to_string(h.bytes) + " bytes at " + std::to_string(h.offset) +
+                    " of a ring of " + std::to_string(ring_bytes_));
+      // The sender's bytes follow on the payload tag, in order. Nothing reads this range: the
+      // sender waited for this process's receive of what was there before (a progress message).
+      uint8_t* to = memory_ + inbound(src) + h.offset;
+      for (uint64_t at = 0; at < h.bytes; at += kChunk)
+        check(MPI_Recv(to + at, static_cast<int>(std::min(kChunk, h.bytes - at)), MPI_BYTE, src,
+                       kPayloadTag, comm_->comm, MPI_STATUS_IGNORE),
+              "MPI_Recv");
+    }
+    // The bytes are in place before the value that releases their readers.
+    std::atomic<uint64_t>& m = mirror_[h.timeline];
+    if (h.value > m.load(std::memory_order_relaxed)) m.store(h.value, std::memory_order_release);
+  }
+}
+
+bool StagedLink::sends_done() {
+  if (finalized()) return true;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    int finished = 0;
+    check(MPI_Test(&(*it)->request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
+    it = finished ? pending_.erase(it) : it + 1;
+  }
+  return pending_.empty();
+}
+
+void StagedLink::say_goodbye() {
+  if (said_goodbye_ || finalized()) return;
+  said_goodbye_ = true;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) post_header({kGoodbye, 0, 0, 0, 0}, r);
+}
+
+bool StagedLink::done() {
+  if (finalized()) return true;
+  receive();
+  return sends_done() && goodbyes_ >= size_ - 1;
+}
+
+#else  // built without Open MPI: no job of several processes is ever joined
+
+struct StagedLink::Comm {};
+struct StagedLink::Pending {};
+
+StagedLink::StagedLink(ProcessGroup&, int, uint64_t) : rank_(0), size_(1), ring_bytes_(0) {
+  throw Error("internal: the staged transport without Open MPI");
+}
+StagedLink::~StagedLink() = default;
+void StagedLink::send_data(int, int, uint64_t, uint64_t, uint64_t) {}
+void StagedLink::send_progress(int, int, uint64_t) {}
+bool StagedLink::receive() {
+  return false;
+}
+bool StagedLink::sends_done() {
+  return true;
+}
+void StagedLink::say_goodbye() {}
+bool StagedLink::done() {
+  return true;
+}
+
+#endif
+
+}  // namespace meshvk::detail

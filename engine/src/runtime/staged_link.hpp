@@ -1,0 +1,74 @@
+#pragma once
+// The staged transport between processes (MESHVK_PROCESS_TRANSPORT=staged, and the only one
+// between nodes): no memory is shared. Each process holds, in page-aligned host memory its
+// VkDevices import by pointer, an outbound ring per destination process and an inbound ring per
+// source process; a ring (p -> q) has the same offsets on both sides (RuntimeState::reserve_ring
+// runs alike everywhere). When a send into an outbound ring has completed on the device, the
+// communication thread ships its bytes as MPI messages into the receiver's inbound ring at the
+// same offset, and the receiver raises its mirror of the sender's peer timeline to the send's
+// value; other values of local peer timelines (the receives a sender's ring reuse waits for)
+// travel as progress messages. Everything goes from one thread per process on one communicator
+// and tag, in order, so MPI's non-overtaking rule keeps a progress message behind the data of
+// every earlier send of its timeline.
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+namespace meshvk::detail {
+
+class ProcessGroup;
+
+class StagedLink {
+ public:
+  // Collective: every process makes it at the same point, with the same arguments.
+  StagedLink(ProcessGroup& group, int timelines, uint64_t ring_bytes);
+  ~StagedLink();
+  StagedLink(const StagedLink&) = delete;
+  StagedLink& operator=(const StagedLink&) = delete;
+
+  // The host memory holding every ring, page-aligned, and its size.
+  uint8_t* memory() const { return memory_; }
+  uint64_t bytes() const { return bytes_; }
+  // Where the ring to `dst` (outbound) or from `src` (inbound) starts in memory().
+  uint64_t outbound(int dst) const;
+  uint64_t inbound(int src) const;
+
+  // The value this process last heard a remote timeline reached (0: nothing yet). Any thread.
+  uint64_t mirror(int timeline) const { return mirror_[timeline].load(std::memory_order_acquire); }
+
+  // Communication thread only, from here on.
+  // Ships [offset, offset + bytes) of the ring to `dst`, then tells it `timeline` reached `value`.
+  void send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes);
+  // Tells `dst` that `timeline` reached `value`.
+  void send_progress(int dst, int timeline, uint64_t value);
+  // Handles every message that arrived, in arrival order; true when there was any.
+  bool receive();
+  // Completes the sends MPI finished; true when none is left.
+  bool sends_done();
+  // Shutdown: tells every other process this one sends nothing more; done() once every other
+  // process said so too and every send completed (no message is left unmatched at exit).
+  void say_goodbye();
+  bool done();
+
+ private:
+  struct Header {
+    uint64_t kind, timeline, value, offset, bytes;
+  };
+  struct Pending;
+  void post(const void* data, uint64_t bytes, int dst, int tag);
+  void post_header(const Header& h, int dst);
+  int rank_, size_;
+  uint64_t ring_bytes_;
+  uint8_t* memory_ = nullptr;
+  uint64_t bytes_ = 0;
+  std::unique_ptr<std::atomic<uint64_t>[]> mirror_;
+  std::deque<std::unique_ptr<Pending>> pending_;
+  int goodbyes_ = 0;
+  bool said_goodbye_ = false;
+  struct Comm;
+  std::unique_ptr<Comm> comm_;
+};
+
+}  // namespace meshvk::detail
