@@ -129,9 +129,11 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Ring reduce-scatter over `acc` (each member's running reduction, modified in place): after
 // n-1 steps member r holds the full reduction of chunk r. At step s member r adds chunk
-// r-s-2 received from member r-1, which finished that chunk at its step s-1.
-void ring_reduce_scatter(RuntimeState& rt, const Buffers& acc, const std::vector<uint64_t>& bounds, DType dtype,
-                         Reduction op) {
+// r-s-2 received from member r-1, which finished that chunk at its step s-1. The chunk it adds
+// to is always still its input's (member r writes chunk r-s-2 only at step s), so it is read
+// from `in`, and so is what member r-1 sends at step 0: `acc` needs no copy of the inputs first.
+void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc,
+                         const std::vector<uint64_t>& bounds, DType dtype, Reduction op) {
   const int n = static_cast<int>(acc.size());
   for (int s = 0; s < n - 1; ++s) {
     std::vector<Recording> steps;
@@ -141,24 +143,27 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& acc, const std::vector
       const uint64_t lo = bounds[c], len = bounds[c + 1] - bounds[c];
       Recording rec = rt.begin_transfer(acc[r]->device());
       received[r] = allocate_like(rt, *acc[r], std::max<uint64_t>(len, 1));
-      copy(rt, rec, *acc[p], lo, *received[r], 0, len);
+      copy(rt, rec, s == 0 ? *in[p] : *acc[p], lo, *received[r], 0, len);
       steps.push_back(std::move(rec));
     }
     // Every member's copies are recorded (and waits fixed) before any step is submitted, so each
     // reads its predecessor's previous step rather than this one.
-    for (int r = 0; r < n; ++r)
-      steps[r] =
-          then_compute(rt, std::move(steps[r]), {acc[mod(r - 1, n)].get()}, {received[r].get()});
+    for (int r = 0; r < n; ++r) {
+      const DeviceBuffer* sent = s == 0 ? in[mod(r - 1, n)].get() : acc[mod(r - 1, n)].get();
+      steps[r] = then_compute(rt, std::move(steps[r]), {sent}, {received[r].get()});
+    }
     for (int r = 0; r < n; ++r) {
       const int c = mod(r - s - 2, n);
       const uint64_t lo = bounds[c], len = bounds[c + 1] - bounds[c];
       Recording& rec = steps[r];
       rec.wait_for(acc[r]->ready());
+      rec.wait_for(in[r]->ready());
       if (len)
-        record_fold(rt, rec, {acc[r].get(), received[r].get()}, {lo, 0}, len, dtype, op, *acc[r],
+        record_fold(rt, rec, {in[r].get(), received[r].get()}, {lo, 0}, len, dtype, op, *acc[r],
                     lo);
       rec.keep_alive.push_back(received[r]);
-      finish(rt, std::move(rec), {acc[mod(r - 1, n)].get(), received[r].get()}, {acc[r].get()});
+      const DeviceBuffer* sent = s == 0 ? in[mod(r - 1, n)].get() : acc[mod(r - 1, n)].get();
+      finish(rt, std::move(rec), {sent, received[r].get(), in[r].get()}, {acc[r].get()});
     }
   }
 }
@@ -208,9 +213,10 @@ Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dt
     const Step step("all_reduce", "all_reduce(ring)", "ring");
     const auto bounds = chunk_bounds(count, n);
     if (auto peer = peer_ring_all_reduce(rt, in, bounds, dtype, op)) return *peer;  // peer-read tier
-    Buffers acc = copies_of(rt, in, count);
+    Buffers acc;
+    for (const auto& b : in) acc.push_back(allocate_like(rt, *b, count));
     // Reduce-scatter leaves chunk r complete on member r; the all-gather then spreads it.
-    ring_reduce_scatter(rt, acc, bounds, dtype, op);
+    ring_reduce_scatter(rt, in, acc, bounds, dtype, op);
     ring_all_gather(rt, acc, bounds);
     return acc;
   }
@@ -262,10 +268,11 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
   if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0 && chunk > 0) {
     const Step step("reduce_scatter", "reduce_scatter(ring)", "ring");
     if (auto peer = peer_ring_reduce_scatter(rt, in, chunk, dtype, op)) return *peer;  // peer-read tier
-    Buffers acc = copies_of(rt, in, count);
+    Buffers acc;
+    for (const auto& b : in) acc.push_back(allocate_like(rt, *b, count));
     std::vector<uint64_t> bounds(n + 1);
     for (int c = 0; c <= n; ++c) bounds[c] = c * chunk;
-    ring_reduce_scatter(rt, acc, bounds, dtype, op);
+    ring_reduce_scatter(rt, in, acc, bounds, dtype, op);
     for (int r = 0; r < n; ++r) {
       auto result = allocate_like(rt, *acc[r], chunk);
       Recording rec = rt.begin_transfer(acc[r]->device());

@@ -96,8 +96,10 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
   if (regions.empty()) return;
   const int sp = rt.process_of(src.device()), dp = rt.process_of(dst.device());
   const uint64_t bytes = total_bytes(regions);
-  // Pieces of at most half the ring, so that one transfer never waits on itself.
-  const uint64_t most = rt.ring_bytes() / 2;
+  // Pieces of at most half the ring, so that one transfer never waits on itself, and of at most
+  // 1 MiB, so that the destination copies one piece out while the source copies the next in
+  // (two processes, two cores) rather than after the whole.
+  const uint64_t most = std::min<uint64_t>(rt.ring_bytes() / 2, 1ull << 20);
   std::vector<std::vector<VkBufferCopy>> pieces(1);
   uint64_t in_piece = 0;
   for (VkBufferCopy r : regions) {

@@ -253,31 +253,28 @@ bool RuntimeState::exchange_staged() {
 }
 
 void RuntimeState::wait_local_progress(uint64_t timeout_ns) {
-  // Any local stream with queued work it has not reached: wake when one moves.
-  std::vector<VkSemaphore> semaphores;
-  std::vector<uint64_t> values;
-  VkDevice device = VK_NULL_HANDLE;
+  // Until a local stream with queued work moves, or (shared memory) another process rings, at
+  // most timeout_ns. Polled in short sleeps: lavapipe's vkWaitSemaphores with WAIT_ANY over
+  // several timelines wakes late, which cost milliseconds per hop between processes.
+  std::vector<std::pair<const Stream*, uint64_t>> pending;
   {
     std::lock_guard lock(held_mutex_);
     for (size_t t = 0; t < streams_.size(); ++t) {
       const Stream& s = *streams_[t];
-      // vkWaitSemaphores takes one VkDevice's semaphores: the first adapter's suffice to wake.
-      if (s.remote || s.adapter != 0 || published_[t] >= s.queued) continue;
-      semaphores.push_back(s.semaphore.handle());
-      values.push_back(published_[t] + 1);
+      if (s.remote || published_[t] >= s.queued) continue;
+      pending.push_back({&s, published_[t] + 1});
     }
-    device = adapters_[0]->handle();
   }
-  if (semaphores.empty()) {
-    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<uint64_t>(timeout_ns, 100'000)));
-    return;
+  uint32_t* bell = link_ ? nullptr : doorbell(ProcessGroup::get()->segment(process_));
+  const uint32_t rung = bell ? std::atomic_ref<uint32_t>(*bell).load(std::memory_order_acquire) : 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
+  while (true) {
+    for (const auto& [s, value] : pending)
+      if (s->semaphore.value() >= value) return;
+    if (bell && std::atomic_ref<uint32_t>(*bell).load(std::memory_order_acquire) != rung) return;
+    if (std::chrono::steady_clock::now() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(pending.empty() ? 100 : 20));
   }
-  VkSemaphoreWaitInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
-  info.flags = VK_SEMAPHORE_WAIT_ANY_BIT;
-  info.semaphoreCount = static_cast<uint32_t>(semaphores.size());
-  info.pSemaphores = semaphores.data();
-  info.pValues = values.data();
-  vkWaitSemaphores(device, &info, timeout_ns);  // a timeout or an error: the loop looks again
 }
 
 VkBuffer RuntimeState::ring_view(int virtual_device, int src_process, int dst_process,
