@@ -11,6 +11,13 @@
 // p * local_device_count() ...), local_devices() those of this process. Only process 0 writes
 // to standard output unless MESHVK_ALL_RANKS_PRINT=1; every process must run the same sequence
 // of meshvk operations (as in JAX), including the ones that print.
+//
+// Reading an array that spans processes: a program that calls distributed::initialize() itself
+// follows JAX, so to_host() raises JAX's error (use multihost::process_allgather) and
+// Array::addressable_shards() lists this process's pieces; a program that does not (one written
+// for one process, run unchanged under mpirun) reads such an array collectively and sees every
+// piece. A process that dies, hangs or runs another program ends the job (MPI_Abort) with a
+// message naming it, within MESHVK_WAIT_TIMEOUT_MS.
 #include <cstdint>
 #include <optional>
 #include <span>
