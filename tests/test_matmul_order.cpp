@@ -72,11 +72,21 @@ struct Setting {
   const char* kernel;
   const char* block;  // MESHVK_MATMUL_BLOCK, or null
 };
+// The tests switch the variables while lavapipe's threads run (and read the environment). Adding
+// a variable may move glibc's environ array under a reader (a crash seen under ASan); replacing
+// an existing one's value does not. So both exist, empty (= the default), before any thread
+// does, and a setting without a block shape sets it empty rather than unsetting it.
+const bool matmul_variables_exist = [] {
+  setenv("MESHVK_MATMUL_KERNEL", "", 0);
+  setenv("MESHVK_MATMUL_BLOCK", "", 0);
+  return true;
+}();
+
 const Setting kSettings[] = {
-    {"blocked", nullptr}, {"blocked", "8x1x2"}, {"blocked", "16x2x3noshuffle"}, {"tiled", nullptr}};
+    {"blocked", ""}, {"blocked", "8x1x2"}, {"blocked", "16x2x3noshuffle"}, {"tiled", ""}};
 
 std::string describe(const Case& c, const Setting& s) {
-  return std::string(s.kernel) + (s.block ? std::string(" block ") + s.block : "") + " m " +
+  return std::string(s.kernel) + (*s.block ? std::string(" block ") + s.block : "") + " m " +
          std::to_string(c.m) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
          (c.trans_a ? " A^T" : "") + (c.trans_b ? " B^T" : "");
 }
