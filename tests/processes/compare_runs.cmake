@@ -14,12 +14,7 @@ if(NOT NP)
   set(NP 2)
 endif()
 math(EXPR per_process "8 / ${NP}")
-separate_arguments(EXTRA_ENV UNIX_COMMAND "${EXTRA_ENV}")
-set(extra_x "")
-foreach(assignment ${EXTRA_ENV})
-  string(REGEX REPLACE "=.*" "" name "${assignment}")
-  list(APPEND extra_x -x ${name})
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/mpirun_env.cmake)  # EXTRA_ENV, extra_x
 set(common MESHVK_VALIDATION=1 LP_NUM_THREADS=1 MESHVK_GOLDEN_DIR=${GOLDEN}
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)

@@ -4,12 +4,7 @@
 # MESHVK_WAIT_TIMEOUT_MS (3 s here) plus start-up, not hang.
 # EXTRA_ENV ("NAME=value NAME=value") goes to the processes too (-x), e.g. the staged transport.
 #   cmake -DPROGRAM=path -DMODE=kill|hang|diverge [-DEXTRA_ENV=...] -DMPIEXEC=mpirun -P failure_check.cmake
-separate_arguments(EXTRA_ENV UNIX_COMMAND "${EXTRA_ENV}")
-set(extra_x "")
-foreach(assignment ${EXTRA_ENV})
-  string(REGEX REPLACE "=.*" "" name "${assignment}")
-  list(APPEND extra_x -x ${name})
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/mpirun_env.cmake)  # EXTRA_ENV, extra_x
 string(TIMESTAMP start "%s")
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env MESHVK_NUM_DEVICES=4 MESHVK_VALIDATION=1 LP_NUM_THREADS=1

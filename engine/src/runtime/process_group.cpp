@@ -44,7 +44,6 @@ struct ProcessGroup::Mpi {
   MPI_Comm node = MPI_COMM_NULL;
 };
 
-namespace {
 void check_mpi(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -52,6 +51,8 @@ void check_mpi(int rc, const char* what) {
   MPI_Error_string(rc, text, &length);
   throw Error(std::string("Open MPI: ") + what + " failed: " + std::string(text, length));
 }
+
+namespace {
 
 // Completes `request`, polling, or ends the job when a process has not joined within the wait
 // timeout: a blocking MPI call would hang forever on a process that died or hangs.

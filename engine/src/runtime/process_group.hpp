@@ -9,6 +9,9 @@
 
 namespace meshvk::detail {
 
+// Throws Error naming `what` and Open MPI's message unless `rc` is MPI_SUCCESS (built with MPI).
+void check_mpi(int rc, const char* what);
+
 class ProcessGroup {
  public:
   // The job this process belongs to, or null outside one (not initialized).

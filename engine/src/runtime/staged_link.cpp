@@ -45,13 +45,6 @@ struct StagedLink::Pending {
 };
 
 namespace {
-void check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(rc, text, &length);
-  throw Error(std::string("Open MPI: ") + what + " failed: " + std::string(text, length));
-}
 
 // A runtime that outlives MPI (held past the exit handler that finalizes it) has nobody left to
 // talk to: its link goes quiet rather than call MPI after MPI_Finalize.
@@ -80,7 +73,7 @@ StagedLink::StagedLink(ProcessGroup& group, int timelines, uint64_t ring_bytes)
   for (int t = 0; t < timelines; ++t) mirror_[t].store(0);
   comm_ = std::make_unique<Comm>();
   // A communicator of its own: no message of the program's host collectives can match.
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_->comm), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_->comm), "MPI_Comm_dup");
 }
 
 StagedLink::~StagedLink() {
@@ -95,7 +88,7 @@ StagedLink::~StagedLink() {
 
 void StagedLink::post(const void* data, uint64_t bytes, int dst, int tag) {
   auto p = std::make_unique<Pending>();
-  check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, tag, comm_->comm, &p->request),
+  check_mpi(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, tag, comm_->comm, &p->request),
         "MPI_Isend");
   pending_.push_back(std::move(p));
 }
@@ -103,7 +96,7 @@ void StagedLink::post(const void* data, uint64_t bytes, int dst, int tag) {
 void StagedLink::post_header(const Header& h, int dst) {
   auto p = std::make_unique<Pending>();
   p->header = h;
-  check(MPI_Isend(&p->header, sizeof(Header), MPI_BYTE, dst, kHeaderTag, comm_->comm, &p->request),
+  check_mpi(MPI_Isend(&p->header, sizeof(Header), MPI_BYTE, dst, kHeaderTag, comm_->comm, &p->request),
         "MPI_Isend");
   pending_.push_back(std::move(p));
 }
@@ -127,12 +120,12 @@ bool StagedLink::receive() {
   while (true) {
     int arrived = 0;
     MPI_Status status;
-    check(MPI_Iprobe(MPI_ANY_SOURCE, kHeaderTag, comm_->comm, &arrived, &status), "MPI_Iprobe");
+    check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kHeaderTag, comm_->comm, &arrived, &status), "MPI_Iprobe");
     if (!arrived) return any;
     any = true;
     const int src = status.MPI_SOURCE;
     Header h{};
-    check(MPI_Recv(&h, sizeof h, MPI_BYTE, src, kHeaderTag, comm_->comm, MPI_STATUS_IGNORE),
+    check_mpi(MPI_Recv(&h, sizeof h, MPI_BYTE, src, kHeaderTag, comm_->comm, MPI_STATUS_IGNORE),
           "MPI_Recv");
     if (h.kind == kGoodbye) {
       ++goodbyes_;
@@ -147,7 +140,7 @@ bool StagedLink::receive() {
       // sender waited for this process's receive of what was there before (a progress message).
       uint8_t* to = memory_ + inbound(src) + h.offset;
       for (uint64_t at = 0; at < h.bytes; at += kChunk)
-        check(MPI_Recv(to + at, static_cast<int>(std::min(kChunk, h.bytes - at)), MPI_BYTE, src,
+        check_mpi(MPI_Recv(to + at, static_cast<int>(std::min(kChunk, h.bytes - at)), MPI_BYTE, src,
                        kPayloadTag, comm_->comm, MPI_STATUS_IGNORE),
               "MPI_Recv");
     }
@@ -161,7 +154,7 @@ bool StagedLink::sends_done() {
   if (finalized()) return true;
   for (auto it = pending_.begin(); it != pending_.end();) {
     int finished = 0;
-    check(MPI_Test(&(*it)->request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
+    check_mpi(MPI_Test(&(*it)->request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
     it = finished ? pending_.erase(it) : it + 1;
   }
   return pending_.empty();
