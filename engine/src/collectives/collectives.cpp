@@ -103,6 +103,7 @@ kernels::EwProgram fold_program(int k, DType dtype, Reduction op) {
 void record_fold(RuntimeState& rt, Recording& rec, const std::vector<const DeviceBuffer*>& inputs,
                  const std::vector<uint64_t>& starts, uint64_t count, DType dtype, Reduction op,
                  const DeviceBuffer& out, uint64_t out_start) {
+  if (record_rank_fold(rt, rec, inputs, starts, count, dtype, op, out, out_start)) return;
   kernels::barrier(rec.cb);
   std::vector<kernels::EwInput> in;
   for (size_t i = 0; i < inputs.size(); ++i) {

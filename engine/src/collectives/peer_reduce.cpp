@@ -216,10 +216,14 @@ void record_peer_fold(RuntimeState& rt, Recording& rec, std::vector<Piece> piece
   fold(pieces, out, out_start);
 }
 
+bool folds(DType dtype) {
+  return dtype == DType::float32 || dtype == DType::int32 || dtype == DType::uint32;
+}
+
 // Whether every member may read every other's memory and the staged path is not forced.
 bool tier_applies(const RuntimeState& rt, const Buffers& in, DType dtype) {
   if (collective_choice_from_env().staged) return false;
-  if (dtype != DType::float32 && dtype != DType::int32 && dtype != DType::uint32) return false;
+  if (!folds(dtype)) return false;
   if (in.size() < 2) return false;
   for (const auto& a : in)
     for (const auto& b : in)
@@ -303,6 +307,19 @@ std::vector<uint64_t> even_bounds(uint64_t count, int n) {
 constexpr uint64_t kGatherFrom = 256 << 10;
 
 }  // namespace
+
+bool record_rank_fold(RuntimeState& rt, Recording& rec, const std::vector<const DeviceBuffer*>& inputs,
+                      const std::vector<uint64_t>& starts, uint64_t count, DType dtype, Reduction op,
+                      const DeviceBuffer& out, uint64_t out_start) {
+  if (!folds(dtype) || inputs.empty() || inputs.size() > 16 || starts.size() != inputs.size())
+    return false;
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < inputs.size(); ++i) pieces.push_back({inputs[i], starts[i]});
+  kernels::barrier(rec.cb);
+  if (count) record_fold(rt, rec, pieces, count, dtype, op, Order::rank, out, out_start);
+  kernels::barrier(rec.cb);
+  return true;
+}
 
 std::optional<Buffers> peer_one_shot_all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count,
                                                 DType dtype, Reduction op) {

@@ -30,6 +30,16 @@ CollectiveChoice collective_choice_from_env();
 // of one VkDevice (today every device of a runtime is).
 bool peer_readable(const detail::RuntimeState& rt, int reader, int owner);
 
+// out[out_start..] = the fold of `count` elements of inputs[i] from starts[i], in rank order
+// (op(op(x0, x1), x2) ...), recorded into `rec` (on out's device, which must be able to bind every
+// input) with this tier's fold kernel: the elementwise kernels' bits, read 3.5x faster on
+// lavapipe, so the staged algorithms fold with it too. At most 16 inputs. False, with nothing
+// recorded, for a dtype the kernel does not fold (the caller uses the elementwise kernels).
+bool record_rank_fold(detail::RuntimeState& rt, detail::Recording& rec,
+                      const std::vector<const detail::DeviceBuffer*>& inputs,
+                      const std::vector<uint64_t>& starts, uint64_t count, DType dtype,
+                      Reduction op, const detail::DeviceBuffer& out, uint64_t out_start);
+
 // One-shot: every member folds all members' `count` elements in rank order.
 std::optional<Buffers> peer_one_shot_all_reduce(detail::RuntimeState& rt, const Buffers& in,
                                                 uint64_t count, DType dtype, Reduction op);

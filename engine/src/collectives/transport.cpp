@@ -95,7 +95,6 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                                     std::span<const VkBufferCopy> regions, const char* what) {
   if (regions.empty()) return;
   const int sp = rt.process_of(src.device()), dp = rt.process_of(dst.device());
-  const uint64_t bytes = total_bytes(regions);
   // Pieces of at most half the ring, so that one transfer never waits on itself, and of at most
   // 1 MiB, so that the destination copies one piece out while the source copies the next in
   // (two processes, two cores) rather than after the whole.
@@ -149,10 +148,10 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
     const detail::Fence sent = rt.submit(std::move(send));
     held.unlock();
     if (!sent.none() && rt.is_local(src.device())) const_cast<detail::DeviceBuffer&>(src).used_by(sent);
-    // 2. The destination's process copies it into place once it is there, on its own peer
+    // 2. The destination's process copies it into place once it is there, on its own receive
     //    timeline (which the other processes count), after whatever wrote the destination
     //    before; the destination's recording, which goes on after, waits for it.
-    detail::Recording receive = rt.begin_peer(dst.device());
+    detail::Recording receive = rt.begin_peer_receive(dst.device());
     receive.wait_for(sent);
     receive.wait_for(dst.ready());
     if (!receive.remote) {

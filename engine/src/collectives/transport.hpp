@@ -10,8 +10,9 @@
 //      either way the destination's submission is held on the host until the source's is done
 //      (RuntimeState's communication thread), since no semaphore spans two VkDevices;
 //   3. another process of the job (meshvk/distributed.hpp): the source's process copies into a
-//      ring on the source's peer timeline, the destination's copies it into place on its own
-//      peer timeline, and the destination's recording waits for that; every process runs this
+//      ring on the source's send timeline, the destination's copies it into place on its own
+//      receive timeline (two peer timelines per device, so sends never queue behind
+//      receives), and the destination's recording waits for that; every process runs this
 //      for every transfer (the ones of other processes only count), so each knows the values it
 //      waits for. The destination's regions must not be read or written by what dst_rec
 //      recorded before the call (they are written before dst_rec runs); every caller copies

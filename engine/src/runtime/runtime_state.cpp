@@ -177,9 +177,10 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   }
   if (processes_ > 1) {
     peer_base_ = static_cast<int>(streams_.size());
-    for (int d = 0; d < n; ++d)
-      streams_.push_back(std::make_unique<Stream>(*adapters_[adapter_of_[d]], queue_of_transfers(d),
-                                                  d, true, adapter_of_[d]));
+    for (int d = 0; d < 2 * n; ++d)  // each device's sends, then each device's receives
+      streams_.push_back(std::make_unique<Stream>(*adapters_[adapter_of_[d % n]],
+                                                  queue_of_transfers(d % n), d % n, true,
+                                                  adapter_of_[d % n]));
     for (auto& s : streams_) s->remote = !is_local(s->device);
     share_memory();
   }
@@ -519,7 +520,9 @@ void RuntimeState::remember(Stream& s, uint64_t value, const char* activity,
 std::string RuntimeState::describe(int timeline) const {
   const Stream& s = *streams_[timeline];
   return "device " + std::to_string(s.device) +
-         (is_peer_timeline(timeline) ? "'s stream to other processes"
+         (is_peer_timeline(timeline) ? (timeline < peer_base_ + num_devices()
+                                            ? "'s stream to other processes"
+                                            : "'s stream from other processes")
           : s.transfer               ? "'s transfer stream"
                                      : "");
 }

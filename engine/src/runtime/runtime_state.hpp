@@ -195,10 +195,12 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   int first_local_device() const { return process_ * local_count_; }
   int process_of(int device) const { return device / local_count_; }
   bool is_local(int device) const { return process_of(device) == process_; }
-  // The stream of a device's transfers to and from other processes. Every process runs the same
-  // program, so every process counts the same submissions on it, and one process can wait for a
-  // value another reaches.
+  // The streams of a device's transfers to other processes (sends) and from them (receives).
+  // Every process runs the same program, so every process counts the same submissions on them,
+  // and one process can wait for a value another reaches. Two, not one: a send held behind a
+  // receive that waits for the peer's send would make the two processes take turns.
   int peer_timeline(int device) const { return peer_base_ + device; }
+  int peer_receive_timeline(int device) const { return peer_base_ + num_devices() + device; }
   bool is_peer_timeline(int timeline) const { return peer_base_ >= 0 && timeline >= peer_base_; }
   // The value a timeline has reached: its semaphore's here, what its process published there
   // (shared) or last told this one (staged).
@@ -278,8 +280,9 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // when it has none), which may hold copies and fills but no dispatch.
   Recording begin(int device);
   Recording begin_transfer(int device);
-  // A recording on the device's peer timeline (multi-process runtimes only).
+  // A recording on the device's send or receive timeline (multi-process runtimes only).
   Recording begin_peer(int device) { return begin_on(peer_timeline(device)); }
+  Recording begin_peer_receive(int device) { return begin_on(peer_receive_timeline(device)); }
   // Submits the recording; returns the fence its completion signals.
   Fence submit(Recording&& recording);
   // Waits on the host; throws Error naming the device and `during` on timeout.
