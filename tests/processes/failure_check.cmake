@@ -1,7 +1,7 @@
 # `mpirun -np 2` x 4 devices of process_failure MODE (kill: process 1 dies mid-collective; hang:
 # it stops answering; diverge: it jits another program): process 0 must end the job with a
-# message naming process 1 and the all-reduce it waited in (diverge: the jit function), within
-# MESHVK_WAIT_TIMEOUT_MS (3 s here) plus start-up, not hang.
+# message naming process 1, the all-reduce it waited in and its ring step (diverge: the jit
+# function), within MESHVK_WAIT_TIMEOUT_MS (3 s here) plus start-up, not hang.
 # EXTRA_ENV ("NAME=value NAME=value") goes to the processes too (-x), e.g. the staged transport.
 #   cmake -DPROGRAM=path -DMODE=kill|hang|diverge [-DEXTRA_ENV=...] -DMPIEXEC=mpirun -P failure_check.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/mpirun_env.cmake)  # EXTRA_ENV, extra_x
@@ -25,9 +25,9 @@ endif()
 if(MODE STREQUAL "diverge")
   set(expected "jit\\(step\\): process [01] traced a program whose transfers between processes differ")
 elseif(MODE STREQUAL "hang")
-  set(expected "meshvk: process 0: timed out after 3000 ms[^\n]*all_reduce[^\n]*process 1")
+  set(expected "meshvk: process 0: timed out after 3000 ms[^\n]*all_reduce\\(ring\\), [a-z-]+ step [1-7] of 7[^\n]*process 1")
 else()
-  set(expected "meshvk: process 0: process 1 of the job died[^\n]*all_reduce")
+  set(expected "meshvk: process 0: process 1 of the job died[^\n]*all_reduce\\(ring\\), [a-z-]+ step [1-7] of 7")
 endif()
 if(NOT all MATCHES "${expected}")
   message(FATAL_ERROR "no message matching '${expected}' (exit ${rc}, ${seconds} s):\n${all}")

@@ -1,7 +1,7 @@
 // A process of the job that dies or hangs in the middle of a collective, or runs another
 // program: under `mpirun -np 2` with 4 devices per process, `process_failure kill|hang`, process
 // 1 stops at the third all-reduce, and process 0 must end the job within MESHVK_WAIT_TIMEOUT_MS
-// with a message naming process 1 and the collective; `process_failure diverge`, process 1 jits
+// with a message naming process 1, the collective and its ring step; `process_failure diverge`, process 1 jits
 // an all-gather where process 0 jits the all-reduce, and the job ends at that trace, naming the
 // function (tests/processes/failure_check.cmake checks each).
 #include <csignal>
@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   try {
     mv::Runtime rt;
     const auto mesh = mv::make_mesh({rt.num_devices()}, {"x"});
-    std::vector<float> host(static_cast<size_t>(rt.num_devices()) * 256, 1.0f);
+    // 512 KiB per device: the ring algorithm, whose steps the failure message names.
+    std::vector<float> host(static_cast<size_t>(rt.num_devices()) * (128 << 10), 1.0f);
     const auto x = mv::device_put(std::span<const float>(host), {static_cast<int64_t>(host.size())},
                                   mv::NamedSharding(mesh, mv::P("x")));
     const auto total = mv::shard_map([](const mv::Array& v) { return mv::psum(v, "x"); }, mesh,

@@ -64,6 +64,21 @@ class Step {
   const detail::ActivityScope activity_;
 };
 
+// Names one step of a ring phase within the current collective ("all_reduce(ring), reduce-scatter
+// step 2 of 7"), so a wait that times out between processes says where the ring stopped.
+class RingStep {
+ public:
+  RingStep(const char* phase, int step, int steps)
+      : scope_(detail::intern_activity(std::string(detail::current_activity()
+                                                       ? detail::current_activity()
+                                                       : "collective") +
+                                       ", " + phase + " step " + std::to_string(step + 1) +
+                                       " of " + std::to_string(steps))) {}
+
+ private:
+  const detail::ActivityScope scope_;
+};
+
 void copy(RuntimeState& rt, Recording& rec, const DeviceBuffer& src, uint64_t src_elem,
           const DeviceBuffer& dst, uint64_t dst_elem, uint64_t count) {
   transport_between(rt, src.device(), dst.device()).copy(rt, rec, src, src_elem * 4, dst, dst_elem * 4, count * 4);
@@ -137,6 +152,7 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
                          const std::vector<uint64_t>& bounds, DType dtype, Reduction op) {
   const int n = static_cast<int>(acc.size());
   for (int s = 0; s < n - 1; ++s) {
+    const RingStep named("reduce-scatter", s, n - 1);
     std::vector<Recording> steps;
     Buffers received(n);
     for (int r = 0; r < n; ++r) {
@@ -174,6 +190,7 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
 void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uint64_t>& bounds) {
   const int n = static_cast<int>(out.size());
   for (int s = 0; s < n - 1; ++s) {
+    const RingStep named("all-gather", s, n - 1);
     std::vector<Recording> steps;
     for (int r = 0; r < n; ++r) {
       const int p = mod(r - 1, n), c = mod(r - s - 1, n);

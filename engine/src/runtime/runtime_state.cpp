@@ -6,6 +6,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include <unistd.h>
 
@@ -70,6 +73,15 @@ Capture* RuntimeState::capture() const {
 const char*& current_activity() {
   thread_local const char* activity = nullptr;
   return activity;
+}
+
+const char* intern_activity(const std::string& text) {
+  // Few distinct texts (a collective's phases and steps), each kept for the process's life:
+  // recordings, captured programs and error messages keep pointers to them.
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> texts;
+  std::lock_guard lock(mutex);
+  return texts.insert(text).first->c_str();
 }
 
 DeviceBuffer::DeviceBuffer(std::shared_ptr<RuntimeState> runtime, int device,
@@ -521,8 +533,8 @@ std::string RuntimeState::describe(int timeline) const {
   const Stream& s = *streams_[timeline];
   return "device " + std::to_string(s.device) +
          (is_peer_timeline(timeline) ? (timeline < peer_base_ + num_devices()
-                                            ? "'s stream to other processes"
-                                            : "'s stream from other processes")
+                                            ? "'s send stream"
+                                            : "'s receive stream")
           : s.transfer               ? "'s transfer stream"
                                      : "");
 }

@@ -101,6 +101,9 @@ struct Stream {
 // What the current thread is recording ("all_gather(ring)"), or null: timeout errors name the
 // submission a device is stuck on by it.
 const char*& current_activity();
+// A lasting copy of an activity's text, for activities built at run time ("all_reduce(ring),
+// reduce-scatter step 2 of 7").
+const char* intern_activity(const std::string& text);
 class ActivityScope {
  public:
   explicit ActivityScope(const char* activity) : saved_(current_activity()) {
