@@ -1,9 +1,9 @@
 // A process of the job that dies or hangs in the middle of a collective, or runs another
 // program: under `mpirun -np 2` with 4 devices per process, `process_failure kill|hang`, process
 // 1 stops at the third all-reduce, and process 0 must end the job within MESHVK_WAIT_TIMEOUT_MS
-// with a message naming process 1, the collective and its ring step; `process_failure diverge`, process 1 jits
-// an all-gather where process 0 jits the all-reduce, and the job ends at that trace, naming the
-// function (tests/processes/failure_check.cmake checks each).
+// with a message naming process 1, the collective and its ring step; `process_failure diverge`,
+// process 1 jits an all-gather where process 0 jits the all-reduce, and the job ends at that trace,
+// naming the function (tests/processes/failure_check.cmake checks each).
 #include <csignal>
 #include <cstdio>
 #include <cstring>

@@ -69,11 +69,9 @@ class Step {
 class RingStep {
  public:
   RingStep(const char* phase, int step, int steps)
-      : scope_(detail::intern_activity(std::string(detail::current_activity()
-                                                       ? detail::current_activity()
-                                                       : "collective") +
-                                       ", " + phase + " step " + std::to_string(step + 1) +
-                                       " of " + std::to_string(steps))) {}
+      : scope_(detail::intern_activity(
+            std::string(detail::current_activity() ? detail::current_activity() : "collective") +
+            ", " + phase + " step " + std::to_string(step + 1) + " of " + std::to_string(steps))) {}
 
  private:
   const detail::ActivityScope scope_;

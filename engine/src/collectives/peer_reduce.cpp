@@ -308,9 +308,10 @@ constexpr uint64_t kGatherFrom = 256 << 10;
 
 }  // namespace
 
-bool record_rank_fold(RuntimeState& rt, Recording& rec, const std::vector<const DeviceBuffer*>& inputs,
-                      const std::vector<uint64_t>& starts, uint64_t count, DType dtype, Reduction op,
-                      const DeviceBuffer& out, uint64_t out_start) {
+bool record_rank_fold(RuntimeState& rt, Recording& rec,
+                      const std::vector<const DeviceBuffer*>& inputs,
+                      const std::vector<uint64_t>& starts, uint64_t count, DType dtype,
+                      Reduction op, const DeviceBuffer& out, uint64_t out_start) {
   if (!folds(dtype) || inputs.empty() || inputs.size() > 16 || starts.size() != inputs.size())
     return false;
   std::vector<Piece> pieces;

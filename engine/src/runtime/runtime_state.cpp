@@ -532,11 +532,10 @@ void RuntimeState::remember(Stream& s, uint64_t value, const char* activity,
 std::string RuntimeState::describe(int timeline) const {
   const Stream& s = *streams_[timeline];
   return "device " + std::to_string(s.device) +
-         (is_peer_timeline(timeline) ? (timeline < peer_base_ + num_devices()
-                                            ? "'s send stream"
-                                            : "'s receive stream")
-          : s.transfer               ? "'s transfer stream"
-                                     : "");
+         (is_peer_timeline(timeline)
+              ? (timeline < peer_base_ + num_devices() ? "'s send stream" : "'s receive stream")
+          : s.transfer ? "'s transfer stream"
+                       : "");
 }
 
 Fence RuntimeState::signal_from_host(int timeline) {
