@@ -8,7 +8,11 @@
 #include <string>
 #include <vector>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "meshvk/meshvk.hpp"
+#include "meshvk/profile.hpp"
 
 namespace mv = meshvk;
 using mv::P;
@@ -93,6 +97,31 @@ int main() {
     }
     check(bad_local, "local data of the wrong shape is an Error naming the right one");
     check(mv::multihost::process_allgather(x) == expected, "the runtime still works after the errors");
+    // Each process writes its own trace: the same program would otherwise write one file twice.
+    const std::string tag = ".process" + std::to_string(me);
+    check(mv::profile::trace_path_of_process("out/trace.json") == "out/trace" + tag + ".json" &&
+              mv::profile::trace_path_of_process("runs.d/trace") == "runs.d/trace" + tag,
+          "trace_path_of_process puts the process's index before the file's extension");
+    char folder[] = "/tmp/meshvk-process-api-XXXXXX";
+    check(mkdtemp(folder) != nullptr, "a temporary folder");
+    mv::multihost::sync_global_devices("folder");  // each made its own; the names differ
+    mv::profile::start();
+    (void)mv::multihost::process_allgather(x * 3.0f);
+    mv::profile::stop();
+    const std::string trace = std::string(folder) + "/trace.json";
+    mv::profile::write_chrome_trace(trace);
+    std::FILE* own = std::fopen((std::string(folder) + "/trace" + tag + ".json").c_str(), "r");
+    std::string text;
+    if (own) {
+      char buffer[4096];
+      for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, own)) > 0;) text.append(buffer, n);
+      std::fclose(own);
+    }
+    check(text.find("meshvk process " + std::to_string(me) + ", runtime") != std::string::npos &&
+              access(trace.c_str(), F_OK) != 0,
+          "write_chrome_trace writes this process's file, naming the process");
+    std::remove((std::string(folder) + "/trace" + tag + ".json").c_str());
+    rmdir(folder);
     std::printf("process %d: %s\n", me, failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
   } catch (const std::exception& e) {

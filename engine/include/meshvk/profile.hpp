@@ -123,9 +123,13 @@ std::string clock_source(int runtime);
 
 // The events as Chrome trace JSON: "X" spans (ts, dur in microseconds), "M" lane names and "s"/"f"
 // flow pairs. Writing goes to a temporary file in the same folder, renamed over `path` when
-// complete; throws meshvk::Error naming the path when it cannot be written.
+// complete; throws meshvk::Error naming the path when it cannot be written. In a job of several
+// processes (meshvk/distributed.hpp) each process writes its own file, its index before the
+// extension: trace_path_of_process("out.json") is "out.process1.json" on process 1 (and `path`
+// itself when the process runs alone). This goes for MESHVK_TRACE and --trace too.
 std::string chrome_trace_json();
 void write_chrome_trace(const std::string& path);
+std::string trace_path_of_process(const std::string& path);
 
 // A live view of the event stream for a reader on another thread (the inspector's UI thread).
 // Producers never wait for subscribers: a subscriber that falls more than the buffer's capacity

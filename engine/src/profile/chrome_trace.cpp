@@ -20,10 +20,17 @@
 #include "meshvk/error.hpp"
 #include "meshvk/profile.hpp"
 #include "profile/recorder.hpp"
+#include "runtime/process_group.hpp"
 
 namespace meshvk::profile {
 
 namespace {
+
+// This process's place in a job of several (meshvk/distributed.hpp), or -1 when it runs alone.
+int job_process() {
+  const detail::ProcessGroup* group = detail::ProcessGroup::get();
+  return group && group->size() > 1 ? group->rank() : -1;
+}
 
 // Lanes in a runtime's process: devices are threads 0..n-1 (their transfer streams 3000 + the
 // device), host threads 1000 + the order in which they first recorded a host span, and the
@@ -95,7 +102,10 @@ void append_lane_metadata(std::string& out, const RuntimeLanes& l, const std::se
     out += ",\"args\":{" + args + "}}";
   };
   std::string process;
-  append_string(process, "meshvk runtime " + std::to_string(l.runtime) + ": " + l.adapter);
+  const int job = job_process();
+  append_string(process, (job >= 0 ? "meshvk process " + std::to_string(job) + ", runtime "
+                                   : std::string("meshvk runtime ")) +
+                             std::to_string(l.runtime) + ": " + l.adapter);
   meta("process_name", -2, "\"name\":" + process);
   meta("process_sort_index", -2, "\"sort_index\":" + std::to_string(l.runtime));
   auto lane = [&](int tid, const std::string& text, int order) {
@@ -208,8 +218,22 @@ std::string chrome_trace_json() {
   return out;
 }
 
+std::string trace_path_of_process(const std::string& path) {
+  const int job = job_process();
+  if (job < 0) return path;
+  // Before the extension of the file's name (not of a folder's: "runs.d/trace" has none).
+  const size_t slash = path.find_last_of('/');
+  const size_t dot = path.find_last_of('.');
+  const bool extension =
+      dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = ".process" + std::to_string(job);
+  return extension ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
 void write_chrome_trace(const std::string& path) {
-  io::write_file_atomically(path, chrome_trace_json(), "profile::write_chrome_trace");
+  // Every process of a job runs the same program, so each would write the same file.
+  io::write_file_atomically(trace_path_of_process(path), chrome_trace_json(),
+                            "profile::write_chrome_trace");
 }
 
 }  // namespace meshvk::profile
