@@ -157,15 +157,22 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
       const int p = mod(r - 1, n), c = mod(r - s - 2, n);
       const uint64_t lo = bounds[c], len = bounds[c + 1] - bounds[c];
       Recording rec = rt.begin_transfer(acc[r]->device());
-      received[r] = allocate_like(rt, *acc[r], std::max<uint64_t>(len, 1));
-      copy(rt, rec, s == 0 ? *in[p] : *acc[p], lo, *received[r], 0, len);
+      const DeviceBuffer& sent = s == 0 ? *in[p] : *acc[p];
+      // A tier that folds where the bytes arrive (between processes: out of the ring) leaves
+      // received[r] empty; the others copy into it for the fold below.
+      if (!transport_between(rt, sent.device(), acc[r]->device())
+               .fold_into(rt, rec, sent, lo, *in[r], lo, *acc[r], lo, len, dtype, op)) {
+        received[r] = allocate_like(rt, *acc[r], std::max<uint64_t>(len, 1));
+        copy(rt, rec, sent, lo, *received[r], 0, len);
+      }
       steps.push_back(std::move(rec));
     }
     // Every member's copies are recorded (and waits fixed) before any step is submitted, so each
     // reads its predecessor's previous step rather than this one.
     for (int r = 0; r < n; ++r) {
       const DeviceBuffer* sent = s == 0 ? in[mod(r - 1, n)].get() : acc[mod(r - 1, n)].get();
-      steps[r] = then_compute(rt, std::move(steps[r]), {sent}, {received[r].get()});
+      if (received[r])
+        steps[r] = then_compute(rt, std::move(steps[r]), {sent}, {received[r].get()});
     }
     for (int r = 0; r < n; ++r) {
       const int c = mod(r - s - 2, n);
@@ -173,11 +180,15 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
       Recording& rec = steps[r];
       rec.wait_for(acc[r]->ready());
       rec.wait_for(in[r]->ready());
+      const DeviceBuffer* sent = s == 0 ? in[mod(r - 1, n)].get() : acc[mod(r - 1, n)].get();
+      if (!received[r]) {  // folded on arrival: this step only waits for it
+        finish(rt, std::move(rec), {sent, in[r].get()}, {acc[r].get()});
+        continue;
+      }
       if (len)
         record_fold(rt, rec, {in[r].get(), received[r].get()}, {lo, 0}, len, dtype, op, *acc[r],
                     lo);
       rec.keep_alive.push_back(received[r]);
-      const DeviceBuffer* sent = s == 0 ? in[mod(r - 1, n)].get() : acc[mod(r - 1, n)].get();
       finish(rt, std::move(rec), {sent, received[r].get(), in[r].get()}, {acc[r].get()});
     }
   }

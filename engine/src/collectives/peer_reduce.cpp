@@ -17,6 +17,10 @@ using detail::Fence;
 using detail::Recording;
 using detail::RuntimeState;
 
+bool fold_kernel_supports(DType dtype) {
+  return dtype == DType::float32 || dtype == DType::int32 || dtype == DType::uint32;
+}
+
 CollectiveChoice collective_choice_from_env() {
   const char* forced = std::getenv("MESHVK_COLLECTIVE_ALGO");
   if (!forced || !*forced) return {};
@@ -45,11 +49,18 @@ namespace {
 // op(x_k, op(x_k-1, ... op(x_1, x_0))) over the pieces listed in the order the ring visits them.
 enum class Order { rank, ring };
 
-// Where a fold reads one member's piece: `start` elements into its buffer.
+// Where a fold reads one member's piece: `start` elements into `bytes` of memory at `offset` in
+// `buffer` (a DeviceBuffer's, or a ring of host memory the VkDevice imports).
 struct Piece {
-  const DeviceBuffer* buffer;
+  VkBuffer buffer;
+  uint64_t offset;
+  uint64_t bytes;
   uint64_t start;
 };
+
+Piece piece_of(const DeviceBuffer& b, uint64_t start) {
+  return {b.vk_buffer(), b.offset(), b.capacity(), start};
+}
 
 // The fold kernel. It computes what the elementwise kernels compute for the same fold (the same
 // GLSL operations in the same order, under the same float controls), so its bits are theirs; its
@@ -173,10 +184,9 @@ void record_fold(RuntimeState& rt, Recording& rec, const std::vector<Piece>& pie
       const uint64_t skew = first - at;  // 0 for vector reads (aligned pieces, aligned windows)
       if (vector && skew) throw Error("internal: a vector fold window starts off its alignment");
       const uint64_t bytes =
-          std::min<uint64_t>(vector ? items * 16 : (skew + n) * 4, p.buffer->capacity() - at * 4);
-      bindings.push_back(kernels::Binding::texels(
-          *p.buffer, vector ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, at * 4,
-          vector ? bytes / 16 * 16 : bytes / 4 * 4));
+          std::min<uint64_t>(vector ? items * 16 : (skew + n) * 4, p.bytes - at * 4);
+      bindings.push_back({p.buffer, p.offset + at * 4, vector ? bytes / 16 * 16 : bytes / 4 * 4,
+                          vector ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT});
       params.off[i] = static_cast<uint32_t>(skew);
     }
     const uint64_t out_at = (out_start + base) * 4;
@@ -209,21 +219,18 @@ void record_peer_fold(RuntimeState& rt, Recording& rec, std::vector<Piece> piece
     auto partial = rt.allocate(rec.device, count * 4);
     fold(std::vector<Piece>(pieces.begin(), pieces.begin() + 16), *partial, 0);
     pieces.erase(pieces.begin(), pieces.begin() + 16);
-    pieces.insert(pieces.begin(), Piece{partial.get(), 0});
+    pieces.insert(pieces.begin(), piece_of(*partial, 0));
     rec.keep_alive.push_back(partial);
     scratch.push_back(std::move(partial));
   }
   fold(pieces, out, out_start);
 }
 
-bool folds(DType dtype) {
-  return dtype == DType::float32 || dtype == DType::int32 || dtype == DType::uint32;
-}
 
 // Whether every member may read every other's memory and the staged path is not forced.
 bool tier_applies(const RuntimeState& rt, const Buffers& in, DType dtype) {
   if (collective_choice_from_env().staged) return false;
-  if (!folds(dtype)) return false;
+  if (!fold_kernel_supports(dtype)) return false;
   if (in.size() < 2) return false;
   for (const auto& a : in)
     for (const auto& b : in)
@@ -238,7 +245,7 @@ std::vector<Piece> pieces_for(const Buffers& in, int r, uint64_t start, Order or
   std::vector<Piece> pieces;
   for (int k = 0; k < n; ++k) {
     const int q = order == Order::rank ? k : (r + 1 + k) % n;
-    pieces.push_back({in[q].get(), start});
+    pieces.push_back(piece_of(*in[q], start));
   }
   return pieces;
 }
@@ -312,12 +319,24 @@ bool record_rank_fold(RuntimeState& rt, Recording& rec,
                       const std::vector<const DeviceBuffer*>& inputs,
                       const std::vector<uint64_t>& starts, uint64_t count, DType dtype,
                       Reduction op, const DeviceBuffer& out, uint64_t out_start) {
-  if (!folds(dtype) || inputs.empty() || inputs.size() > 16 || starts.size() != inputs.size())
+  if (!fold_kernel_supports(dtype) || inputs.empty() || inputs.size() > 16 || starts.size() != inputs.size())
     return false;
   std::vector<Piece> pieces;
-  for (size_t i = 0; i < inputs.size(); ++i) pieces.push_back({inputs[i], starts[i]});
+  for (size_t i = 0; i < inputs.size(); ++i) pieces.push_back(piece_of(*inputs[i], starts[i]));
   kernels::barrier(rec.cb);
   if (count) record_fold(rt, rec, pieces, count, dtype, op, Order::rank, out, out_start);
+  kernels::barrier(rec.cb);
+  return true;
+}
+
+bool record_pair_fold(RuntimeState& rt, Recording& rec, const DeviceBuffer& a, uint64_t a_start,
+                      const FoldInput& b, uint64_t count, DType dtype, Reduction op,
+                      const DeviceBuffer& out, uint64_t out_start) {
+  if (!fold_kernel_supports(dtype)) return false;
+  kernels::barrier(rec.cb);
+  if (count)
+    record_fold(rt, rec, {piece_of(a, a_start), {b.buffer, b.offset, b.bytes, 0}}, count, dtype,
+                op, Order::rank, out, out_start);
   kernels::barrier(rec.cb);
   return true;
 }

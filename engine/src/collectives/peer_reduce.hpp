@@ -30,6 +30,9 @@ CollectiveChoice collective_choice_from_env();
 // of one VkDevice (today every device of a runtime is).
 bool peer_readable(const detail::RuntimeState& rt, int reader, int owner);
 
+// Whether the fold kernel below folds `dtype` (float32, int32, uint32).
+bool fold_kernel_supports(DType dtype);
+
 // out[out_start..] = the fold of `count` elements of inputs[i] from starts[i], in rank order
 // (op(op(x0, x1), x2) ...), recorded into `rec` (on out's device, which must be able to bind every
 // input) with this tier's fold kernel: the elementwise kernels' bits, read 3.5x faster on
@@ -39,6 +42,20 @@ bool record_rank_fold(detail::RuntimeState& rt, detail::Recording& rec,
                       const std::vector<const detail::DeviceBuffer*>& inputs,
                       const std::vector<uint64_t>& starts, uint64_t count, DType dtype,
                       Reduction op, const detail::DeviceBuffer& out, uint64_t out_start);
+
+// Memory a fold reads that belongs to no DeviceBuffer: `bytes` at `offset` of `buffer` (a ring of
+// host memory the recording's VkDevice imports).
+struct FoldInput {
+  VkBuffer buffer;
+  uint64_t offset;
+  uint64_t bytes;
+};
+// out[out_start..] = op(a[a_start..], b[0..]) over `count` elements with the same kernel and bits
+// as record_rank_fold; false, with nothing recorded, for a dtype it does not fold.
+bool record_pair_fold(detail::RuntimeState& rt, detail::Recording& rec,
+                      const detail::DeviceBuffer& a, uint64_t a_start, const FoldInput& b,
+                      uint64_t count, DType dtype, Reduction op, const detail::DeviceBuffer& out,
+                      uint64_t out_start);
 
 // One-shot: every member folds all members' `count` elements in rank order.
 std::optional<Buffers> peer_one_shot_all_reduce(detail::RuntimeState& rt, const Buffers& in,

@@ -1,8 +1,10 @@
 #include "collectives/transport.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
+#include "collectives/peer_reduce.hpp"
 #include "kernels/launch.hpp"
 #include "profile/hooks.hpp"
 
@@ -89,12 +91,23 @@ void HostStagedTransport::copy_regions(detail::RuntimeState& rt, detail::Recordi
                   in.data());
 }
 
-void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,
-                                    const detail::DeviceBuffer& src,
-                                    const detail::DeviceBuffer& dst,
-                                    std::span<const VkBufferCopy> regions, const char* what) {
+namespace {
+
+// Records the destination's side of one piece into `receive` (on the destination's receive
+// stream): its bytes lie at `ring_at` in `ring`, packed in the order of `piece`.
+using ReceiveSide = std::function<void(detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
+                                       std::span<const VkBufferCopy> piece, const detail::Fence& sent)>;
+
+// Tier 3 for any receiving side: `regions` go from `src` through the ring, a piece at a time, and
+// `receive_side` takes each piece on `dst_device`, after what wrote each of `dst_waits`; those are
+// kept (used_by) until it is done, and dst_rec waits for every piece.
+void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                       const detail::DeviceBuffer& src, int dst_device,
+                       std::span<const VkBufferCopy> regions,
+                       const std::vector<const detail::DeviceBuffer*>& dst_waits,
+                       const ReceiveSide& receive_side) {
   if (regions.empty()) return;
-  const int sp = rt.process_of(src.device()), dp = rt.process_of(dst.device());
+  const int sp = rt.process_of(src.device()), dp = rt.process_of(dst_device);
   // Pieces of at most half the ring, so that one transfer never waits on itself, and of at most
   // 1 MiB, so that the destination copies one piece out while the source copies the next in
   // (two processes, two cores) rather than after the whole.
@@ -147,33 +160,70 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                    piece_bytes);
     const detail::Fence sent = rt.submit(std::move(send));
     held.unlock();
-    if (!sent.none() && rt.is_local(src.device())) const_cast<detail::DeviceBuffer&>(src).used_by(sent);
-    // 2. The destination's process copies it into place once it is there, on its own receive
-    //    timeline (which the other processes count), after whatever wrote the destination
-    //    before; the destination's recording, which goes on after, waits for it.
-    detail::Recording receive = rt.begin_peer_receive(dst.device());
+    if (!sent.none() && rt.is_local(src.device()))
+      const_cast<detail::DeviceBuffer&>(src).used_by(sent);
+    // 2. The destination's process takes it once it is there, on its own receive timeline
+    //    (which the other processes count), after whatever wrote the destination before; the
+    //    destination's recording, which goes on after, waits for it.
+    detail::Recording receive = rt.begin_peer_receive(dst_device);
     receive.wait_for(sent);
-    receive.wait_for(dst.ready());
+    for (const detail::DeviceBuffer* b : dst_waits) receive.wait_for(b->ready());
     if (!receive.remote) {
       uint64_t start = 0;
-      const VkBuffer ring = rt.ring_view(dst.device(), sp, dp, start);
-      std::vector<VkBufferCopy> in;
-      uint64_t at = start + range.offset;
-      for (const VkBufferCopy& r : piece) {
-        in.push_back({at, r.dstOffset, r.size});
-        at += r.size;
-      }
-      const profile::DeviceSpan span(receive.profile.get(), what, piece_bytes,  // profile hook
-                                     {sent.timeline, sent.value});
-      vkCmdCopyBuffer(receive.cb, ring, dst.vk_buffer(), static_cast<uint32_t>(in.size()), in.data());
+      const VkBuffer ring = rt.ring_view(dst_device, sp, dp, start);
+      receive_side(receive, ring, start + range.offset, piece, sent);
     }
     const detail::Fence received = rt.submit(std::move(receive));
     rt.ring_read_by(sp, dp, range.offset, piece_bytes, received);
     if (detail::Capture* c = rt.capture())
       c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received});
-    if (!received.none()) const_cast<detail::DeviceBuffer&>(dst).used_by(received);
+    if (!received.none())
+      for (const detail::DeviceBuffer* b : dst_waits)
+        const_cast<detail::DeviceBuffer*>(b)->used_by(received);
     dst_rec.wait_for(received);
   }
+}
+
+}  // namespace
+
+void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                                    const detail::DeviceBuffer& src,
+                                    const detail::DeviceBuffer& dst,
+                                    std::span<const VkBufferCopy> regions, const char* what) {
+  through_processes(rt, dst_rec, src, dst.device(), regions, {&dst},
+                    [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
+                        std::span<const VkBufferCopy> piece, const detail::Fence& sent) {
+                      std::vector<VkBufferCopy> in;
+                      for (const VkBufferCopy& r : piece) {
+                        in.push_back({ring_at, r.dstOffset, r.size});
+                        ring_at += r.size;
+                      }
+                      const profile::DeviceSpan span(receive.profile.get(), what,
+                                                     total_bytes(piece),
+                                                     {sent.timeline, sent.value});  // profile hook
+                      vkCmdCopyBuffer(receive.cb, ring, dst.vk_buffer(),
+                                      static_cast<uint32_t>(in.size()), in.data());
+                    });
+}
+
+bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                                 const detail::DeviceBuffer& src, uint64_t src_elem,
+                                 const detail::DeviceBuffer& local, uint64_t local_elem,
+                                 const detail::DeviceBuffer& out, uint64_t out_elem,
+                                 uint64_t count, DType dtype, Reduction op) {
+  if (!fold_kernel_supports(dtype)) return false;
+  // One region whose dstOffset counts the bytes from the transfer's start.
+  const VkBufferCopy region{src.offset() + src_elem * 4, 0, count * 4};
+  through_processes(rt, dst_rec, src, out.device(), std::span(&region, count ? 1 : 0),
+                    {&local, &out},
+                    [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
+                        std::span<const VkBufferCopy> piece, const detail::Fence&) {
+                      const uint64_t from = piece.front().dstOffset / 4;
+                      const uint64_t n = total_bytes(piece) / 4;
+                      record_pair_fold(rt, receive, local, local_elem + from, {ring, ring_at, n * 4},
+                                       n, dtype, op, out, out_elem + from);
+                    });
+  return true;
 }
 
 Transport& transport_between(const detail::RuntimeState& rt, int src_device, int dst_device) {

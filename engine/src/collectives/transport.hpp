@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <span>
 
+#include "collectives/collectives.hpp"
 #include "runtime/runtime_state.hpp"
 
 namespace meshvk::collectives {
@@ -41,6 +42,16 @@ class Transport {
   virtual void copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,
                             const detail::DeviceBuffer& src, const detail::DeviceBuffer& dst,
                             std::span<const VkBufferCopy> regions, const char* what) = 0;
+  // Records, into `dst_rec` (a recording of out's device), what makes out[out_elem..] =
+  // op(local[local_elem..], src[src_elem..]) over `count` elements of `dtype`, `local` and `out`
+  // on one device, with the fold kernel's bits; the caller treats local and out as read and
+  // written by dst_rec. False, with nothing recorded, where the tier folds no better than a copy
+  // followed by the caller's own fold (the caller then does that).
+  virtual bool fold_into(detail::RuntimeState&, detail::Recording&, const detail::DeviceBuffer&,
+                         uint64_t, const detail::DeviceBuffer&, uint64_t,
+                         const detail::DeviceBuffer&, uint64_t, uint64_t, DType, Reduction) {
+    return false;
+  }
   // One region of `bytes`, at `src_offset` and `dst_offset` from the buffers' starts.
   void copy(detail::RuntimeState& rt, detail::Recording& dst_rec, const detail::DeviceBuffer& src,
             uint64_t src_offset, const detail::DeviceBuffer& dst, uint64_t dst_offset,
@@ -72,12 +83,19 @@ class HostStagedTransport final : public Transport {
                     std::span<const VkBufferCopy> regions, const char* what) override;
 };
 
-// Tier 3: between processes, through the node's shared memory or MPI messages.
+// Tier 3: between processes, through the node's shared memory or MPI messages. It folds
+// straight out of the ring: the destination's kernel reads the piece where it arrived, so a
+// reducing collective saves a copy and a submission per piece.
 class ProcessTransport final : public Transport {
  public:
   void copy_regions(detail::RuntimeState& rt, detail::Recording& dst_rec,
                     const detail::DeviceBuffer& src, const detail::DeviceBuffer& dst,
                     std::span<const VkBufferCopy> regions, const char* what) override;
+  bool fold_into(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                 const detail::DeviceBuffer& src, uint64_t src_elem,
+                 const detail::DeviceBuffer& local, uint64_t local_elem,
+                 const detail::DeviceBuffer& out, uint64_t out_elem, uint64_t count, DType dtype,
+                 Reduction op) override;
 };
 
 // The transport for copies from `src_device` to `dst_device` on `rt`. The transports hold no
