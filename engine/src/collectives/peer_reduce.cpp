@@ -226,7 +226,6 @@ void record_peer_fold(RuntimeState& rt, Recording& rec, std::vector<Piece> piece
   fold(pieces, out, out_start);
 }
 
-
 // Whether every member may read every other's memory and the staged path is not forced.
 bool tier_applies(const RuntimeState& rt, const Buffers& in, DType dtype) {
   if (collective_choice_from_env().staged) return false;
@@ -319,7 +318,8 @@ bool record_rank_fold(RuntimeState& rt, Recording& rec,
                       const std::vector<const DeviceBuffer*>& inputs,
                       const std::vector<uint64_t>& starts, uint64_t count, DType dtype,
                       Reduction op, const DeviceBuffer& out, uint64_t out_start) {
-  if (!fold_kernel_supports(dtype) || inputs.empty() || inputs.size() > 16 || starts.size() != inputs.size())
+  if (!fold_kernel_supports(dtype) || inputs.empty() || inputs.size() > 16 ||
+      starts.size() != inputs.size())
     return false;
   std::vector<Piece> pieces;
   for (size_t i = 0; i < inputs.size(); ++i) pieces.push_back(piece_of(*inputs[i], starts[i]));
@@ -335,8 +335,8 @@ bool record_pair_fold(RuntimeState& rt, Recording& rec, const DeviceBuffer& a, u
   if (!fold_kernel_supports(dtype)) return false;
   kernels::barrier(rec.cb);
   if (count)
-    record_fold(rt, rec, {piece_of(a, a_start), {b.buffer, b.offset, b.bytes, 0}}, count, dtype,
-                op, Order::rank, out, out_start);
+    record_fold(rt, rec, {piece_of(a, a_start), {b.buffer, b.offset, b.bytes, 0}}, count, dtype, op,
+                Order::rank, out, out_start);
   kernels::barrier(rec.cb);
   return true;
 }

@@ -95,8 +95,9 @@ namespace {
 
 // Records the destination's side of one piece into `receive` (on the destination's receive
 // stream): its bytes lie at `ring_at` in `ring`, packed in the order of `piece`.
-using ReceiveSide = std::function<void(detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
-                                       std::span<const VkBufferCopy> piece, const detail::Fence& sent)>;
+using ReceiveSide =
+    std::function<void(detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
+                       std::span<const VkBufferCopy> piece, const detail::Fence& sent)>;
 
 // Tier 3 for any receiving side: `regions` go from `src` through the ring, a piece at a time, and
 // `receive_side` takes each piece on `dst_device`, after what wrote each of `dst_waits`; those are
@@ -209,8 +210,8 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
 bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& dst_rec,
                                  const detail::DeviceBuffer& src, uint64_t src_elem,
                                  const detail::DeviceBuffer& local, uint64_t local_elem,
-                                 const detail::DeviceBuffer& out, uint64_t out_elem,
-                                 uint64_t count, DType dtype, Reduction op) {
+                                 const detail::DeviceBuffer& out, uint64_t out_elem, uint64_t count,
+                                 DType dtype, Reduction op) {
   if (!fold_kernel_supports(dtype)) return false;
   // One region whose dstOffset counts the bytes from the transfer's start.
   const VkBufferCopy region{src.offset() + src_elem * 4, 0, count * 4};
@@ -220,8 +221,8 @@ bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& ds
                         std::span<const VkBufferCopy> piece, const detail::Fence&) {
                       const uint64_t from = piece.front().dstOffset / 4;
                       const uint64_t n = total_bytes(piece) / 4;
-                      record_pair_fold(rt, receive, local, local_elem + from, {ring, ring_at, n * 4},
-                                       n, dtype, op, out, out_elem + from);
+                      record_pair_fold(rt, receive, local, local_elem + from,
+                                       {ring, ring_at, n * 4}, n, dtype, op, out, out_elem + from);
                     });
   return true;
 }
