@@ -14,32 +14,11 @@
 #include <vector>
 
 #include "meshvk/meshvk.hpp"
+#include "test_support.hpp"
 
 namespace mv = meshvk;
 
 namespace {
-
-// Sets an environment variable for its lifetime (nullptr: unset), restoring it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) saved_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (saved_)
-      setenv(name_.c_str(), saved_->c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> saved_;
-};
 
 std::string error_of(const char* value) {
   const ScopedEnv env("MESHVK_PROCESS_TRANSPORT", value);
