@@ -63,7 +63,7 @@ App::App(ScenarioRunner& r, const Options& o, int devices)
   heat_map = options.heat_map;
   if (options.timeline_ms > 0) view_span_ns = options.timeline_ms * 1e6;
   live.start();
-  if (!options.trace.empty()) open_trace(options.trace);
+  if (!options.traces.empty()) open_traces(options.traces);
 }
 
 void App::reset_timeline_selection() {
@@ -179,8 +179,11 @@ void App::update_offered_meshes() {
   }
 }
 
-void App::open_trace(const std::string& path) {
-  TraceLoad load = load_chrome_trace_file(path);
+void App::open_trace(const std::string& path) { open_traces({path}); }
+
+void App::open_traces(const std::vector<std::string>& paths) {
+  TraceLoad load = load_chrome_trace_files(paths);
+  const std::string& path = paths.front();
   if (!load.error.empty()) {
     trace_error = load.error;
     trace_failed = true;
@@ -190,6 +193,7 @@ void App::open_trace(const std::string& path) {
   trace_failed = false;
   trace_name =
       path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  if (paths.size() > 1) trace_name += " and " + std::to_string(paths.size() - 1) + " more";
   trace = std::move(load.data);
   live_mode = false;
   follow = false;
@@ -199,8 +203,8 @@ void App::open_trace(const std::string& path) {
   view_start_ns = static_cast<double>(trace.min_ns());
   view_span_ns = std::max(1e3, static_cast<double>(trace.max_ns() - trace.min_ns()) * 1.02);
   if (load.skipped > 0)
-    trace_error =
-        path + ": " + std::to_string(load.skipped) + " events not understood were left out";
+    trace_error = (paths.size() > 1 ? trace.source : path) + ": " +
+                  std::to_string(load.skipped) + " events not understood were left out";
 }
 
 void App::frame() {

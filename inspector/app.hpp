@@ -50,6 +50,8 @@ struct App {
   // Starts the selected scenario again with the current mesh, specs and arguments.
   void restart(bool paused = false);
   void open_trace(const std::string& path);
+  // Several traces on one timeline (trace_json.hpp's merge_trace_loads).
+  void open_traces(const std::vector<std::string>& paths);
   // Forgets the timeline's selection, range, search and collective rows (a new trace).
   void reset_timeline_selection();
 

@@ -8,7 +8,7 @@ namespace inspector {
 const char* const kUsage =
     "usage: meshvk-inspector [--scenario NAME] [--args \"ARGS\"] [--mesh 4x2] [--spec "
     "[INPUT=]SPEC]...\n"
-    "                        [--devices N] [--trace FILE] [--paused] [--size WxH]\n"
+    "                        [--devices N] [--trace FILE]... [--paused] [--size WxH]\n"
     "                        [--frames N [--screenshot OUT.png] [--layout-dump OUT.txt] [--timeout "
     "S]]\n"
     "  --list-scenarios  list the scenarios and exit\n"
@@ -20,7 +20,8 @@ const char* const kUsage =
     "  --spec x=SPEC     PartitionSpec of input x\n"
     "  --devices N       split the adapter into N virtual devices (default MESHVK_NUM_DEVICES or "
     "8)\n"
-    "  --trace FILE      open a Chrome trace JSON (as File > Open)\n"
+    "  --trace FILE      open a Chrome trace JSON (as File > Open); given again, the traces\n"
+    "                    go on one timeline (the processes of a job: trace.process0.json ...)\n"
     "  --paused          start the scenario paused at its first checkpoint\n"
     "  --frames N        render N frames (and until the scenario has shown an array), then exit\n"
     "  --screenshot OUT  write the last frame as PNG\n"
@@ -103,7 +104,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     } else if (a == "--trace") {
       const auto v = value();
       if (!v) return std::nullopt;
-      o.trace = *v;
+      o.traces.push_back(*v);
     } else if (a == "--paused") {
       o.paused = true;
     } else if (a == "--size") {

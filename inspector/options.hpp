@@ -17,7 +17,7 @@ struct Options {
   std::vector<std::pair<std::string, std::string>>
       specs;          // (input, spec text); input "" is the first input
   int devices = 0;    // 0: MESHVK_NUM_DEVICES, else 8
-  std::string trace;  // a Chrome trace JSON to open
+  std::vector<std::string> traces;  // Chrome trace JSON files to open, on one timeline
   bool paused = false;
   int width = 1600, height = 1000;
   int frames = 0;           // > 0: render this many frames, then exit

@@ -29,7 +29,10 @@ std::vector<size_t> lane_order(const TraceData& trace) {
     const TraceLane& x = trace.lanes()[a];
     const TraceLane& y = trace.lanes()[b];
     const auto rank = [](const TraceLane& l) {
-      return l.device < 0 && l.name.rfind("host", 0) == 0 ? 0 : 1;
+      // "host", or "process 1 / host" in the traces of several processes.
+      const size_t slash = l.name.rfind(" / ");
+      const size_t name = slash == std::string::npos ? 0 : slash + 3;
+      return l.device < 0 && l.name.compare(name, 4, "host") == 0 ? 0 : 1;
     };
     if (rank(x) != rank(y)) return rank(x) < rank(y);
     if (x.runtime != y.runtime) return x.runtime < y.runtime;
@@ -121,8 +124,14 @@ void draw_timeline_lanes(App& app) {
   const ImGuiIO& io = ImGui::GetIO();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float track_x = origin.x + kLabelWidth;
-  const float track_w = std::max(10.0f, avail.x - kLabelWidth);
+  // Wide enough for the longest lane name ("process 1 / CPU 4 transfer"), up to a third of the
+  // panel.
+  float label_w = kLabelWidth;
+  for (const TraceLane& lane : trace.lanes())
+    label_w = std::max(label_w, ImGui::CalcTextSize(lane.name.c_str()).x + 24.0f);
+  label_w = std::min(label_w, std::max(kLabelWidth, avail.x / 3));
+  const float track_x = origin.x + label_w;
+  const float track_w = std::max(10.0f, avail.x - label_w);
   const double min_ns = static_cast<double>(trace.min_ns());
   if (app.live_mode && app.follow && !trace.empty()) {
     // Device spans arrive after their timestamps are read back: follow the latest device

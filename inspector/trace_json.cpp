@@ -349,6 +349,15 @@ void Loader::finish() {
   TraceData& data = load_.data;
   data.finish();
 
+  // "meshvk process 1, runtime ..." names the process of a job of several that wrote it.
+  for (const auto& [pid, name] : process_names_) {
+    const std::string_view prefix = "meshvk process ";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const size_t digits = name.find_first_not_of("0123456789", prefix.size());
+    if (digits > prefix.size() && digits != std::string::npos && name[digits] == ',')
+      load_.process = "process " + name.substr(prefix.size(), digits - prefix.size());
+  }
+
   // Lanes that look like meshvk devices get their device number, so hovering a device in the
   // mesh view lights them up.
   for (size_t l = 0; l < data.lanes().size(); ++l) {
@@ -438,6 +447,21 @@ TraceLoad load_padded(sj::padded_string_view text, const TraceLimits& limits) {
       std::string_view key;
       if (const auto err = std::move(member).get(field)) return fail(Loader::invalid(err));
       if (const auto err = field.unescaped_key().get(key)) return fail(Loader::invalid(err));
+      if (key == "otherData") {
+        // meshvk's clock origin, so that traces of several processes line up; anything else
+        // there (or an otherData that is not an object) is not needed.
+        od::object other;
+        if (field.value().get_object().get(other)) continue;
+        for (auto entry : other) {
+          od::field f;
+          std::string_view name;
+          if (std::move(entry).get(f) || f.unescaped_key().get(name)) break;
+          int64_t origin = 0;
+          if (name == "clock_origin_ns" && !f.value().get_int64().get(origin))
+            load.clock_origin_ns = origin;
+        }
+        continue;
+      }
       if (key != "traceEvents" || found) continue;
       od::array events;
       if (const auto err = field.value().get_array().get(events))
@@ -505,6 +529,48 @@ TraceLoad load_chrome_trace_file(const std::string& path, const TraceLimits& lim
   load.data.source = path;
   if (!load.error.empty()) load.error = path + ": " + load.error;
   return load;
+}
+
+TraceLoad merge_trace_loads(std::vector<TraceLoad> loads) {
+  if (loads.size() == 1) return std::move(loads.front());
+  TraceLoad merged;
+  if (loads.empty()) {
+    merged.error = "no trace to open";
+    return merged;
+  }
+  for (TraceLoad& load : loads)
+    if (!load.error.empty()) return std::move(load);
+  // Line the files up by their clock origins when every one has one; else as they are.
+  const bool aligned = std::all_of(loads.begin(), loads.end(),
+                                   [](const TraceLoad& l) { return l.clock_origin_ns.has_value(); });
+  int64_t earliest = 0;
+  if (aligned) {
+    earliest = *loads.front().clock_origin_ns;
+    for (const TraceLoad& l : loads) earliest = std::min(earliest, *l.clock_origin_ns);
+    merged.clock_origin_ns = earliest;
+  }
+  std::string sources;
+  for (size_t i = 0; i < loads.size(); ++i) {
+    TraceLoad& l = loads[i];
+    const std::string label = l.process.empty() ? "file " + std::to_string(i + 1) : l.process;
+    // Origins are host clock values (ns since boot): their differences fit, and stay small.
+    const int64_t shift = aligned ? *l.clock_origin_ns - earliest : 0;
+    merged.data.append(l.data, shift, label + " / ");
+    merged.skipped += l.skipped;
+    sources += (sources.empty() ? "" : ", ") + l.data.source;
+  }
+  merged.data.source = sources;
+  return merged;
+}
+
+TraceLoad load_chrome_trace_files(const std::vector<std::string>& paths,
+                                  const TraceLimits& limits) {
+  std::vector<TraceLoad> loads;
+  for (const std::string& path : paths) {
+    loads.push_back(load_chrome_trace_file(path, limits));
+    if (!loads.back().error.empty()) return std::move(loads.back());
+  }
+  return merge_trace_loads(std::move(loads));
 }
 
 }  // namespace inspector

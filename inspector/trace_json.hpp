@@ -2,8 +2,11 @@
 // Chrome trace JSON (what meshvk::profile::write_chrome_trace and MESHVK_TRACE write, and what
 // chrome://tracing and Perfetto read) into the timeline's model.
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "trace_model.hpp"
 
@@ -13,6 +16,10 @@ struct TraceLoad {
   TraceData data;
   std::string error;   // empty on success; otherwise what is wrong, for the window to show
   size_t skipped = 0;  // events that were not understood and left out
+  // meshvk's traces: the host clock's value at time 0 of the file (otherData.clock_origin_ns),
+  // and "process 1" for a trace written by process 1 of a job of several.
+  std::optional<int64_t> clock_origin_ns;
+  std::string process;
 };
 
 // Bounds on what untrusted text may make the loader do. The text is streamed with simdjson's
@@ -28,5 +35,15 @@ struct TraceLimits {
 
 TraceLoad load_chrome_trace(std::string_view json, const TraceLimits& limits = {});
 TraceLoad load_chrome_trace_file(const std::string& path, const TraceLimits& limits = {});
+
+// Several traces on one timeline, e.g. the files the processes of one job wrote
+// (trace.process0.json, trace.process1.json, ...): each loaded trace's lanes that hold spans,
+// named after its process ("process 1 / CPU 4", or "file 2 / ..." for a trace that names none),
+// its spans moved by the difference of the clock origins so that they line up (meshvk's
+// processes on one machine share the host clock). One trace comes back as it is; the first
+// error ends the merge with that error.
+TraceLoad merge_trace_loads(std::vector<TraceLoad> loads);
+TraceLoad load_chrome_trace_files(const std::vector<std::string>& paths,
+                                  const TraceLimits& limits = {});
 
 }  // namespace inspector

@@ -1,6 +1,7 @@
 #include "trace_model.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace inspector {
 
@@ -106,6 +107,37 @@ void TraceData::finish() {
     }
     lanes_[l].depth = depth;
   }
+}
+
+void TraceData::append(const TraceData& other, int64_t shift_ns, const std::string& lane_prefix) {
+  std::vector<int> lane_of(other.lanes_.size(), -1);
+  for (size_t l = 0; l < other.lanes_.size(); ++l) {
+    const TraceLane& from = other.lanes_[l];
+    if (from.spans.empty()) continue;  // another process's devices: nothing ran there
+    TraceLane lane;
+    lane.name = lane_prefix + from.name;
+    lane.runtime = from.runtime;
+    lane.device = from.device;
+    lane.queue = from.queue;
+    lane_of[l] = static_cast<int>(lanes_.size());
+    lanes_.push_back(std::move(lane));
+  }
+  const size_t first = spans_.size();
+  std::vector<size_t> span_of(other.spans_.size(), SIZE_MAX);
+  for (size_t i = 0; i < other.spans_.size(); ++i) {
+    TraceSpan span = other.spans_[i];
+    if (span.lane < 0 || span.lane >= static_cast<int>(lane_of.size()) || lane_of[span.lane] < 0)
+      continue;
+    span.lane = lane_of[span.lane];
+    span.start_ns += shift_ns;
+    span.end_ns += shift_ns;
+    span_of[i] = add_span(std::move(span));
+  }
+  for (const TraceFlow& f : other.flows_)
+    if (f.from < span_of.size() && f.to < span_of.size() && span_of[f.from] != SIZE_MAX &&
+        span_of[f.to] != SIZE_MAX)
+      flows_.push_back({span_of[f.from], span_of[f.to], f.wait});
+  if (spans_.size() > first) finish();
 }
 
 void TraceData::clear() {

@@ -75,6 +75,9 @@ class TraceData {
   // Puts the spans added since the last call into their lanes, sorted by start, and works out
   // nesting depths. Call after adding a batch.
   void finish();
+  // Adds another trace's lanes that hold spans (named `lane_prefix` + their name), its spans
+  // `shift_ns` later, and its flows, then finish()es: several processes' traces on one timeline.
+  void append(const TraceData& other, int64_t shift_ns, const std::string& lane_prefix);
   void clear();
 
   const std::vector<TraceLane>& lanes() const { return lanes_; }

@@ -16,6 +16,7 @@
 #include "panel_layout.hpp"
 #include "test_support.hpp"
 #include "timeline_model.hpp"
+#include "trace_json.hpp"
 
 namespace ins = inspector;
 using ins::SpanKind;
@@ -462,4 +463,65 @@ TEST(InspectorTimeline, LayoutOf300KSpansAtFitCostsPixelsNotSpans) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - zstart).count();
   EXPECT_LE(zitems / kFrames, lanes.size() * 40u);
   std::printf("zoomed to 1/1000: %zu items, %.3f ms per frame\n", zitems / kFrames, zms / kFrames);
+}
+
+// The traces of a job's processes (each writes its own: trace.process1.json) on one timeline:
+// lanes named by process, the empty lanes of other processes' devices left out, times lined up
+// by the files' clock origins, flows kept.
+namespace {
+std::string process_trace(int process, int64_t origin_ns, int device) {
+  const std::string p = std::to_string(process), d = std::to_string(device);
+  return R"({"displayTimeUnit":"ns","otherData":{"clock_origin_ns":)" + std::to_string(origin_ns) +
+         R"(,"events":3},"traceEvents":[
+{"name":"process_name","ph":"M","pid":1,"args":{"name":"meshvk process )" + p +
+         R"(, runtime 1: llvmpipe"}},
+{"name":"thread_name","ph":"M","pid":1,"tid":)" + d + R"(,"args":{"name":"CPU )" + d + R"("}},
+{"name":"thread_name","ph":"M","pid":1,"tid":9,"args":{"name":"CPU 9"}},
+{"name":"thread_name","ph":"M","pid":1,"tid":1000,"args":{"name":"host"}},
+{"name":"fold","cat":"kernel","ph":"X","pid":1,"tid":)" + d +
+         R"(,"ts":10,"dur":5,"args":{"id":1}},
+{"name":"send","cat":"copy","ph":"X","pid":1,"tid":)" + d +
+         R"(,"ts":20,"dur":5,"args":{"id":2}},
+{"name":"flow","cat":"copy","ph":"s","id":1,"pid":1,"tid":)" + d +
+         R"(,"ts":12,"args":{"from":1,"to":2}},
+{"name":"record","cat":"host","ph":"X","pid":1,"tid":1000,"ts":0,"dur":30,"args":{"id":3}}
+]})";
+}
+}  // namespace
+
+TEST(InspectorMerge, ProcessTracesShareOneTimeline) {
+  std::vector<ins::TraceLoad> loads;
+  loads.push_back(ins::load_chrome_trace(process_trace(0, 5'000'000, 0)));
+  loads.push_back(ins::load_chrome_trace(process_trace(1, 5'002'000, 4)));
+  ASSERT_EQ(loads[0].error, "");
+  ASSERT_EQ(loads[1].error, "");
+  EXPECT_EQ(loads[1].process, "process 1");
+  ASSERT_EQ(loads[1].clock_origin_ns, 5'002'000);
+  const ins::TraceLoad merged = ins::merge_trace_loads(std::move(loads));
+  ASSERT_EQ(merged.error, "");
+  std::set<std::string> names;
+  for (const ins::TraceLane& l : merged.data.lanes()) names.insert(l.name);
+  EXPECT_EQ(names, (std::set<std::string>{"process 0 / CPU 0", "process 0 / host",
+                                          "process 1 / CPU 4", "process 1 / host"}));
+  // Process 1's clock started 2 us later: its spans move 2 us along.
+  std::map<std::string, std::vector<int64_t>> starts;
+  for (const ins::TraceSpan& s : merged.data.spans())
+    starts[merged.data.lanes()[s.lane].name].push_back(s.start_ns);
+  EXPECT_EQ(starts["process 0 / CPU 0"], (std::vector<int64_t>{10'000, 20'000}));
+  EXPECT_EQ(starts["process 1 / CPU 4"], (std::vector<int64_t>{12'000, 22'000}));
+  for (const ins::TraceLane& l : merged.data.lanes()) {
+    if (l.name.find("CPU 4") != std::string::npos) {
+      EXPECT_EQ(l.device, 4);
+    }
+  }
+  ASSERT_EQ(merged.data.flows().size(), 2u);
+  for (const ins::TraceFlow& f : merged.data.flows())
+    EXPECT_EQ(merged.data.spans()[f.from].lane, merged.data.spans()[f.to].lane);
+  // One trace stays as it was; an error in any ends the merge with it.
+  EXPECT_EQ(ins::merge_trace_loads({ins::load_chrome_trace(process_trace(0, 1, 0))}).data.lanes().size(),
+            3u);
+  std::vector<ins::TraceLoad> bad;
+  bad.push_back(ins::load_chrome_trace(process_trace(0, 1, 0)));
+  bad.push_back(ins::load_chrome_trace("{\"traceEvents\": 3}"));
+  EXPECT_NE(ins::merge_trace_loads(std::move(bad)).error, "");
 }
