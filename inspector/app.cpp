@@ -179,7 +179,9 @@ void App::update_offered_meshes() {
   }
 }
 
-void App::open_trace(const std::string& path) { open_traces({path}); }
+void App::open_trace(const std::string& path) {
+  open_traces({path});
+}
 
 void App::open_traces(const std::vector<std::string>& paths) {
   TraceLoad load = load_chrome_trace_files(paths);
@@ -203,8 +205,8 @@ void App::open_traces(const std::vector<std::string>& paths) {
   view_start_ns = static_cast<double>(trace.min_ns());
   view_span_ns = std::max(1e3, static_cast<double>(trace.max_ns() - trace.min_ns()) * 1.02);
   if (load.skipped > 0)
-    trace_error = (paths.size() > 1 ? trace.source : path) + ": " +
-                  std::to_string(load.skipped) + " events not understood were left out";
+    trace_error = (paths.size() > 1 ? trace.source : path) + ": " + std::to_string(load.skipped) +
+                  " events not understood were left out";
 }
 
 void App::frame() {

@@ -541,8 +541,8 @@ TraceLoad merge_trace_loads(std::vector<TraceLoad> loads) {
   for (TraceLoad& load : loads)
     if (!load.error.empty()) return std::move(load);
   // Line the files up by their clock origins when every one has one; else as they are.
-  const bool aligned = std::all_of(loads.begin(), loads.end(),
-                                   [](const TraceLoad& l) { return l.clock_origin_ns.has_value(); });
+  const bool aligned = std::all_of(
+      loads.begin(), loads.end(), [](const TraceLoad& l) { return l.clock_origin_ns.has_value(); });
   int64_t earliest = 0;
   if (aligned) {
     earliest = *loads.front().clock_origin_ns;

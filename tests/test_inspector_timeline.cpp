@@ -473,16 +473,21 @@ std::string process_trace(int process, int64_t origin_ns, int device) {
   const std::string p = std::to_string(process), d = std::to_string(device);
   return R"({"displayTimeUnit":"ns","otherData":{"clock_origin_ns":)" + std::to_string(origin_ns) +
          R"(,"events":3},"traceEvents":[
-{"name":"process_name","ph":"M","pid":1,"args":{"name":"meshvk process )" + p +
+{"name":"process_name","ph":"M","pid":1,"args":{"name":"meshvk process )" +
+         p +
          R"(, runtime 1: llvmpipe"}},
-{"name":"thread_name","ph":"M","pid":1,"tid":)" + d + R"(,"args":{"name":"CPU )" + d + R"("}},
+{"name":"thread_name","ph":"M","pid":1,"tid":)" +
+         d + R"(,"args":{"name":"CPU )" + d + R"("}},
 {"name":"thread_name","ph":"M","pid":1,"tid":9,"args":{"name":"CPU 9"}},
 {"name":"thread_name","ph":"M","pid":1,"tid":1000,"args":{"name":"host"}},
-{"name":"fold","cat":"kernel","ph":"X","pid":1,"tid":)" + d +
+{"name":"fold","cat":"kernel","ph":"X","pid":1,"tid":)" +
+         d +
          R"(,"ts":10,"dur":5,"args":{"id":1}},
-{"name":"send","cat":"copy","ph":"X","pid":1,"tid":)" + d +
+{"name":"send","cat":"copy","ph":"X","pid":1,"tid":)" +
+         d +
          R"(,"ts":20,"dur":5,"args":{"id":2}},
-{"name":"flow","cat":"copy","ph":"s","id":1,"pid":1,"tid":)" + d +
+{"name":"flow","cat":"copy","ph":"s","id":1,"pid":1,"tid":)" +
+         d +
          R"(,"ts":12,"args":{"from":1,"to":2}},
 {"name":"record","cat":"host","ph":"X","pid":1,"tid":1000,"ts":0,"dur":30,"args":{"id":3}}
 ]})";
@@ -518,8 +523,9 @@ TEST(InspectorMerge, ProcessTracesShareOneTimeline) {
   for (const ins::TraceFlow& f : merged.data.flows())
     EXPECT_EQ(merged.data.spans()[f.from].lane, merged.data.spans()[f.to].lane);
   // One trace stays as it was; an error in any ends the merge with it.
-  EXPECT_EQ(ins::merge_trace_loads({ins::load_chrome_trace(process_trace(0, 1, 0))}).data.lanes().size(),
-            3u);
+  EXPECT_EQ(
+      ins::merge_trace_loads({ins::load_chrome_trace(process_trace(0, 1, 0))}).data.lanes().size(),
+      3u);
   std::vector<ins::TraceLoad> bad;
   bad.push_back(ins::load_chrome_trace(process_trace(0, 1, 0)));
   bad.push_back(ins::load_chrome_trace("{\"traceEvents\": 3}"));
