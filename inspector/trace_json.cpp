@@ -540,9 +540,13 @@ TraceLoad merge_trace_loads(std::vector<TraceLoad> loads) {
   }
   for (TraceLoad& load : loads)
     if (!load.error.empty()) return std::move(load);
-  // Line the files up by their clock origins when every one has one; else as they are.
-  const bool aligned = std::all_of(
-      loads.begin(), loads.end(), [](const TraceLoad& l) { return l.clock_origin_ns.has_value(); });
+  // Line the files up by their clock origins when every one has one; else as they are. Origins
+  // past +-1e18 ns (30 years of uptime) are no clock's: moving spans (within +-4e18 ns) by their
+  // differences could overflow.
+  const bool aligned = std::all_of(loads.begin(), loads.end(), [](const TraceLoad& l) {
+    return l.clock_origin_ns && *l.clock_origin_ns >= -1'000'000'000'000'000'000 &&
+           *l.clock_origin_ns <= 1'000'000'000'000'000'000;
+  });
   int64_t earliest = 0;
   if (aligned) {
     earliest = *loads.front().clock_origin_ns;
@@ -553,7 +557,6 @@ TraceLoad merge_trace_loads(std::vector<TraceLoad> loads) {
   for (size_t i = 0; i < loads.size(); ++i) {
     TraceLoad& l = loads[i];
     const std::string label = l.process.empty() ? "file " + std::to_string(i + 1) : l.process;
-    // Origins are host clock values (ns since boot): their differences fit, and stay small.
     const int64_t shift = aligned ? *l.clock_origin_ns - earliest : 0;
     merged.data.append(l.data, shift, label + " / ");
     merged.skipped += l.skipped;

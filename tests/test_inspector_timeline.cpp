@@ -526,6 +526,14 @@ TEST(InspectorMerge, ProcessTracesShareOneTimeline) {
   EXPECT_EQ(
       ins::merge_trace_loads({ins::load_chrome_trace(process_trace(0, 1, 0))}).data.lanes().size(),
       3u);
+  // Origins no clock has (past +-1e18 ns) are not lined up: moving by their difference would
+  // overflow.
+  std::vector<ins::TraceLoad> far;
+  far.push_back(ins::load_chrome_trace(process_trace(0, INT64_MIN, 0)));
+  far.push_back(ins::load_chrome_trace(process_trace(1, INT64_MAX, 4)));
+  ASSERT_EQ(far[0].clock_origin_ns, INT64_MIN);
+  const ins::TraceLoad apart = ins::merge_trace_loads(std::move(far));
+  for (const ins::TraceSpan& s : apart.data.spans()) EXPECT_LT(s.start_ns, 100'000);
   std::vector<ins::TraceLoad> bad;
   bad.push_back(ins::load_chrome_trace(process_trace(0, 1, 0)));
   bad.push_back(ins::load_chrome_trace("{\"traceEvents\": 3}"));
