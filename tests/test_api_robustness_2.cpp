@@ -130,3 +130,45 @@ TEST(ApiRobustness2, ShardMapWatchesDestroyedInAnyOrder) {
   EXPECT_EQ(again, 1);
   expect_runtime_usable();
 }
+
+// profile::Options::capacity past what a ring can hold: SIZE_MAX looped forever rounding up to
+// a power of two, 2^62 events threw std::bad_alloc (the ring's byte count overflowed), and 0
+// made a new ring on every start(). Now an Error, and the profiler is as it was.
+TEST(ApiRobustness2, ProfileCapacityOutOfRange) {
+  mv::profile::start({.capacity = 64});
+  mv::sum(mv::ones({4})).to_host<float>();
+  within(60, "profile::start with capacity SIZE_MAX", [] {
+    expect_error([] { mv::profile::start({.capacity = std::numeric_limits<size_t>::max()}); },
+                 "capacity");
+  });
+  expect_error([] { mv::profile::start({.capacity = size_t{1} << 62}); }, "give 1 to 2^32");
+  expect_error([] { mv::profile::start({.capacity = (size_t{1} << 32) + 1}); }, "capacity");
+  expect_error([] { mv::profile::start({.capacity = 0}); }, "capacity = 0");
+  // Still running with what it had.
+  EXPECT_TRUE(mv::profile::enabled());
+  mv::profile::stop();
+  EXPECT_GT(mv::profile::events().size(), 0u);
+  mv::profile::clear();
+  expect_runtime_usable();
+}
+
+// profile::summarize takes events a program made: a Span whose name or program is a null
+// pointer was dereferenced (segfault); it reads as "".
+TEST(ApiRobustness2, ProfileSummarizeNullNames) {
+  mv::profile::Span s;
+  s.kind = mv::profile::Kind::kernel;
+  s.name = nullptr;
+  s.op = nullptr;
+  s.program = nullptr;
+  s.start_ns = 0;
+  s.end_ns = 1000;
+  mv::profile::Span c = s;
+  c.kind = mv::profile::Kind::collective;
+  const mv::profile::Report r = mv::profile::summarize({s, c});
+  EXPECT_EQ(r.overall.by_kind.at("kernel").count, 1u);
+  EXPECT_EQ(r.overall.by_name.at("").count, 1u);
+  EXPECT_EQ(r.overall.by_collective.at("").count, 1u);
+  EXPECT_TRUE(r.programs.empty());
+  EXPECT_FALSE(r.to_string().empty());
+  expect_runtime_usable();
+}
