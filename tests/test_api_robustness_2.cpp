@@ -172,3 +172,10 @@ TEST(ApiRobustness2, ProfileSummarizeNullNames) {
   EXPECT_FALSE(r.to_string().empty());
   expect_runtime_usable();
 }
+
+// copy_to_host into a null pointer wrote through it (segfault).
+TEST(ApiRobustness2, CopyToHostNull) {
+  expect_error([] { mv::arange(3).copy_to_host(nullptr, mv::DType::int32); }, "null pointer");
+  mv::zeros({0, 3}).copy_to_host(nullptr, mv::DType::float32);  // nothing to write: fine
+  expect_runtime_usable();
+}

@@ -150,6 +150,10 @@ void Array::copy_to_host(void* dst, DType expected) const {
                  : a.value.dtype == DType::uint32 ? "uint32_t"
                                                   : "int32_t") +
                 ">()");
+  if (!dst && shape_size(a.value.shape) > 0)
+    throw Error("copy_to_host: the destination is a null pointer; give room for " +
+                std::to_string(shape_size(a.value.shape)) + " elements of " +
+                std::string(dtype_name(a.value.dtype)) + " (or use to_host<T>())");
   if (const NamedSharding* n = a.value.sharding.named())
     for (const AxisType t : n->mesh().axis_types())
       if (t == AxisType::Manual)
