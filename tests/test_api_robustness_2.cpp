@@ -179,3 +179,29 @@ TEST(ApiRobustness2, CopyToHostNull) {
   mv::zeros({0, 3}).copy_to_host(nullptr, mv::DType::float32);  // nothing to write: fine
   expect_runtime_usable();
 }
+
+// A jit function calling itself while it is traced (recursion over shapes, as Python code under
+// jax.jit may) deadlocked on the function's own mutex; asking traces() inside did too.
+TEST(ApiRobustness2, JitRecursionDuringTrace) {
+  std::function<mv::Array(const mv::Array&)> self;
+  size_t traces_seen = 0;
+  const auto f = mv::jit([&](const mv::Array& x) -> mv::Array {
+    const int64_t n = x.shape()[0];
+    if (n == 1) return x * 2.0f + 1.0f;
+    return mv::concatenate({self(mv::slice(x, {0}, {n / 2})), self(mv::slice(x, {n / 2}, {n}))});
+  });
+  self = [&](const mv::Array& x) {
+    traces_seen = f.traces();
+    return f(x);
+  };
+  within(120, "a jit function calling itself in its trace", [&] {
+    EXPECT_EQ(f(mv::arange(8.0f)).to_host<float>(),
+              (std::vector<float>{1, 3, 5, 7, 9, 11, 13, 15}));
+    // The replay of that program, on new values.
+    EXPECT_EQ(f(mv::arange(8.0f) + 1.0f).to_host<float>(),
+              (std::vector<float>{3, 5, 7, 9, 11, 13, 15, 17}));
+  });
+  EXPECT_EQ(f.traces(), 1u);
+  EXPECT_EQ(traces_seen, 0u);
+  expect_runtime_usable();
+}
