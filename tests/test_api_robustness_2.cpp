@@ -205,3 +205,29 @@ TEST(ApiRobustness2, JitRecursionDuringTrace) {
   EXPECT_EQ(traces_seen, 0u);
   expect_runtime_usable();
 }
+
+// lax.slice with a step at least as long as the slice takes one element; a step near 2^63 made
+// the length (stop - start + step - 1) / step overflow to 0 elements: a wrong result.
+TEST(ApiRobustness2, SliceStepLongerThanTheSlice) {
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(mv::slice(mv::arange(4.0f), {0}, {4}, {huge}).to_host<float>(),
+            std::vector<float>{0.0f});
+  EXPECT_EQ(mv::slice(mv::arange(4.0f), {1}, {4}, {huge - 1}).to_host<float>(),
+            std::vector<float>{1.0f});
+  EXPECT_EQ(mv::slice(mv::arange(4.0f), {1}, {4}, {3}).to_host<float>(), std::vector<float>{1.0f});
+  EXPECT_EQ(mv::slice(mv::arange(4.0f), {1}, {1}, {huge}).shape(), (mv::Shape{0}));
+  // Split over 8 devices, and in two dimensions.
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const mv::Array x = mv::device_put(mv::arange(16.0f), mv::NamedSharding(mesh, P("x")));
+  EXPECT_EQ(mv::slice(x, {3}, {16}, {huge}).to_host<float>(), std::vector<float>{3.0f});
+  const mv::Array m = mv::arange(12.0f).reshape({3, 4});
+  EXPECT_EQ(mv::slice(m, {0, 1}, {3, 4}, {2, huge}).to_host<float>(),
+            (std::vector<float>{1.0f, 9.0f}));
+  // The gradient puts the cotangent back at that element.
+  const mv::Array g = mv::grad([&](const mv::Array& v) {
+    return mv::sum(mv::slice(v, {2}, {4}, {huge}));
+  })(mv::arange(4.0f));
+  EXPECT_EQ(g.to_host<float>(), (std::vector<float>{0, 0, 1, 0}));
+  expect_error([&] { mv::slice(mv::arange(4.0f), {0}, {4}, {0}); }, "must be positive");
+  expect_runtime_usable();
+}
