@@ -231,3 +231,111 @@ TEST(ApiRobustness2, SliceStepLongerThanTheSlice) {
   expect_error([&] { mv::slice(mv::arange(4.0f), {0}, {4}, {0}); }, "must be positive");
   expect_runtime_usable();
 }
+
+// softmax_cross_entropy with a label outside [0, classes): its one_hot row was all zeros, so the
+// example's label term was dropped and the loss looked fine. Now as optax's: negative labels
+// count from the end, others outside [-classes, classes) give NaN; float labels are an Error.
+TEST(ApiRobustness2, SoftmaxCrossEntropyLabels) {
+  const mv::Array logits = mv::array({1.f, 2.f, 3.f, 1.f, 0.f, -1.f}, {2, 3});
+  const float valid = scalar_value(mv::nn::softmax_cross_entropy(logits, mv::array({0, 2})));
+  // By hand: mean of -log_softmax at the label.
+  const auto lse = [](float a, float b, float c) {
+    return std::log(std::exp(a) + std::exp(b) + std::exp(c));
+  };
+  EXPECT_NEAR(valid, ((lse(1, 2, 3) - 1) + (lse(1, 0, -1) + 1)) / 2, 1e-5);
+  EXPECT_EQ(scalar_value(mv::nn::softmax_cross_entropy(logits, mv::array({-3, -1}))), valid);
+  EXPECT_TRUE(std::isnan(scalar_value(mv::nn::softmax_cross_entropy(logits, mv::array({0, 3})))));
+  EXPECT_TRUE(std::isnan(scalar_value(mv::nn::softmax_cross_entropy(logits, mv::array({-4, 0})))));
+  EXPECT_TRUE(
+      std::isnan(scalar_value(mv::nn::softmax_cross_entropy(logits, mv::array({INT32_MIN, 0})))));
+  expect_error(
+      [&] {
+        mv::nn::softmax_cross_entropy(logits, mv::array({0.f, 1.f}));
+      },
+      "int32 class indices");
+  // The gradient of valid labels is softmax - one_hot, over the batch.
+  const mv::Array g = mv::grad([](const mv::Array& z) {
+    return mv::nn::softmax_cross_entropy(z, mv::array({0, 2}));
+  })(logits);
+  const std::vector<float> gh = g.to_host<float>();
+  const float e = std::exp(1.f) + std::exp(2.f) + std::exp(3.f);
+  EXPECT_NEAR(gh[0], (std::exp(1.f) / e - 1) / 2, 1e-6);
+  EXPECT_NEAR(gh[2], std::exp(3.f) / e / 2, 1e-6);
+  // Under jit, sharded over the batch.
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const mv::Array z = mv::device_put(mv::zeros({8, 4}), mv::NamedSharding(mesh, P("x")));
+  const mv::Array labels =
+      mv::device_put(mv::array({0, 1, 2, 3, 0, 1, 2, 4}), mv::NamedSharding(mesh, P("x")));
+  const auto loss = mv::jit(
+      [](const mv::Array& a, const mv::Array& l) { return mv::nn::softmax_cross_entropy(a, l); });
+  EXPECT_TRUE(std::isnan(scalar_value(loss(z, labels))));
+  EXPECT_NEAR(scalar_value(loss(z, mv::device_put(mv::array({0, 1, 2, 3, 0, 1, 2, 3}),
+                                                  mv::NamedSharding(mesh, P("x"))))),
+              std::log(4.0f), 1e-6);
+  expect_runtime_usable();
+}
+
+// sgd / adam with gradients (or a state) shaped unlike the params broadcast them silently: a
+// bias (2,) updated by a (3, 2) gradient came back (3, 2); a gradient for a name the params lack
+// was ignored. adam with b1 = 1 or a negative step gave NaN parameters.
+TEST(ApiRobustness2, OptimizersCheckTheirInputs) {
+  const mv::Params p{{"w", mv::ones({2, 2})}, {"b", mv::ones({2})}};
+  expect_error(
+      [&] {
+        mv::nn::sgd(p, {{"w", mv::ones({2, 2})}, {"b", mv::ones({3, 2})}}, 0.1f);
+      },
+      "grads['b'] has shape (3, 2) but the parameter has (2,)");
+  expect_error(
+      [&] {
+        mv::nn::sgd(p, {{"w", mv::ones({2})}, {"b", mv::ones({2})}}, 0.1f);
+      },
+      "grads['w']");
+  expect_error(
+      [&] {
+        mv::nn::sgd(p, {{"w", mv::ones({2, 2})}, {"b", mv::ones({2})}, {"c", mv::ones({2})}}, 0.1f);
+      },
+      "'c' that the params lack");
+  // Right: every parameter keeps its shape.
+  const mv::Params q = mv::nn::sgd(p, p, 0.5f);
+  EXPECT_EQ(q.at("b").to_host<float>(), (std::vector<float>{0.5f, 0.5f}));
+
+  mv::nn::AdamState state = mv::nn::adam_init(p);
+  expect_error(
+      [&] {
+        mv::nn::adam(p, {{"w", mv::ones({2})}, {"b", mv::ones({2})}}, state, 0.1f);
+      },
+      "grads['w']");
+  mv::nn::AdamState other = mv::nn::adam_init({{"w", mv::ones({2})}, {"b", mv::ones({2})}});
+  expect_error([&] { mv::nn::adam(p, p, other, 0.1f); }, "state's m");
+  expect_error([&] { mv::nn::adam(p, p, state, 0.1f, 1.0f); }, "b1 and b2 in [0, 1)");
+  expect_error([&] { mv::nn::adam(p, p, state, 0.1f, 0.9f, -0.5f); }, "b1 and b2 in [0, 1)");
+  expect_error([&] { mv::nn::adam(p, p, state, 0.1f, 0.9f, 0.999f, std::nanf("")); }, "eps");
+  mv::nn::AdamState bad = mv::nn::adam_init(p);
+  bad.step = -1;
+  expect_error([&] { mv::nn::adam(p, p, bad, 0.1f); }, "state.step = -1");
+  bad.step = std::numeric_limits<int>::max();
+  expect_error([&] { mv::nn::adam(p, p, bad, 0.1f); }, "state.step");
+  // The failed steps left the state alone; a good one runs from step 0 (optax's first update is
+  // -lr * sign(g) at the defaults).
+  EXPECT_EQ(state.step, 0);
+  const mv::Params r = mv::nn::adam(p, p, state, 0.1f);
+  EXPECT_EQ(state.step, 1);
+  EXPECT_NEAR(r.at("b").to_host<float>()[0], 0.9f, 1e-6);
+  expect_runtime_usable();
+}
+
+// init_mlp with a layer of size 0 was an Error from uniform about minval=-inf (the bound
+// 1/sqrt(0)); mlp of params without layers gave x back, and stopped silently at a gap.
+TEST(ApiRobustness2, MlpSizesAndLayers) {
+  expect_error([] { mv::nn::init_mlp({0, 3}, 0); }, "sizes[0] = 0");
+  expect_error([] { mv::nn::init_mlp({4, -2}, 0); }, "sizes[1] = -2");
+  const mv::Array x = mv::ones({2, 3});
+  expect_error([&] { mv::nn::mlp({}, x); }, "no layers.0.weight");
+  expect_error([&] { mv::nn::mlp({{"weight", mv::ones({2, 3})}}, x); }, "no layers.0.weight");
+  mv::Params gap = mv::nn::init_mlp({3, 4, 4, 2}, 0);
+  gap.erase("layers.1.weight");
+  gap.erase("layers.1.bias");
+  expect_error([&] { mv::nn::mlp(gap, x); }, "layers.2.bias but the layers end at layers.0");
+  EXPECT_EQ(mv::nn::mlp(mv::nn::init_mlp({3, 4, 2}, 0), x).shape(), (mv::Shape{2, 2}));
+  expect_runtime_usable();
+}
