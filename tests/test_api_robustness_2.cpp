@@ -339,3 +339,50 @@ TEST(ApiRobustness2, MlpSizesAndLayers) {
   EXPECT_EQ(mv::nn::mlp(mv::nn::init_mlp({3, 4, 2}, 0), x).shape(), (mv::Shape{2, 2}));
   expect_runtime_usable();
 }
+
+// make_array_from_process_local_data with a sharding over devices that do not exist said the
+// sharding "places nothing on process 0's devices"; it names the device now, as device_put does.
+// process_allgather inside shard_map read one device's piece as if it were the array.
+TEST(ApiRobustness2, DistributedInputsOneProcess) {
+  const std::vector<float> data(16, 1.0f);
+  const mv::Mesh elsewhere({4}, {"x"}, {}, {100, 101, 102, 103});
+  expect_error(
+      [&] {
+        mv::make_array_from_process_local_data(mv::NamedSharding(elsewhere, P("x")), data, {16},
+                                               {16});
+      },
+      "uses device 100, but the runtime has devices 0..7");
+  expect_error(
+      [&] {
+        mv::make_array_from_process_local_data(mv::SingleDeviceSharding(99), data, {16}, {16});
+      },
+      "uses device 99");
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  expect_error(
+      [&] {
+        mv::shard_map(
+            [](const mv::Array& v) {
+              mv::multihost::process_allgather(v);
+              return v;
+            },
+            mesh, {P("x")}, P("x"))(mv::ones({8}));
+      },
+      "per-device value inside shard_map");
+  const mv::Array a =
+      mv::make_array_from_process_local_data(mv::NamedSharding(mesh, P("x")), data, {16}, {16});
+  EXPECT_EQ(mv::multihost::process_allgather(a), data);
+  expect_runtime_usable();
+}
+
+// A refused distributed::initialize (num_processes or process_id that Open MPI contradicts)
+// left is_initialized() true; the group is kept only once the arguments agree.
+TEST(ApiRobustness2, RefusedInitializeLeavesNothingInitialized) {
+  ASSERT_FALSE(mv::distributed::is_initialized());
+  expect_error([] { mv::distributed::initialize({.num_processes = 2}); }, "num_processes = 2");
+  EXPECT_FALSE(mv::distributed::is_initialized());
+  expect_error([] { mv::distributed::initialize({.process_id = 1}); }, "process_id = 1");
+  EXPECT_FALSE(mv::distributed::is_initialized());
+  EXPECT_EQ(mv::process_count(), 1);
+  EXPECT_EQ(mv::process_index(), 0);
+  expect_runtime_usable();
+}
