@@ -386,3 +386,23 @@ TEST(ApiRobustness2, RefusedInitializeLeavesNothingInitialized) {
   EXPECT_EQ(mv::process_index(), 0);
   expect_runtime_usable();
 }
+
+// Mesh::coords outside the mesh returned some device's coordinates; make_mesh of sizes past the
+// 2^20-device limit suggested starting a Runtime with that many devices.
+TEST(ApiRobustness2, MeshPositionsAndLimits) {
+  const mv::Mesh mesh({2, 4}, {"x", "y"});
+  EXPECT_EQ(mesh.coords(7), (std::vector<int>{1, 3}));
+  expect_error([&] { mesh.coords(8); }, "valid positions are 0..7");
+  expect_error([&] { mesh.coords(-1); }, "position -1");
+  try {
+    mv::make_mesh({2, 4, 65536, 65536}, {"a", "b", "c", "d"});
+    ADD_FAILURE() << "no error";
+  } catch (const mv::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the most a mesh may have"), std::string::npos) << what;
+    EXPECT_EQ(what.find("num_devices = 34359738368"), std::string::npos) << what;
+  }
+  expect_error([] { mv::make_mesh({0, 8}, {"a", "b"}); }, "at least 1");
+  EXPECT_EQ(mv::make_mesh({2, 4}, {"a", "b"}).size(), 8);
+  expect_runtime_usable();
+}
