@@ -406,3 +406,29 @@ TEST(ApiRobustness2, MeshPositionsAndLimits) {
   EXPECT_EQ(mv::make_mesh({2, 4}, {"a", "b"}).size(), 8);
   expect_runtime_usable();
 }
+
+// VisualizeOptions::min_width = 2^30 made every cell a GiB wide: the picture ran the machine out
+// of memory. Widths are bounded as the CLI's --min-width / --max-width are (0 / 1 to 10000).
+TEST(ApiRobustness2, VisualizeWidthsAreBounded) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const mv::Sharding sharding = mv::NamedSharding(mesh, P("x", "y"));
+  expect_error(
+      [&] {
+        mv::visualize_sharding({8, 8}, sharding, {.min_width = 10001});
+      },
+      "min_width 10001 is out of range; use 0 to 10000");
+  expect_error(
+      [&] {
+        mv::visualize_sharding({8, 8}, sharding, {.max_width = 10001});
+      },
+      "max_width 10001 is out of range; use 1 to 10000");
+  expect_error(
+      [&] {
+        mv::visualize_sharding({8, 8}, sharding, {.min_width = -1});
+      },
+      "min_width -1");
+  const std::string wide =
+      mv::visualize_sharding({8, 8}, sharding, {.use_color = false, .min_width = 20});
+  EXPECT_NE(wide.find("CPU 7"), std::string::npos) << wide;
+  expect_runtime_usable();
+}
