@@ -432,3 +432,42 @@ TEST(ApiRobustness2, VisualizeWidthsAreBounded) {
   EXPECT_NE(wide.find("CPU 7"), std::string::npos) << wide;
   expect_runtime_usable();
 }
+
+// An enum value cast from an integer: zeros(shape, DType(7)) made an array printed as
+// "unknown", astype / one_hot to it failed with an internal kernel compile error, and
+// take(..., TakeMode(9)) was taken as fill.
+TEST(ApiRobustness2, EnumValuesAreChecked) {
+  const auto bad = static_cast<mv::DType>(7);
+  expect_error([&] { mv::zeros({2}, bad); }, "zeros: DType(7) is not a dtype");
+  expect_error([&] { mv::ones({2}, bad); }, "ones: DType(7)");
+  expect_error([&] { mv::zeros({8}, bad, mv::NamedSharding(mv::make_mesh({8}, {"x"}), P("x"))); },
+               "DType(7)");
+  expect_error([&] { mv::astype(mv::zeros({2}), bad); }, "astype: DType(7) is not a dtype");
+  expect_error([&] { mv::arange(2.0f).astype(bad); }, "astype");
+  expect_error([&] { mv::one_hot(mv::array({0, 1}), 2, bad); }, "one_hot: DType(7)");
+  expect_error([&] { mv::take(mv::arange(4.0f), mv::array({9}), 0, static_cast<mv::TakeMode>(9)); },
+               "TakeMode(9) is not a mode");
+  EXPECT_EQ(mv::take(mv::arange(4.0f), mv::array({9}), 0, mv::TakeMode::clip).to_host<float>(),
+            std::vector<float>{3.0f});
+  expect_runtime_usable();
+}
+
+// x.sum(axis) with an axis wider than int (int64_t{1} << 32, or INT64_MAX) cast it to int:
+// 2^32 became axis 0 and INT64_MAX axis -1, silently reducing another dimension.
+TEST(ApiRobustness2, WideAxesAreNotWrapped) {
+  const mv::Array x = mv::arange(6.0f).reshape({2, 3});
+  const int64_t wraps_to_0 = int64_t{1} << 32;
+  expect_error([&] { x.sum(wraps_to_0); },
+               "sum: axis 4294967296 is out of range for an array of rank 2");
+  expect_error([&] { mv::sum(x, std::numeric_limits<int64_t>::max()); },
+               "axis 9223372036854775807");
+  expect_error([&] { mv::max(x, std::numeric_limits<int64_t>::min(), true); },
+               "max: axis -9223372036854775808");
+  expect_error([&] { x.mean(size_t{1} << 32); }, "mean: axis 4294967296");
+  expect_error([&] { x.transpose(int64_t{1}, wraps_to_0); }, "transpose: axis 4294967296");
+  // In range, any integer type is fine.
+  EXPECT_EQ(x.sum(int64_t{-1}).to_host<float>(), (std::vector<float>{3.0f, 12.0f}));
+  EXPECT_EQ(mv::min(x, size_t{0}).to_host<float>(), (std::vector<float>{0.0f, 1.0f, 2.0f}));
+  EXPECT_EQ(x.transpose(int64_t{1}, uint8_t{0}).shape(), (mv::Shape{3, 2}));
+  expect_runtime_usable();
+}
