@@ -471,3 +471,28 @@ TEST(ApiRobustness2, WideAxesAreNotWrapped) {
   EXPECT_EQ(x.transpose(int64_t{1}, uint8_t{0}).shape(), (mv::Shape{3, 2}));
   expect_runtime_usable();
 }
+
+// jit of a function of 8 or more Array arguments threw "the function cannot be called with 8
+// Array arguments" at the call (the type-erased path tries arities 0 to 7 only).
+TEST(ApiRobustness2, JitOfManyArrayArguments) {
+  const auto eight =
+      mv::jit([](const mv::Array& a, const mv::Array& b, const mv::Array& c, const mv::Array& d,
+                 const mv::Array& e, const mv::Array& f, const mv::Array& g, const mv::Array& h) {
+        return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h;
+      });
+  const mv::Array one = mv::ones({2});
+  EXPECT_EQ(eight(one, one, one, one, one, one, one, one).to_host<float>(),
+            (std::vector<float>{36, 36}));
+  EXPECT_EQ(eight(one, one, one, one, one, one, one, one + 1).to_host<float>(),
+            (std::vector<float>{44, 44}));
+  EXPECT_EQ(eight.traces(), 1u);
+  EXPECT_NE(eight.program_text(one, one, one, one, one, one, one, one).find("in7"),
+            std::string::npos);
+  const auto many = mv::jit([](const mv::Array& x0, const auto&... xs) { return (x0 + ... + xs); });
+  EXPECT_EQ(many(one, one, one).to_host<float>(), (std::vector<float>{3, 3}));
+  EXPECT_EQ(many(one, one, one, one, one, one, one, one, one, one, one, one, one, one, one, one,
+                 one, one, one, one)
+                .to_host<float>(),
+            (std::vector<float>{20, 20}));
+  expect_runtime_usable();
+}
