@@ -6,6 +6,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,7 +17,21 @@ namespace meshvk {
 
 namespace detail {
 struct ArrayImpl;
+[[noreturn]] void axis_out_of_range(const char* op, const std::string& axis, size_t ndim);
+// One integer axis as the int the ops take: a wider one past int's range (x.sum(int64_t{1} <<
+// 32)) is an Error, not a wrapped axis that names another dimension.
+template <std::integral I>
+int int_axis(I axis, const char* op, size_t ndim) {
+  if constexpr (std::is_signed_v<I>) {
+    if (static_cast<long long>(axis) < INT32_MIN || static_cast<long long>(axis) > INT32_MAX)
+      axis_out_of_range(op, std::to_string(static_cast<long long>(axis)), ndim);
+  } else {
+    if (static_cast<unsigned long long>(axis) > INT32_MAX)
+      axis_out_of_range(op, std::to_string(static_cast<unsigned long long>(axis)), ndim);
+  }
+  return static_cast<int>(axis);
 }
+}  // namespace detail
 struct Shard;
 
 // An immutable float32 or int32 array whose pieces live on virtual devices, laid out by a
@@ -70,27 +85,27 @@ class Array {
   // deduces no template argument) and only a plain integer picks this one.
   template <std::integral I>
   Array sum(I axis, bool keepdims = false) const {
-    return sum(std::vector<int>{static_cast<int>(axis)}, keepdims);
+    return sum(std::vector<int>{detail::int_axis(axis, "sum", ndim())}, keepdims);
   }
   template <std::integral I>
   Array mean(I axis, bool keepdims = false) const {
-    return mean(std::vector<int>{static_cast<int>(axis)}, keepdims);
+    return mean(std::vector<int>{detail::int_axis(axis, "mean", ndim())}, keepdims);
   }
   template <std::integral I>
   Array var(I axis, bool keepdims = false) const {
-    return var(std::vector<int>{static_cast<int>(axis)}, keepdims);
+    return var(std::vector<int>{detail::int_axis(axis, "var", ndim())}, keepdims);
   }
   template <std::integral I>
   Array std(I axis, bool keepdims = false) const {
-    return std(std::vector<int>{static_cast<int>(axis)}, keepdims);
+    return std(std::vector<int>{detail::int_axis(axis, "std", ndim())}, keepdims);
   }
   template <std::integral I>
   Array max(I axis, bool keepdims = false) const {
-    return max(std::vector<int>{static_cast<int>(axis)}, keepdims);
+    return max(std::vector<int>{detail::int_axis(axis, "max", ndim())}, keepdims);
   }
   template <std::integral I>
   Array min(I axis, bool keepdims = false) const {
-    return min(std::vector<int>{static_cast<int>(axis)}, keepdims);
+    return min(std::vector<int>{detail::int_axis(axis, "min", ndim())}, keepdims);
   }
   // Index of the first maximum / minimum: of the flattened array without an axis, as in JAX.
   Array argmax() const;
@@ -103,7 +118,7 @@ class Array {
   template <std::integral... I>
     requires(sizeof...(I) > 0)
   Array transpose(I... axes) const {
-    return transpose(std::vector<int>{static_cast<int>(axes)...});
+    return transpose(std::vector<int>{detail::int_axis(axes, "transpose", ndim())...});
   }
   Array astype(DType dtype) const;
   // x.flatten() / x.ravel(): the values as one dimension, in row-major order.

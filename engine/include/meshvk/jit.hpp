@@ -172,11 +172,13 @@ class Jitted {
   }
   [[noreturn]] static void throw_arity(size_t n);
 
-  // Arrays in, an Array or a vector of them out: the type-erased JitFunction alone.
+  // Arrays in, an Array or a vector of them out: the type-erased JitFunction alone. It calls f
+  // with fewer than max_arity Arrays; more go through the structured path, which calls f with
+  // any number (8 Array arguments were an Error saying f "cannot be called" with them).
   template <class... A>
   static constexpr bool fn_path() {
     using R = std::invoke_result_t<const F&, const A&...>;
-    return std::is_same_v<R, Array> || std::is_same_v<R, std::vector<Array>>;
+    return sizeof...(A) < max_arity && (std::is_same_v<R, Array> || std::is_same_v<R, std::vector<Array>>);
   }
 
   // Functions with static arguments or structured arguments and results: one JitFunction per

@@ -30,7 +30,8 @@ class Mesh {
   int axis_position(std::string_view name) const;  // throws Error naming the valid axes
   int axis_size(std::string_view name) const;
   AxisType axis_type(std::string_view name) const;
-  // Mesh coordinates of the device at flattened position `position` (0 <= position < size()).
+  // Mesh coordinates of the device at flattened position `position` (0 <= position < size(),
+  // else Error).
   std::vector<int> coords(int position) const;
   // Flattened position of `device_id` in this mesh, or -1 when the mesh does not hold it.
   int position_of(int device_id) const;

@@ -19,14 +19,18 @@ Params init_mlp(const std::vector<int>& sizes, uint32_t seed);
 Array mlp(const Params& params, const Array& x);
 
 Array mse_loss(const Array& prediction, const Array& target);
-// Mean softmax cross-entropy of logits [batch, classes] against int32 labels [batch].
+// Mean softmax cross-entropy of logits [batch, classes] against int32 labels [batch], as optax's
+// softmax_cross_entropy_with_integer_labels: a negative label counts from the end (-1 is the
+// last class), and a label outside [-classes, classes) makes the loss NaN.
 Array softmax_cross_entropy(const Array& logits, const Array& labels);
 Array log_softmax(const Array& logits, int axis = -1);
 
-// optax.sgd: p - lr * g for every parameter (each keeps its sharding).
+// optax.sgd: p - lr * g for every parameter (each keeps its sharding). grads has the params'
+// names and shapes (an Error names the first that differs).
 Params sgd(const Params& params, const Params& grads, float lr);
 
-// optax.adam with its defaults.
+// optax.adam with its defaults. grads and the state have the params' names and shapes; b1 and b2
+// lie in [0, 1) and eps is finite and >= 0. A step that throws leaves the state unchanged.
 struct AdamState {
   Params m, v;
   int step = 0;

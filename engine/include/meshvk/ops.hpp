@@ -186,27 +186,27 @@ Array min(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
 // braced list still means a list of axes: sum(x, {}) reduces all axes, sum(x, {0}) axis 0.
 template <std::integral I>
 Array sum(const Array& x, I axis, bool keepdims = false) {
-  return sum(x, std::vector<int>{static_cast<int>(axis)}, keepdims);
+  return sum(x, std::vector<int>{detail::int_axis(axis, "sum", x.ndim())}, keepdims);
 }
 template <std::integral I>
 Array mean(const Array& x, I axis, bool keepdims = false) {
-  return mean(x, std::vector<int>{static_cast<int>(axis)}, keepdims);
+  return mean(x, std::vector<int>{detail::int_axis(axis, "mean", x.ndim())}, keepdims);
 }
 template <std::integral I>
 Array var(const Array& x, I axis, bool keepdims = false) {
-  return var(x, std::vector<int>{static_cast<int>(axis)}, keepdims);
+  return var(x, std::vector<int>{detail::int_axis(axis, "var", x.ndim())}, keepdims);
 }
 template <std::integral I>
 Array std(const Array& x, I axis, bool keepdims = false) {
-  return std(x, std::vector<int>{static_cast<int>(axis)}, keepdims);
+  return std(x, std::vector<int>{detail::int_axis(axis, "std", x.ndim())}, keepdims);
 }
 template <std::integral I>
 Array max(const Array& x, I axis, bool keepdims = false) {
-  return max(x, std::vector<int>{static_cast<int>(axis)}, keepdims);
+  return max(x, std::vector<int>{detail::int_axis(axis, "max", x.ndim())}, keepdims);
 }
 template <std::integral I>
 Array min(const Array& x, I axis, bool keepdims = false) {
-  return min(x, std::vector<int>{static_cast<int>(axis)}, keepdims);
+  return min(x, std::vector<int>{detail::int_axis(axis, "min", x.ndim())}, keepdims);
 }
 // Index of the first maximum / minimum along `axis` (int32); without an axis, of the flattened
 // array (jnp.argmax's axis=None).

@@ -62,8 +62,9 @@ struct Flow {
 using Event = std::variant<Span, Flow>;
 
 struct Options {
-  // Events the ring buffer holds (rounded up to a power of two); when it is full the oldest are
-  // overwritten, and counted in Counters::dropped_events.
+  // Events the ring buffer holds (rounded up to a power of two), 1 to 2^32 (start() throws Error
+  // otherwise); when it is full the oldest are overwritten, and counted in
+  // Counters::dropped_events.
   size_t capacity = size_t{1} << 20;
   // Where stop() and the destruction of a Runtime write the Chrome trace; empty: MESHVK_TRACE,
   // or nowhere when that is not set.

@@ -12,9 +12,10 @@ class RuntimeState;
 }
 
 struct RuntimeOptions {
-  // Virtual devices to split the adapter into; 0 means MESHVK_NUM_DEVICES or else 8. Under
-  // mpirun (meshvk/distributed.hpp) it is each process's count: the mesh has that many times
-  // the number of processes.
+  // Virtual devices to split the adapter into (1 to 64); 0 means 8. MESHVK_NUM_DEVICES, when
+  // set, overrides it (so `mpirun -x MESHVK_NUM_DEVICES=4` runs a program written for 8, and
+  // ctest's 8 devices apply to a test's own Runtime). Under mpirun (meshvk/distributed.hpp) it
+  // is each process's count: the mesh has that many times the number of processes.
   int num_devices = 0;
   // Adapter index or a substring of its name; empty means the first discrete or integrated GPU,
   // else lavapipe. MESHVK_ADAPTER overrides it.

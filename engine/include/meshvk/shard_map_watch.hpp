@@ -24,8 +24,9 @@ class ShardMapWatch {
  public:
   using Callback = std::function<void(const std::string& program_text)>;
   // From now until the watch is destroyed, each shard_map call that returns on this thread
-  // passes its program text to `callback` (on this thread). Watches nest: the innermost gets
-  // the calls.
+  // passes its program text to `callback` (on this thread); an empty callback is an Error.
+  // Watches nest: the innermost gets the calls, and they may be destroyed in any order (on the
+  // thread that made them).
   explicit ShardMapWatch(Callback callback);
   ~ShardMapWatch();
   ShardMapWatch(const ShardMapWatch&) = delete;

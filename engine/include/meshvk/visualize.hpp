@@ -13,9 +13,9 @@ struct VisualizeOptions {
   // 24-bit ANSI colours as JAX prints them; unset means MESHVK_COLOR=0|1, else on when stdout
   // is a terminal (under mpirun, where it is Open MPI's pseudo-terminal, off).
   std::optional<bool> use_color;
-  double scale = 1.0;
-  int min_width = 9;
-  int max_width = 80;
+  double scale = 1.0;  // 0 to 1000
+  int min_width = 9;   // 0 to 10000 columns per cell
+  int max_width = 80;  // 1 to 10000
 };
 
 // The text jax.debug.visualize_array_sharding prints for an array of `shape` laid out by

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "graph/array_impl.hpp"
+#include "graph/dtype_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
@@ -150,6 +151,10 @@ void Array::copy_to_host(void* dst, DType expected) const {
                  : a.value.dtype == DType::uint32 ? "uint32_t"
                                                   : "int32_t") +
                 ">()");
+  if (!dst && shape_size(a.value.shape) > 0)
+    throw Error("copy_to_host: the destination is a null pointer; give room for " +
+                std::to_string(shape_size(a.value.shape)) + " elements of " +
+                std::string(dtype_name(a.value.dtype)) + " (or use to_host<T>())");
   if (const NamedSharding* n = a.value.sharding.named())
     for (const AxisType t : n->mesh().axis_types())
       if (t == AxisType::Manual)
@@ -296,9 +301,11 @@ Array arange(int32_t start, int32_t stop, int32_t step) { return ranged(start, s
 Array arange(float stop) { return ranged(0, stop, 1, DType::float32); }
 Array arange(float start, float stop, float step) { return ranged(start, stop, step, DType::float32); }
 Array zeros(Shape shape, DType dtype) {
+  detail::check_dtype("zeros", dtype);
   return filled("zeros", std::move(shape), dtype, 0);
 }
 Array ones(Shape shape, DType dtype) {
+  detail::check_dtype("ones", dtype);
   return filled("ones", std::move(shape), dtype,
                 dtype == DType::float32 ? bits(1.0f) : bits(int32_t{1}));
 }
@@ -309,6 +316,7 @@ Array full(Shape shape, int32_t value) {
   return filled("full", std::move(shape), DType::int32, bits(value));
 }
 Array zeros(Shape shape, DType dtype, const Sharding& sharding) {
+  detail::check_dtype("zeros", dtype);
   checked_size(shape, "zeros");
   sharding.check_shape(shape);
   auto rt = current_state();

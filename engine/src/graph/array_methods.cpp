@@ -1,9 +1,20 @@
 // jax.Array's methods (x.sum(), x.T(), x.astype(...)): each is the function of ops.hpp of the
 // same name, so tracing, sharding propagation and autodiff see exactly that op.
 #include "meshvk/array.hpp"
+
+#include <string>
+
+#include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 
 namespace meshvk {
+
+void detail::axis_out_of_range(const char* op, const std::string& axis, size_t ndim) {
+  const int n = static_cast<int>(ndim);
+  throw Error(std::string(op) + ": axis " + axis + " is out of range for an array of rank " +
+              std::to_string(n) + "; valid axes are " + std::to_string(-n) + ".." +
+              std::to_string(n - 1));
+}
 
 Array Array::sum(std::vector<int> axes, bool keepdims) const {
   return meshvk::sum(*this, std::move(axes), keepdims);

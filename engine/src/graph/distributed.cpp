@@ -65,6 +65,8 @@ Array make_array_from_process_local_data(const Sharding& sharding,
   const int64_t global_size = checked_size(global_shape, "make_array_from_process_local_data");
   sharding.check_shape(global_shape);
   const auto rt = Runtime::current().state();
+  // First, so a device no process has is named as such (not as "nothing on this process").
+  exec::check_devices(*rt, sharding);
   // This process's part: the smallest box holding every piece of its devices.
   Index box;
   bool any = false;
@@ -107,6 +109,12 @@ std::vector<float> process_allgather(const Array& x) {
   const auto& a = *x.impl();
   if (a.runtime->capture())
     throw Error("process_allgather: values cannot be read while jit traces a function");
+  // As to_host: inside shard_map a value is one device's piece, not the global array.
+  if (const NamedSharding* n = a.value.sharding.named())
+    for (const AxisType t : n->mesh().axis_types())
+      if (t == AxisType::Manual)
+        throw Error("process_allgather: this is a per-device value inside shard_map; return it "
+                    "through the out_specs and gather the result");
   std::vector<float> out(static_cast<size_t>(x.size()));
   std::lock_guard lock(a.runtime->mutex());
   exec::download(*a.runtime, detail::materialized(x), out.data(), true);

@@ -7,6 +7,16 @@
 
 namespace meshvk::detail {
 
+// A DType given by the caller is one of the four: DType(7), cast from an integer, made arrays
+// printed as "unknown" and kernels that did not compile.
+inline void check_dtype(const char* op, DType dtype) {
+  if (dtype == DType::float32 || dtype == DType::int32 || dtype == DType::bool_ ||
+      dtype == DType::uint32)
+    return;
+  throw Error(std::string(op) + ": DType(" + std::to_string(static_cast<int>(dtype)) +
+              ") is not a dtype; use DType::float32, DType::int32, DType::bool_ or DType::uint32");
+}
+
 inline void reject_uint32(const char* op, const Array& x) {
   if (!x.valid() || x.dtype() != DType::uint32) return;
   throw Error(std::string(op) + ": " + type_of(x) +

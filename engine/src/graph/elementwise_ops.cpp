@@ -633,6 +633,7 @@ Array reciprocal(const Array& x) {
 }
 Array logical_not(const Array& x) { return elementwise("logical_not", EwOp::logical_not, {x}, DType::bool_, DType::bool_); }
 Array astype(const Array& x, DType dtype) {
+  detail::check_dtype("astype", dtype);
   if (x.dtype() == dtype) return x;
   const Array y = elementwise("astype", EwOp::cast, {x}, x.dtype(), dtype);
   if (x.dtype() != DType::float32 || dtype != DType::float32) return y;

@@ -107,7 +107,10 @@ struct Compiled {
 struct JitFunction::State {
   JitBody body;
   JitOptions options;
-  std::mutex mutex;
+  // Recursive: the function may call itself while it is traced (recursion over shapes, as a
+  // Python function under jax.jit may; the inner call runs inline), or ask traces() and
+  // cache_size(); a plain mutex would deadlock that thread.
+  std::recursive_mutex mutex;
   std::map<std::string, Compiled> cache;
   size_t traces = 0;
 

@@ -1,6 +1,9 @@
 #include "meshvk/nn.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
 
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -17,6 +20,10 @@ Array linear(const Array& x, const Array& weight, const Array& bias) {
 
 Params init_mlp(const std::vector<int>& sizes, uint32_t seed) {
   if (sizes.size() < 2) throw Error("init_mlp: give at least an input and an output size");
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] < 1)  // 0 would make the init bound 1/sqrt(0) infinite
+      throw Error("init_mlp: sizes[" + std::to_string(i) + "] = " + std::to_string(sizes[i]) +
+                  "; every layer size must be at least 1");
   Params p;
   Array key = random_key(seed);
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
@@ -38,12 +45,30 @@ void require_names(const char* op, const Params& params, const Params& other, co
       throw Error(std::string(op) + ": " + what + " has no entry '" + name +
                   "'; give one for every parameter (the same names as the params)");
 }
+
+// What updates a parameter must have its shape: p - lr * g would otherwise broadcast and give
+// the parameter a new shape (or quietly apply one gradient row to every row). A name the
+// params lack is a gradient for nothing, most likely of another model.
+void require_like(const char* op, const Params& params, const Params& other, const char* what) {
+  require_names(op, params, other, what);
+  for (const auto& [name, g] : other) {
+    const auto p = params.find(name);
+    if (p == params.end())
+      throw Error(std::string(op) + ": " + what + " has an entry '" + name +
+                  "' that the params lack; give the same names as the params");
+    if (g.shape() != p->second.shape())
+      throw Error(std::string(op) + ": " + what + "['" + name + "'] has shape " +
+                  shape_to_string(g.shape()) + " but the parameter has " +
+                  shape_to_string(p->second.shape()) + "; give it the parameter's shape");
+  }
+}
 }  // namespace
 
 Array mlp(const Params& params, const Array& x) {
   Array h = x;
-  for (size_t i = 0;; ++i) {
-    const std::string name = "layers." + std::to_string(i);
+  size_t layers = 0;
+  for (;; ++layers) {
+    const std::string name = "layers." + std::to_string(layers);
     const auto w = params.find(name + ".weight");
     if (w == params.end()) break;
     const auto b = params.find(name + ".bias");
@@ -51,6 +76,20 @@ Array mlp(const Params& params, const Array& x) {
       throw Error("mlp: params have " + name + ".weight but no " + name + ".bias");
     h = maximum(linear(h, w->second, b->second), 0.0f);
   }
+  // No layer at all, or a layer after a gap (layers.2 without layers.1), would otherwise give x
+  // back, or stop early, without a word.
+  if (layers == 0)
+    throw Error("mlp: params have no layers.0.weight; give params as init_mlp makes them "
+                "(layers.{i}.weight [out, in] and layers.{i}.bias [out])");
+  for (const auto& [name, p] : params)
+    if (name.rfind("layers.", 0) == 0) {
+      const size_t dot = name.find('.', 7);
+      const std::string index = name.substr(7, dot == std::string::npos ? std::string::npos : dot - 7);
+      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos ||
+          index.size() > 9 || std::stoul(index) >= layers)
+        throw Error("mlp: params have " + name + " but the layers end at layers." +
+                    std::to_string(layers - 1) + "; number the layers 0, 1, 2, ... without gaps");
+    }
   return h;
 }
 
@@ -65,11 +104,23 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels) {
   if (logits.ndim() != 2 || labels.ndim() != 1 || labels.shape()[0] != logits.shape()[0])
     throw Error("softmax_cross_entropy: logits " + shape_to_string(logits.shape()) + " and labels " +
                 shape_to_string(labels.shape()) + " must be [batch, classes] and [batch]");
-  return -mean(sum(log_softmax(logits) * one_hot(labels, static_cast<int>(logits.shape()[1])), {1}));
+  if (labels.dtype() != DType::int32)
+    throw Error("softmax_cross_entropy: labels are " + type_of(labels) +
+                "; give int32 class indices (astype(labels, DType::int32))");
+  if (logits.shape()[1] > INT32_MAX)
+    throw Error("softmax_cross_entropy: " + std::to_string(logits.shape()[1]) +
+                " classes; int32 labels index at most 2^31 - 1");
+  const int classes = static_cast<int>(logits.shape()[1]);
+  // As optax's softmax_cross_entropy_with_integer_labels (jnp.take_along_axis, mode fill): a
+  // negative label counts from the end, and one outside [-classes, classes) makes the loss NaN
+  // rather than quietly dropping the example's label term (one_hot of it is all zeros).
+  const Array index = where(labels < 0, labels + classes, labels);
+  const Array per_example = -sum(log_softmax(logits) * one_hot(index, classes), {1});
+  return mean(where((index >= 0) & (index < classes), per_example, std::nanf("")));
 }
 
 Params sgd(const Params& params, const Params& grads, float lr) {
-  require_names("sgd", params, grads, "grads");
+  require_like("sgd", params, grads, "grads");
   Params out;
   for (const auto& [name, p] : params) out.emplace(name, p - lr * grads.at(name));
   return out;
@@ -85,9 +136,17 @@ AdamState adam_init(const Params& params) {
 }
 
 Params adam(const Params& params, const Params& grads, AdamState& state, float lr, float b1, float b2, float eps) {
-  require_names("adam", params, grads, "grads");
-  require_names("adam", params, state.m, "the state (from adam_init)");
-  require_names("adam", params, state.v, "the state (from adam_init)");
+  // Everything is checked before the state changes: a failed step leaves it as it was.
+  require_like("adam", params, grads, "grads");
+  require_like("adam", params, state.m, "the state's m (from adam_init)");
+  require_like("adam", params, state.v, "the state's v (from adam_init)");
+  if (state.step < 0 || state.step == std::numeric_limits<int>::max())
+    throw Error("adam: state.step = " + std::to_string(state.step) +
+                "; a state from adam_init counts steps from 0 (up to 2^31 - 2)");
+  // b = 1 divides by 1 - b^t = 0, and b outside [0, 1) or a NaN eps makes every update NaN.
+  if (!(b1 >= 0.0f && b1 < 1.0f) || !(b2 >= 0.0f && b2 < 1.0f) || !(eps >= 0.0f) || !std::isfinite(eps))
+    throw Error("adam: b1 = " + std::to_string(b1) + ", b2 = " + std::to_string(b2) + ", eps = " +
+                std::to_string(eps) + "; give b1 and b2 in [0, 1) and a finite eps >= 0 (defaults 0.9, 0.999, 1e-8)");
   ++state.step;
   const float c1 = 1.0f - std::pow(b1, static_cast<float>(state.step));
   const float c2 = 1.0f - std::pow(b2, static_cast<float>(state.step));

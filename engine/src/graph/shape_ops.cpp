@@ -672,6 +672,15 @@ Array broadcast_to(const Array& x, Shape shape) {
 }
 
 Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step) {
+  // A step at least as long as [start, stop) takes one element (at start): spelled as step 1
+  // over that element, so neither the length (stop - start + step - 1 overflowed for a step
+  // near 2^63, giving 0 elements) nor the strides or the gradient's spread (step - 1 zeros per
+  // element) grow with the step. Bad values are left for slice_untaped to name.
+  for (size_t d = 0; d < std::min({start.size(), stop.size(), step.size()}); ++d)
+    if (step[d] > 1 && 0 <= start[d] && start[d] < stop[d] && stop[d] - start[d] <= step[d]) {
+      stop[d] = start[d] + 1;
+      step[d] = 1;
+    }
   const Array y = slice_untaped(x, start, stop, step);
   if (!differentiable(x)) return y;
   return detail::on_tape(y, {x}, [x, start, step](const Array& ct) {

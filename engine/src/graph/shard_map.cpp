@@ -42,9 +42,26 @@ struct ShardMapWatchAccess {
 };
 
 ShardMapWatch::ShardMapWatch(Callback callback) : callback_(std::move(callback)), outer_(active_watch) {
+  // Checked here, not at the next shard_map: an empty std::function would throw
+  // std::bad_function_call out of every shard_map call of the thread.
+  if (!callback_)
+    throw Error("ShardMapWatch: the callback is empty; give a function taking the program text "
+                "(const std::string&)");
   active_watch = this;
 }
-ShardMapWatch::~ShardMapWatch() { active_watch = outer_; }
+ShardMapWatch::~ShardMapWatch() {
+  // Watches may end in any order (two unique_ptrs reset outer first): unlink this one wherever
+  // it is in the thread's chain, so no watch is left pointing at it.
+  if (active_watch == this) {
+    active_watch = outer_;
+    return;
+  }
+  for (ShardMapWatch* w = active_watch; w; w = w->outer_)
+    if (w->outer_ == this) {
+      w->outer_ = outer_;
+      return;
+    }
+}
 
 namespace {
 

@@ -90,6 +90,7 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
 Array one_hot(const Array& x, int num_classes, DType dtype) {
   const detail::PartOpScope op_scope("one_hot");  // profile hook
   if (num_classes < 0) throw Error("one_hot: num_classes must not be negative");
+  detail::check_dtype("one_hot", dtype);
   detail::reject_uint32("one_hot", x);
   Shape expanded = x.shape();
   expanded.push_back(num_classes);
@@ -166,6 +167,10 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
 
 Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
            std::optional<Operand> fill_value) {
+  // Any other value, cast from an integer, was taken as fill.
+  if (mode != TakeMode::fill && mode != TakeMode::clip && mode != TakeMode::wrap)
+    throw Error("take: mode TakeMode(" + std::to_string(static_cast<int>(mode)) +
+                ") is not a mode; use TakeMode::fill, TakeMode::clip or TakeMode::wrap");
   const kernels::TakeBounds bounds = mode == TakeMode::clip   ? kernels::TakeBounds::clip
                                      : mode == TakeMode::wrap ? kernels::TakeBounds::wrap
                                                               : kernels::TakeBounds::fill;

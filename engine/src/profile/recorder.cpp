@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <string>
 
 #include "meshvk/error.hpp"
@@ -26,6 +27,13 @@ void Recorder::start(const Options& options) {
           ? options.sample_replays
           : static_cast<uint32_t>(
                 detail::env_unsigned("MESHVK_PROFILE_SAMPLE", 1, 1'000'000, "replays").value_or(1));
+  // Rounding up to a power of two, and the ring's bytes, must not overflow; past 2^32 events
+  // (hundreds of GiB) no machine holds the ring anyway.
+  constexpr size_t kMaxCapacity = size_t{1} << 32;
+  if (options.capacity == 0 || options.capacity > kMaxCapacity)
+    throw Error("profile::start: Options::capacity = " + std::to_string(options.capacity) +
+                " events; give 1 to 2^32 (" + std::to_string(kMaxCapacity) +
+                ") events (default 2^20)");
   {
     std::lock_guard lock(info_mutex_);
     auto fits = [&](const Ring* r) {
@@ -38,7 +46,13 @@ void Recorder::start(const Options& options) {
       for (const auto& r : rings_)
         if (fits(r.get())) ring = r.get();
       if (!ring) {
-        rings_.push_back(std::make_unique<Ring>(options.capacity));
+        try {
+          rings_.push_back(std::make_unique<Ring>(options.capacity));
+        } catch (const std::bad_alloc&) {
+          throw Error("profile::start: no memory for a ring of " + std::to_string(options.capacity) +
+                      " events (" + std::to_string(options.capacity * sizeof(Event) >> 20) +
+                      " MiB); give a smaller Options::capacity (default 2^20)");
+        }
         ring = rings_.back().get();
       }
       first_ticket_.store(ring->head());

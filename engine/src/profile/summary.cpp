@@ -25,10 +25,14 @@ void add(Totals& t, const Span& s) {
   }
 }
 
+// summarize() takes events a program made too: a null name is read as "" (as a Span's
+// default), not dereferenced.
+const char* text(const char* s) { return s ? s : ""; }
+
 void add(Summary& summary, const Span& s) {
   add(summary.by_kind[kind_name(s.kind)], s);
-  if (s.kind == Kind::collective) add(summary.by_collective[s.name], s);
-  if (s.kind == Kind::kernel || s.kind == Kind::copy) add(summary.by_name[s.name], s);
+  if (s.kind == Kind::collective) add(summary.by_collective[text(s.name)], s);
+  if (s.kind == Kind::kernel || s.kind == Kind::copy) add(summary.by_name[text(s.name)], s);
 }
 
 std::string row(const std::string& name, const Totals& t) {
@@ -86,7 +90,7 @@ Report summarize(const std::vector<Event>& events) {
     const Span* s = std::get_if<Span>(&e);
     if (!s) continue;
     add(r.overall, *s);
-    if (*s->program) {
+    if (*text(s->program)) {
       Summary& p = programs[s->program];
       p.program = s->program;
       add(p, *s);

@@ -94,6 +94,18 @@ void finalize_at_exit() {
 }
 }  // namespace
 
+// The rank and size distributed::initialize was given, against what Open MPI says.
+static void check_expected(const ProcessGroup& group, int expected_size, int expected_rank) {
+  if (expected_size >= 0 && expected_size != group.size())
+    throw Error("distributed::initialize: num_processes = " + std::to_string(expected_size) +
+                " but Open MPI started " + std::to_string(group.size()) +
+                " processes; leave it unset or give mpirun -np " + std::to_string(expected_size));
+  if (expected_rank >= 0 && expected_rank != group.rank())
+    throw Error("distributed::initialize: process_id = " + std::to_string(expected_rank) +
+                " but Open MPI gave this process rank " + std::to_string(group.rank()) +
+                "; leave it unset or give the rank mpirun assigns");
+}
+
 ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
   std::lock_guard lock(group_mutex());
   auto& group = the_group();
@@ -125,16 +137,12 @@ ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
     made->pids_.resize(made->size_);
     check_mpi(MPI_Allgather(&pid, 1, MPI_INT, made->pids_.data(), 1, MPI_INT, MPI_COMM_WORLD),
               "MPI_Allgather");
+    // Checked before the group is kept: a refused initialize leaves is_initialized() false
+    // (MPI itself stays initialized; a later call makes the group again).
+    check_expected(*made, expected_size, expected_rank);
     group = std::move(made);
   }
-  if (expected_size >= 0 && expected_size != group->size_)
-    throw Error("distributed::initialize: num_processes = " + std::to_string(expected_size) +
-                " but Open MPI started " + std::to_string(group->size_) +
-                " processes; leave it unset or give mpirun -np " + std::to_string(expected_size));
-  if (expected_rank >= 0 && expected_rank != group->rank_)
-    throw Error("distributed::initialize: process_id = " + std::to_string(expected_rank) +
-                " but Open MPI gave this process rank " + std::to_string(group->rank_) +
-                "; leave it unset or give the rank mpirun assigns");
+  check_expected(*group, expected_size, expected_rank);
   return *group;
 }
 

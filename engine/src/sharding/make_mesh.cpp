@@ -7,6 +7,13 @@ namespace meshvk {
 Mesh make_mesh(std::vector<int> axis_sizes, std::vector<std::string> axis_names,
                std::vector<AxisType> axis_types, std::vector<int> devices) {
   const Runtime& rt = Runtime::current();
+  // The mesh's own checks first (names, sizes of at least 1, at most 2^20 devices), so that a
+  // product past the limit is named as such, not as a Runtime of that many devices to start.
+  try {
+    (void)Mesh(axis_sizes, axis_names, axis_types);
+  } catch (const Error& e) {
+    throw Error(std::string("make_mesh: ") + e.what());
+  }
   int64_t total = 1;
   bool overflow = false;
   for (const int s : axis_sizes)

@@ -98,6 +98,10 @@ int Mesh::axis_size(std::string_view name) const { return axis_sizes_[axis_posit
 AxisType Mesh::axis_type(std::string_view name) const { return axis_types_[axis_position(name)]; }
 
 std::vector<int> Mesh::coords(int position) const {
+  // Outside the mesh the arithmetic below would give some device's coordinates.
+  if (position < 0 || position >= size())
+    throw Error("Mesh::coords: position " + std::to_string(position) + " is outside " + to_string() +
+                "; valid positions are 0.." + std::to_string(size() - 1));
   std::vector<int> c(axis_sizes_.size());
   for (int i = static_cast<int>(axis_sizes_.size()) - 1; i >= 0; --i) {
     c[i] = position % axis_sizes_[i];

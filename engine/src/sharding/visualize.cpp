@@ -280,12 +280,15 @@ void check_options(const VisualizeOptions& options) {
     throw Error("visualize_sharding: scale " + std::to_string(options.scale) +
                 " is out of range; use a number from 0 to 1000 (1 draws a square array 10 lines "
                 "high)");
-  if (options.min_width < 0)
+  // Every cell is at least min_width wide and at most max_width: min_width = 2^30 drew cells a
+  // GiB wide each, and the picture ran the machine out of memory.
+  constexpr int kMaxWidth = 10000;
+  if (options.min_width < 0 || options.min_width > kMaxWidth)
     throw Error("visualize_sharding: min_width " + std::to_string(options.min_width) +
-                " is negative; use 0 or more");
-  if (options.max_width < 1)
+                " is out of range; use 0 to " + std::to_string(kMaxWidth) + " (9 by default)");
+  if (options.max_width < 1 || options.max_width > kMaxWidth)
     throw Error("visualize_sharding: max_width " + std::to_string(options.max_width) +
-                " is too small; use 1 or more (80 by default)");
+                " is out of range; use 1 to " + std::to_string(kMaxWidth) + " (80 by default)");
 }
 
 // Colours for a terminal: MESHVK_COLOR=0|1, else whether standard output is one. Under mpirun a
