@@ -141,8 +141,8 @@ TEST(MathlibFloat64, HostCopyNearlyCorrectlyRounded) {
       const long double e = std::fabs(static_cast<long double>(y) - exact) / ulp_of(rounded);
       if (e > worst) worst = e, worst_x = x;
     }
-    EXPECT_LE(worst, 0.5L + 0x1p-20L) << v.name << "(" << hex(worst_x) << ") = "
-                                      << hex(v.f64(worst_x));
+    EXPECT_LE(worst, 0.5L + 0x1p-20L)
+        << v.name << "(" << hex(worst_x) << ") = " << hex(v.f64(worst_x));
     EXPECT_LE(not_rounded, 2) << v.name;
     std::cout << "mathlib " << v.name << " (float64): max " << static_cast<double>(worst)
               << " ulp, " << not_rounded << " of " << xs.size() << " not correctly rounded\n";
@@ -201,8 +201,9 @@ TEST(MathlibFloat64, SwitchOffRunsTheFloatFloatVariants) {
 TEST(MathlibFloat64, SwitchIsParsedStrictlyAndOnRequiresTheFeature) {
   {
     const ScopedEnv bad("MESHVK_MATHLIB_FLOAT64", "yes");
-    EXPECT_NE(message_of([] { mv::Runtime rt; })
-                  .find("MESHVK_MATHLIB_FLOAT64=yes is not a switch; give 0 or 1"),
+    EXPECT_NE(message_of([] {
+                mv::Runtime rt;
+              }).find("MESHVK_MATHLIB_FLOAT64=yes is not a switch; give 0 or 1"),
               std::string::npos);
   }
   const ScopedEnv on("MESHVK_MATHLIB_FLOAT64", "1");
@@ -224,7 +225,8 @@ TEST(MathlibFloat64, HugeNearMultiplesOfPiOver2AndHardCases) {
                         std::bit_cast<float>(0x4b9b8d23u), 102965.109f, 6.2831855f, 1.5707964f,
                         0x1.f9cbe2p+7f, 0x1p-12f, 0x3p-12f, 0x5p-12f, 0x7p-12f})
     for (const Variant& v : kVariants)
-      EXPECT_LE(error_ulps(v, x), 0.5L + 0x1p-20L) << v.name << "(" << hex(x) << ") = " << hex(v.f64(x));
+      EXPECT_LE(error_ulps(v, x), 0.5L + 0x1p-20L)
+          << v.name << "(" << hex(x) << ") = " << hex(v.f64(x));
   EXPECT_TRUE(same_bits(host::mvk_cos64(0x1p-12f), 1.0f));
   EXPECT_TRUE(same_bits(host::mvk_cos64(0x3p-12f), static_cast<float>(std::cos(0x3p-12L))));
 }

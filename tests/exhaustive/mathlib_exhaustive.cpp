@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "graph/array_impl.hpp"
-#include "runtime/runtime_state.hpp"
 #include "mathlib_check.hpp"
 #include "meshvk/meshvk.hpp"
+#include "runtime/runtime_state.hpp"
 
 namespace mv = meshvk;
 
