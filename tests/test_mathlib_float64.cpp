@@ -178,7 +178,9 @@ TEST(MathlibFloat64, SpecialValuesAndSymmetry) {
 // variants, in both kinds of elementwise kernel, bit for bit as the host copy.
 TEST(MathlibFloat64, DeviceBitIdenticalToHostFloat64Copy) {
   SKIP_UNDER_FAST_MATH();
-  auto& rt = *mv::Runtime::current().state();
+  const ScopedEnv unset("MESHVK_MATHLIB_FLOAT64", nullptr);  // the default, whatever the caller set
+  mv::Runtime runtime;
+  auto& rt = *runtime.state();
   if (!rt.device().adapter().float64) GTEST_SKIP() << "the adapter has no shaderFloat64";
   ASSERT_TRUE(rt.mathlib_float64(rt.device().adapter()));
   const std::vector<float> xs = sample(8191);
