@@ -2,8 +2,11 @@
 // function. The host copy is compared with long double libm, in ulps (one thread per core); with
 // --device, the kernels' GLSL copy is run on the runtime's adapter in chunks of 2^24 inputs and
 // compared bit for bit with the host copy (--stride N: every Nth input only, for a smoke run).
-// Prints the max-ulp table README.md shows. With --speed instead, the throughput of the library and
-// of the driver's built-ins (MESHVK_FAST_MATH=1).
+// Prints the max-ulp table README.md shows, with the largest error in fractions of an ulp and the
+// count of results not correctly rounded; --float64 sweeps the float64 variants of sin, cos and tan
+// instead (the device sweep compares with the variant the runtime picks for its adapter). With
+// --speed instead, the throughput of the library and of the driver's built-ins
+// (MESHVK_FAST_MATH=1).
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -18,6 +21,7 @@
 #include "graph/array_impl.hpp"
 #include "mathlib_check.hpp"
 #include "meshvk/meshvk.hpp"
+#include "runtime/runtime_state.hpp"
 
 namespace mv = meshvk;
 
@@ -42,31 +46,53 @@ uint64_t stride = 1;
 struct Worst {
   uint64_t ulps = 0;
   uint32_t x = 0;
+  uint64_t not_rounded = 0;  // results other than the correctly rounded one
+  long double error = 0;     // the largest distance from the exact value, in ulps
 };
+
+// --float64: the float64 variants' host copies (sin, cos, tan) instead of the default ones.
+bool float64 = false;
 
 Worst sweep_host(const mathlib_check::UnaryFunction& f) {
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   if (const char* t = std::getenv("MESHVK_EXHAUSTIVE_THREADS")) threads = std::max(1, std::atoi(t));
+  const auto host = f.host_for(float64);
   std::vector<Worst> worst(threads);
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
       for (uint64_t u = t * stride; u < (1ull << 32); u += threads * stride) {
         const float x = std::bit_cast<float>(static_cast<uint32_t>(u));
-        const uint64_t d = mathlib_check::ulp_distance(f.host(x), mathlib_check::reference(f, x));
-        if (d > worst[t].ulps) worst[t] = {d, static_cast<uint32_t>(u)};
+        const float y = host(x);
+        const long double exact = f.reference(static_cast<long double>(x));
+        const float rounded = static_cast<float>(exact);
+        const uint64_t d = mathlib_check::ulp_distance(y, rounded);
+        if (d > worst[t].ulps) worst[t].ulps = d, worst[t].x = static_cast<uint32_t>(u);
+        if (d != 0) ++worst[t].not_rounded;
+        if (std::isfinite(y) && std::isfinite(rounded)) {
+          int e = 0;
+          std::frexp(rounded, &e);
+          const long double err =
+              std::fabs(static_cast<long double>(y) - exact) / std::ldexp(1.0L, std::max(e - 24, -149));
+          worst[t].error = std::max(worst[t].error, err);
+        }
       }
     });
   for (auto& th : pool) th.join();
   Worst w;
-  for (const Worst& t : worst)
-    if (t.ulps > w.ulps) w = t;
+  for (const Worst& t : worst) {
+    if (t.ulps > w.ulps) w.ulps = t.ulps, w.x = t.x;
+    w.not_rounded += t.not_rounded;
+    w.error = std::max(w.error, t.error);
+  }
   return w;
 }
 
 // The number of inputs whose device result differs from the host copy's bits (NaNs match NaNs).
 uint64_t sweep_device(const mathlib_check::UnaryFunction& f) {
   constexpr uint64_t kChunk = 1ull << 24;
+  auto& rt = *mv::Runtime::current().state();
+  const auto host = f.host_for(rt.mathlib_float64(rt.device().adapter()));
   std::vector<float> xs(kChunk);
   uint64_t differ = 0;
   for (uint64_t base = 0; base < (1ull << 32); base += kChunk * stride) {
@@ -76,7 +102,7 @@ uint64_t sweep_device(const mathlib_check::UnaryFunction& f) {
                                              mv::Shape{static_cast<int64_t>(kChunk)}))
                          .to_host<float>();
     for (uint64_t i = 0; i < kChunk; ++i) {
-      const float want = f.host(xs[i]);
+      const float want = host(xs[i]);
       if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want) &&
           !(std::isnan(got[i]) && std::isnan(want)))
         if (++differ <= 3)
@@ -131,6 +157,8 @@ int main(int argc, char** argv) {
       device = true;
     else if (std::strcmp(argv[i], "--speed") == 0)
       speed_only = true;
+    else if (std::strcmp(argv[i], "--float64") == 0)
+      float64 = true;
     else if (std::strcmp(argv[i], "--stride") == 0 && i + 1 < argc)
       stride = std::max(1, std::atoi(argv[++i]));
     else
@@ -143,16 +171,18 @@ int main(int argc, char** argv) {
   std::unique_ptr<mv::Runtime> rt;
   if (device) rt = std::make_unique<mv::Runtime>();
   std::printf(
-      "| function | max ulp (%s) | worst input |%s\n",
+      "| function | max ulp (%s) | worst input | max error (ulp) | not correctly rounded |%s\n",
       stride == 1 ? "all 2^32 inputs" : ("every " + std::to_string(stride) + "th input").c_str(),
       device ? " device bits |" : "");
-  std::printf("|---|---|---|%s\n", device ? "---|" : "");
+  std::printf("|---|---|---|---|---|%s\n", device ? "---|" : "");
   int failed = 0;
   for (const auto& f : mathlib_check::unary_functions()) {
     if (!only.empty() && std::find(only.begin(), only.end(), f.name) == only.end()) continue;
+    if (float64 && !f.host_float64) continue;
     const Worst w = sweep_host(f);
-    std::printf("| %s | %llu | %a |", f.name, static_cast<unsigned long long>(w.ulps),
-                std::bit_cast<float>(w.x));
+    std::printf("| %s%s | %llu | %a | %.9Lf | %llu |", f.name, float64 ? " (float64)" : "",
+                static_cast<unsigned long long>(w.ulps), std::bit_cast<float>(w.x), w.error,
+                static_cast<unsigned long long>(w.not_rounded));
     if (w.ulps > 1) ++failed;
     if (device) {
       const uint64_t d = sweep_device(f);

@@ -19,6 +19,12 @@ struct UnaryFunction {
   const char* name;                       // as meshvk names it ("exp")
   float (*host)(float);                   // the library's host copy
   long double (*reference)(long double);  // libm in long double, rounded to float afterwards
+  // The float64 variant's host copy (sin, cos, tan), which kernels on adapters with
+  // shaderFloat64 run unless MESHVK_MATHLIB_FLOAT64=0; null where there is none.
+  float (*host_float64)(float) = nullptr;
+  // The host copy a kernel's bits match: the float64 variant's where the runtime uses it.
+  using Host = float (*)(float);
+  Host host_for(bool float64) const { return float64 && host_float64 ? host_float64 : host; }
 };
 
 inline long double ref_logistic(long double x) {
@@ -45,9 +51,9 @@ inline long double ref_erfinv(long double x) {
 inline std::vector<UnaryFunction> unary_functions() {
   return {
       {"exp", host::mvk_exp, [](long double x) { return std::exp(x); }},
-      {"sin", host::mvk_sin, [](long double x) { return std::sin(x); }},
-      {"cos", host::mvk_cos, [](long double x) { return std::cos(x); }},
-      {"tan", host::mvk_tan, [](long double x) { return std::tan(x); }},
+      {"sin", host::mvk_sin, [](long double x) { return std::sin(x); }, host::mvk_sin64},
+      {"cos", host::mvk_cos, [](long double x) { return std::cos(x); }, host::mvk_cos64},
+      {"tan", host::mvk_tan, [](long double x) { return std::tan(x); }, host::mvk_tan64},
       {"arcsin", host::mvk_asin, [](long double x) { return std::asin(x); }},
       {"arccos", host::mvk_acos, [](long double x) { return std::acos(x); }},
       {"arctan", host::mvk_atan, [](long double x) { return std::atan(x); }},

@@ -219,12 +219,13 @@ std::string compare(EwOp op, const std::string& a, const std::string& b, int wid
 
 // The math library's function for a float32 op (mathlib.hpp), or nullptr where the op is exact
 // in GLSL or has no library function.
-const char* library_function(EwOp op) {
+// float64: the adapter runs the float64 variants of sin, cos and tan (runtime_state.hpp).
+const char* library_function(EwOp op, bool float64) {
   switch (op) {
     case EwOp::exp: return "mvk_exp";
-    case EwOp::sin: return "mvk_sin";
-    case EwOp::cos: return "mvk_cos";
-    case EwOp::tan: return "mvk_tan";
+    case EwOp::sin: return float64 ? "mvk_sin64" : "mvk_sin";
+    case EwOp::cos: return float64 ? "mvk_cos64" : "mvk_cos";
+    case EwOp::tan: return float64 ? "mvk_tan64" : "mvk_tan";
     case EwOp::asin: return "mvk_asin";
     case EwOp::acos: return "mvk_acos";
     case EwOp::atan: return "mvk_atan";
@@ -253,24 +254,41 @@ const char* library_function(EwOp op) {
 // Ops GLSL has no built-in for: the library's function even under MESHVK_FAST_MATH=1.
 bool library_only(EwOp op) { return op == EwOp::erf || op == EwOp::erfinv; }
 
+// How a kernel computes library functions: MESHVK_FAST_MATH=1's built-ins, and whether its
+// adapter takes the float64 variants.
+struct MathMode {
+  bool fast_math = false;
+  bool float64 = false;
+};
+
 // The library functions a program calls: under MESHVK_FAST_MATH=1 only those GLSL lacks.
-std::string library_functions(const EwProgram& p, bool fast_math) {
+std::string library_functions(const EwProgram& p, MathMode math) {
   std::vector<std::string> names;
   for (const EwNode& n : p.nodes)
     if (n.op != EwOp::input && n.op != EwOp::constant && n.dtype == DType::float32)
-      if (const char* f = library_function(n.op); f && (!fast_math || library_only(n.op))) names.push_back(f);
+      if (const char* f = library_function(n.op, math.float64); f && (!math.fast_math || library_only(n.op)))
+        names.push_back(f);
   return mathlib::glsl_functions(names);
 }
 
-std::string node_expr(const EwProgram& p, size_t i, int width, bool fast_math) {
+// Whether the program calls the float64 variant of sin, cos or tan.
+bool calls_float64_trig(const EwProgram& p, MathMode math) {
+  return math.float64 && !math.fast_math &&
+         std::any_of(p.nodes.begin(), p.nodes.end(), [](const EwNode& n) {
+           return n.dtype == DType::float32 &&
+                  (n.op == EwOp::sin || n.op == EwOp::cos || n.op == EwOp::tan);
+         });
+}
+
+std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
   const EwNode& n = p.nodes[i];
   const std::string T = type_name(n.dtype, width);
   const std::string a = n.a >= 0 ? "v" + std::to_string(n.a) : "";
   const std::string b = n.b >= 0 ? "v" + std::to_string(n.b) : "";
   const std::string c = n.c >= 0 ? "v" + std::to_string(n.c) : "";
   const DType in = n.a >= 0 ? p.nodes[n.a].dtype : n.dtype;
-  if ((!fast_math || library_only(n.op)) && n.dtype == DType::float32 && n.op != EwOp::input && n.op != EwOp::constant)
-    if (const char* f = library_function(n.op)) {
+  if ((!math.fast_math || library_only(n.op)) && n.dtype == DType::float32 && n.op != EwOp::input && n.op != EwOp::constant)
+    if (const char* f = library_function(n.op, math.float64)) {
       std::string call = std::string(f) + "(" + a;
       if (n.b >= 0) call += ", " + b;
       return call + ")";
@@ -368,14 +386,14 @@ std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm) {
 // value is `precise` (NoContraction): x * y + z rounds twice, as numpy does, on every adapter (GPU
 // compilers fuse it into an fma otherwise).
 std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
-                          int per_invocation, bool preserve_inf_nan, bool preserve_denorm, bool fast_math) {
+                          int per_invocation, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
   g << kernel_prologue(preserve_inf_nan, preserve_denorm);
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uvec4 o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << library_functions(p, fast_math);
+  g << kHelpers << library_functions(p, math);
   g << "void main() {\n  const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;\n";
   g << "  for (uint u = 0u; u < " << per_invocation << "u; ++u) {\n";
   g << "    const uint i = (wg * " << per_invocation << "u + u) * " << kWorkgroup << "u + gl_LocalInvocationID.x;\n";
@@ -390,7 +408,7 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
         << decode("texelFetch(in" + std::to_string(k) + ", pc.off[" + std::to_string(k) + "]).x", inputs[k].dtype, 1) << ");\n";
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
-    g << "    precise const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << node_expr(p, i, 4, fast_math) << ";\n";
+    g << "    precise const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << node_expr(p, i, 4, math) << ";\n";
   g << "    o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 4) << ";\n  }\n}\n";
   return g.str();
 }
@@ -398,14 +416,14 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
 // Scalar kernels: some input is broadcast or strided, so each element finds its inputs through
 // its coordinates in the output piece (shapes and strides are compiled in).
 std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
-                           const Shape& shape, bool preserve_inf_nan, bool preserve_denorm, bool fast_math) {
+                           const Shape& shape, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
   g << kernel_prologue(preserve_inf_nan, preserve_denorm);
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uint o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << library_functions(p, fast_math);
+  g << kHelpers << library_functions(p, math);
   g << "void main() {\n  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * " << kWorkgroup
     << "u + gl_LocalInvocationID.x;\n  if (i >= pc.n) return;\n  uint rest = pc.base + i;\n";
   for (size_t d = shape.size(); d-- > 0;) {
@@ -426,7 +444,7 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
       << decode("texelFetch(in" + std::to_string(k) + ", " + index + ").x", inputs[k].dtype, 1) << ";\n";
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
-    g << "  precise const " << type_name(p.nodes[i].dtype, 1) << " v" << i << " = " << node_expr(p, i, 1, fast_math) << ";\n";
+    g << "  precise const " << type_name(p.nodes[i].dtype, 1) << " v" << i << " = " << node_expr(p, i, 1, math) << ";\n";
   g << "  o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 1) << ";\n}\n";
   return g.str();
 }
@@ -442,15 +460,18 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   const bool vector = std::none_of(inputs.begin(), inputs.end(),
                                    [](const EwInput& in) { return in.mode == EwInput::Mode::strided; });
   // lavapipe amortizes its per-invocation cost over several vec4s; GPUs want one per thread.
+  // The float64 sin, cos and tan amortize their constants (2/pi's words, the coefficients) over
+  // 8 (2*sin(x)+1: 44 -> 40 x86 instructions per element, measured with callgrind; plain
+  // arithmetic is slower at 8).
   const vk::Adapter& adapter = rt.device_for(rec.device).adapter();
-  const int per_invocation = adapter.is_cpu() ? 4 : 1;
+  const MathMode math{rt.fast_math(), rt.mathlib_float64(adapter)};
+  const int per_invocation = !adapter.is_cpu() ? 1 : calls_float64_trig(p, math) ? 8 : 4;
   const bool preserve_inf_nan = adapter.preserves_inf_nan32;
   const bool preserve_denorm = adapter.preserves_denorm32;
   const std::string glsl =
       vector ? vector_kernel(p, inputs, out_dtype, per_invocation, preserve_inf_nan,
-                             preserve_denorm, rt.fast_math())
-             : strided_kernel(p, inputs, out_dtype, shape, preserve_inf_nan, preserve_denorm,
-                              rt.fast_math());
+                             preserve_denorm, math)
+             : strided_kernel(p, inputs, out_dtype, shape, preserve_inf_nan, preserve_denorm, math);
   struct Params {
     uint32_t n, base, zero;
     int32_t off[16];

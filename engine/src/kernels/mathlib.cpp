@@ -40,6 +40,18 @@ const Entry kEntries[] = {
     {"mvk_tan", 1,
 #include "kernels/mathlib/tan.inc"
      , {"mvk_trig"}},
+    {"mvk_trig64", 0,
+#include "kernels/mathlib/trig64.inc"
+     , {}},
+    {"mvk_sin64", 1,
+#include "kernels/mathlib/sin64.inc"
+     , {"mvk_trig64"}},
+    {"mvk_cos64", 1,
+#include "kernels/mathlib/cos64.inc"
+     , {"mvk_trig64"}},
+    {"mvk_tan64", 1,
+#include "kernels/mathlib/tan64.inc"
+     , {"mvk_trig64"}},
     {"mvk_atan", 1,
 #include "kernels/mathlib/atan.inc"
      , {"mvk_common"}},

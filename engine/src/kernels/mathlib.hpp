@@ -19,15 +19,27 @@
 //   operand), isnan, isinf, ternaries, if/for. No sqrt, exp, ldexp ... built-ins (inexact or
 //   undefined at the edges). common.inc has the float-float helpers (mvk_two_sum, mvk_two_prod,
 //   mvk_div, mvk_scale2).
-// - Every float local is declared `precise` so no driver contracts a * b + c into an fma or
-//   re-associates; int overflow and out-of-range float-to-int conversions are avoided (undefined
-//   in C++).
+// - Float64 variants (mvk_<name>64, for adapters with shaderFloat64; elementwise.cpp picks them
+//   per adapter, runtime_state.hpp's mathlib_float64) may also use double with + - * , abs,
+//   comparisons and conversions (double(float), double(int), float(double): Vulkan rounds
+//   conversions correctly, as it does + - *), packDouble2x32 / unpackDouble2x32 with a uvec2
+//   (x the low word, y the high one), and umulExtended(a, b, msb, lsb) into uint locals
+//   declared before. Double constants: a float literal where the value is a float exactly (it
+//   converts exactly in both languages), else mvk_f64(high word, low word) of its bits (GLSL's
+//   1.5lf suffix is not C++). No 64-bit integers (shaderInt64 is not required), no double
+//   built-ins beyond abs, and no subnormal doubles in the results that are used (drivers may
+//   flush them). Same bits on every adapter that runs the variant, and the host copy's.
+// - Every float (and double) local is declared `precise` so no driver contracts a * b + c into
+//   an fma or re-associates; int overflow and out-of-range float-to-int conversions are avoided
+//   (undefined in C++).
 // - Public functions are named mvk_<name>(float) (or (float, float)) and handle NaN, +-inf, +-0
 //   and subnormal inputs like C's libm; helpers shared by several files live in common.inc.
 // - Register a new file in mathlib/functions.inc (host, dependency order) and in the table in
 //   mathlib.cpp (its GLSL dependencies); map its EwOp in elementwise.cpp (library_function);
 //   add it with its libm reference to unary_functions() in tests/support/mathlib_check.hpp and
-//   its public op to the tables in tests/test_mathlib.cpp and tests/exhaustive/.
+//   its public op to the tables in tests/test_mathlib.cpp and tests/exhaustive/. A float64
+//   variant goes into its function's unary_functions() entry (host_float64) and
+//   tests/test_mathlib_float64.cpp.
 #include <string>
 #include <vector>
 

@@ -129,11 +129,17 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
       env_unsigned("MESHVK_WAIT_TIMEOUT_MS", 1, kMaxTimeoutMs, "milliseconds").value_or(120000) *
       1000000ull;
   fast_math_ = env_switch("MESHVK_FAST_MATH").value_or(false);
+  const std::optional<bool> float64 = env_switch("MESHVK_MATHLIB_FLOAT64");
+  mathlib_float64_ = float64.value_or(true);
 
   instance_ = std::make_unique<vk::Instance>(validation);
   join_processes(n);          // runtime/processes.cpp: one process, or this one of several
   open_adapters(options, n);  // runtime/adapters.cpp: adapters_, adapter_of_
   platform_ = device().adapter().is_cpu() ? "CPU" : "GPU";
+  for (const auto& a : adapters_)
+    if (float64 == true && !a->adapter().float64)
+      throw Error("MESHVK_MATHLIB_FLOAT64=1, but Vulkan adapter " + a->adapter().name +
+                  " has no shaderFloat64; unset it, or give 0 for the float-float sin, cos and tan");
   // Every process holds n devices, laid out on its adapters alike: another process's device d
   // has the place this process's device d % n has here.
   const int local_n = n;

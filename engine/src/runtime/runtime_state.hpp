@@ -311,6 +311,12 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // MESHVK_FAST_MATH=1: generated kernels use the driver's exp, sin, ... (faster, but a few ulp
   // off and different on each adapter) instead of meshvk's math library.
   bool fast_math() const { return fast_math_; }
+  // Whether kernels on `adapter` use the math library's float64 variants of sin, cos and tan
+  // (mathlib.hpp): where it has shaderFloat64, unless MESHVK_MATHLIB_FLOAT64=0 keeps the
+  // float-float ones (=1 requires every adapter to have it).
+  bool mathlib_float64(const vk::Adapter& adapter) const {
+    return adapter.float64 && mathlib_float64_;
+  }
   // Compute dispatches recorded so far, over all devices (tests check fusion with it).
   std::atomic<uint64_t> dispatches{0};
 
@@ -436,6 +442,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   uint64_t wait_timeout_ns_;
   VkCommandBuffer merge_barrier_ = VK_NULL_HANDLE;  // resubmit_merged's, from stream 0's pool
   bool fast_math_ = false;
+  bool mathlib_float64_ = true;
   Fence submit_command_buffer(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits,
                               const char* activity);
   void open_adapters(const RuntimeOptions& options, int n);

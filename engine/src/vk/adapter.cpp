@@ -53,6 +53,9 @@ std::vector<Adapter> list_adapters(VkInstance instance) {
     std::copy(std::begin(ids.deviceUUID), std::end(ids.deviceUUID), a.device_uuid);
     std::copy(std::begin(ids.driverUUID), std::end(ids.driverUUID), a.driver_uuid);
     a.preserves_denorm32 = float_controls.shaderDenormPreserveFloat32 == VK_TRUE;
+    VkPhysicalDeviceFeatures features{};
+    vkGetPhysicalDeviceFeatures(a.handle, &features);
+    a.float64 = features.shaderFloat64 == VK_TRUE;
     adapters.push_back(std::move(a));
   }
   return adapters;

@@ -22,6 +22,9 @@ struct Adapter {
   uint8_t device_uuid[VK_UUID_SIZE] = {};
   uint8_t driver_uuid[VK_UUID_SIZE] = {};
   bool preserves_denorm32 = false;  // shaderDenormPreserveFloat32: subnormal float32 results kept
+  // shaderFloat64: shaders may use double (the math library's float64 variants, mathlib.hpp);
+  // the VkDevice enables it where the adapter has it.
+  bool float64 = false;
   bool is_cpu() const { return properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
   std::string type_name() const;
 };

@@ -92,6 +92,7 @@ Device::Device(const Adapter& adapter) : adapter_(adapter) {
   enable12.timelineSemaphore = VK_TRUE;
   VkPhysicalDeviceFeatures2 enable{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   enable.pNext = &enable12;
+  enable.features.shaderFloat64 = adapter_.float64 ? VK_TRUE : VK_FALSE;
 
   VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   info.pNext = &enable;

@@ -63,6 +63,29 @@ struct vec2 {
   vec2(float a, float b) : x(a), y(b) {}
 };
 
+// The float64 variants' built-ins (trig64.inc): a double's two words (x low, y high), the full
+// 64-bit product of two uints, and the double overloads.
+struct uvec2 {
+  uint x, y;
+  uvec2(uint a, uint b) : x(a), y(b) {}
+};
+inline double packDouble2x32(uvec2 v) {
+  return std::bit_cast<double>(static_cast<uint64_t>(v.y) << 32 | v.x);
+}
+inline uvec2 unpackDouble2x32(double d) {
+  const uint64_t u = std::bit_cast<uint64_t>(d);
+  return uvec2(static_cast<uint>(u), static_cast<uint>(u >> 32));
+}
+inline void umulExtended(uint a, uint b, uint& msb, uint& lsb) {
+  const uint64_t p = static_cast<uint64_t>(a) * b;
+  msb = static_cast<uint>(p >> 32);
+  lsb = static_cast<uint>(p);
+}
+double fma(double, double, double) = delete;
+inline double abs(double x) {
+  return std::fabs(x);
+}
+
 #define precise
 #define MVK_MATH_SOURCE(...) __VA_ARGS__
 #include "kernels/mathlib/functions.inc"
