@@ -374,19 +374,6 @@ TEST(ApiRobustness2, DistributedInputsOneProcess) {
   expect_runtime_usable();
 }
 
-// A refused distributed::initialize (num_processes or process_id that Open MPI contradicts)
-// left is_initialized() true; the group is kept only once the arguments agree.
-TEST(ApiRobustness2, RefusedInitializeLeavesNothingInitialized) {
-  ASSERT_FALSE(mv::distributed::is_initialized());
-  expect_error([] { mv::distributed::initialize({.num_processes = 2}); }, "num_processes = 2");
-  EXPECT_FALSE(mv::distributed::is_initialized());
-  expect_error([] { mv::distributed::initialize({.process_id = 1}); }, "process_id = 1");
-  EXPECT_FALSE(mv::distributed::is_initialized());
-  EXPECT_EQ(mv::process_count(), 1);
-  EXPECT_EQ(mv::process_index(), 0);
-  expect_runtime_usable();
-}
-
 // Mesh::coords outside the mesh returned some device's coordinates; make_mesh of sizes past the
 // 2^20-device limit suggested starting a Runtime with that many devices.
 TEST(ApiRobustness2, MeshPositionsAndLimits) {
