@@ -28,25 +28,6 @@ using mv::P;
 
 namespace {
 
-// Runs `body`, expecting a meshvk::Error whose message contains `needle`; any other exception is
-// a failure (std::bad_function_call, std::bad_alloc, ...).
-template <class F>
-void expect_error(F body, const std::string& needle) {
-  try {
-    body();
-    ADD_FAILURE() << "no meshvk::Error (expected one mentioning '" << needle << "')";
-  } catch (const mv::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "a " << typeid(e).name() << " instead of meshvk::Error: " << e.what();
-  }
-}
-
-// The runtime still answers a valid call.
-void expect_runtime_usable() {
-  EXPECT_EQ(mv::sum(mv::ones({4}) + 1.0f).to_host<float>()[0], 8.0f);
-}
-
 // Runs `body` on another thread; a body that has not returned within `seconds` hung (it holds
 // the runtime's lock, so nothing after it could run): the test binary ends there, failed.
 void within(int seconds, const char* what, const std::function<void()>& body) {

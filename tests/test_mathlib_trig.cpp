@@ -17,6 +17,7 @@
 
 namespace mv = meshvk;
 namespace host = meshvk::mathlib::host;
+using mathlib_check::same_bits;
 using mathlib_check::ulp_distance;
 
 namespace {
@@ -28,11 +29,6 @@ std::string hex(float x) {
   std::ostringstream s;
   s << std::hexfloat << x;
   return s.str();
-}
-
-bool same_bits(float a, float b) {
-  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ||
-         (std::isnan(a) && std::isnan(b));
 }
 
 mv::Array floats(const std::vector<float>& v) {

@@ -28,24 +28,6 @@ constexpr int64_t k40 = int64_t{1} << 40;
 // The largest dimension whose byte size (4 per element) still fits int64.
 constexpr int64_t kMaxDim = std::numeric_limits<int64_t>::max() / 4;
 
-// Runs `body`, expecting a meshvk::Error whose message contains `needle`.
-template <class F>
-void expect_error(F body, const std::string& needle) {
-  try {
-    body();
-    ADD_FAILURE() << "no meshvk::Error (expected one mentioning '" << needle << "')";
-  } catch (const mv::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "a " << typeid(e).name() << " instead of meshvk::Error: " << e.what();
-  }
-}
-
-// The runtime is still usable after the errors.
-void expect_runtime_usable() {
-  EXPECT_EQ(mv::sum(mv::ones({4}) + 1.0f).to_host<float>()[0], 8.0f);
-}
-
 }  // namespace
 
 TEST(ShapeLimits, CreationChecksTheSize) {

@@ -117,6 +117,13 @@ inline void pow_pairs(size_t n, uint32_t seed, std::vector<float>& xs, std::vect
     }
 }
 
+// Bit-for-bit equality of two results, any NaN matching any NaN (the kernels and the host copy
+// may differ in a NaN's payload).
+inline bool same_bits(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ||
+         (std::isnan(a) && std::isnan(b));
+}
+
 // Floats in the order of their values as integers, so that ulp distance is a difference.
 inline int64_t ordered(float f) {
   const int32_t i = std::bit_cast<int32_t>(f);

@@ -1,4 +1,6 @@
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -6,10 +8,12 @@
 #include <random>
 #include <span>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "meshvk/array.hpp"
 #include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
 #include "meshvk/runtime.hpp"
 
 // Sets (or, with a null value, unsets) an environment variable for a scope and puts back what
@@ -36,6 +40,25 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> saved_;
 };
+
+// Runs `body`, expecting a meshvk::Error whose message contains `needle` (any other exception,
+// or none, fails the test).
+template <class F>
+void expect_error(F body, const std::string& needle) {
+  try {
+    body();
+    ADD_FAILURE() << "no meshvk::Error (expected one mentioning '" << needle << "')";
+  } catch (const meshvk::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "a " << typeid(e).name() << " instead of meshvk::Error: " << e.what();
+  }
+}
+
+// The runtime still answers a valid call (after errors).
+inline void expect_runtime_usable() {
+  EXPECT_EQ(meshvk::sum(meshvk::ones({4}) + 1.0f).to_host<float>()[0], 8.0f);
+}
 
 // The message of the meshvk::Error that f throws, or "(no error)".
 inline std::string message_of(const std::function<void()>& f) {
