@@ -17,6 +17,7 @@
 #include "test_support.hpp"
 
 namespace mv = meshvk;
+using mathlib_check::hex;
 using mathlib_check::ulp_distance;
 
 namespace {
@@ -47,16 +48,6 @@ std::vector<float> sample(uint32_t step) {
     }
   }
   return xs;
-}
-
-std::string hex(float x) {
-  std::ostringstream s;
-  s << std::hexfloat << x << " (0x" << std::hex << std::bit_cast<uint32_t>(x) << ")";
-  return s.str();
-}
-
-mv::Array floats(const std::vector<float>& v) {
-  return mv::array(std::span<const float>(v), mv::Shape{static_cast<int64_t>(v.size())});
 }
 
 // The public op of each library function, by name (nullptr where meshvk has none).
@@ -106,7 +97,7 @@ TEST(Mathlib, DeviceCopyBitIdenticalToHostCopy) {
   for (const auto& f : mathlib_check::unary_functions()) {
     const auto op = public_op(f.name);
     ASSERT_NE(op, nullptr) << f.name << " has no public op";
-    const std::vector<float> got = op(floats(xs)).to_host<float>();
+    const std::vector<float> got = op(host_array(xs)).to_host<float>();
     ASSERT_EQ(got.size(), xs.size());
     const auto host = f.host_for(float64);
     int bad = 0;
@@ -132,7 +123,7 @@ TEST(Mathlib, FastMathSwitchUsesTheDriversBuiltins) {
     const ScopedEnv on("MESHVK_FAST_MATH", "1");
     mv::Runtime rt;
     ASSERT_TRUE(rt.state()->fast_math());
-    fast = mv::exp(floats(xs)).to_host<float>();
+    fast = mv::exp(host_array(xs)).to_host<float>();
   }
   int differ = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -155,7 +146,7 @@ TEST(Mathlib, FastMathSwitchIsParsedStrictly) {
 TEST(Mathlib, NewOpsHaveGradients) {
   const std::vector<float> xs = {-2.0f, -0.5f, 0.25f, 1.5f};
   const auto grad_of = [&](mv::Array (*f)(const mv::Array&)) {
-    return mv::grad([f](const mv::Array& x) { return f(x).sum(); })(floats(xs)).to_host<float>();
+    return mv::grad([f](const mv::Array& x) { return f(x).sum(); })(host_array(xs)).to_host<float>();
   };
   const auto ge = grad_of(mv::expm1), gl = grad_of(mv::log1p), gs = grad_of(mv::sinh),
              gc = grad_of(mv::cosh);
@@ -169,7 +160,7 @@ TEST(Mathlib, NewOpsHaveGradients) {
              gat = grad_of(mv::atanh);
   const std::vector<float> big = {1.5f, 2.0f, 3.0f, 10.0f};
   const auto gac =
-      mv::grad([](const mv::Array& x) { return mv::acosh(x).sum(); })(floats(big)).to_host<float>();
+      mv::grad([](const mv::Array& x) { return mv::acosh(x).sum(); })(host_array(big)).to_host<float>();
   for (size_t i = 0; i < xs.size(); ++i) {
     const float x = xs[i];
     EXPECT_NEAR(g2[i], std::exp2(x) * std::log(2.0f), 1e-5f);
@@ -196,7 +187,7 @@ TEST(Mathlib, PowWithinOneUlpAndBitIdenticalOnDevice) {
   }
   EXPECT_LE(worst, 1u) << "pow(" << hex(xs[worst_i]) << ", " << hex(ys[worst_i]) << ")";
   std::cout << "mathlib pow: max " << worst << " ulp over " << xs.size() << " pairs\n";
-  const std::vector<float> got = mv::power(floats(xs), floats(ys)).to_host<float>();
+  const std::vector<float> got = mv::power(host_array(xs), host_array(ys)).to_host<float>();
   int bad = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     const float want = mathlib_check::host::mvk_pow(xs[i], ys[i]);
@@ -217,7 +208,7 @@ TEST(Mathlib, FusedMultiplyAddChainsRoundEachOp) {
   std::uniform_real_distribution<float> d(-4.0f, 4.0f);
   std::vector<float> xs(1 << 16), ys(xs.size()), zs(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = d(rng), ys[i] = d(rng), zs[i] = d(rng);
-  const auto got = (floats(xs) * floats(ys) + floats(zs)).to_host<float>();
+  const auto got = (host_array(xs) * host_array(ys) + host_array(zs)).to_host<float>();
   int fused = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     volatile float p = xs[i] * ys[i];

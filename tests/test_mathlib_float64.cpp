@@ -17,22 +17,13 @@
 
 namespace mv = meshvk;
 namespace host = meshvk::mathlib::host;
+using mathlib_check::hex;
 using mathlib_check::same_bits;
 
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::string hex(float x) {
-  std::ostringstream s;
-  s << std::hexfloat << x << " (0x" << std::hex << std::bit_cast<uint32_t>(x) << ")";
-  return s.str();
-}
-
-mv::Array floats(const std::vector<float>& v) {
-  return mv::array(std::span<const float>(v), mv::Shape{static_cast<int64_t>(v.size())});
-}
 
 // Every step-th bit pattern, the specials, the floats around the edges of the |x| < 2^-12
 // shortcut and of the reduction's 2/pi words (exponents where the window slides), and the floats
@@ -89,12 +80,12 @@ mv::Array (*public_op(const std::string& name))(const mv::Array&) {
 // The number of xs whose kernel result (the vector kernel, and the strided one that a broadcast
 // operand makes) differs from `want`'s bits; prints the first few.
 int device_differences(const Variant& v, const std::vector<float>& xs, float (*want)(float)) {
-  const auto got = public_op(v.name)(floats(xs)).to_host<float>();
+  const auto got = public_op(v.name)(host_array(xs)).to_host<float>();
   // (n, 4) plus a broadcast row of +0: the strided kernel, sin(x) + 0.
   const int64_t rows = static_cast<int64_t>(xs.size() / 4);
   const std::vector<float> head(xs.begin(), xs.begin() + rows * 4);
   const mv::Array x2 = mv::array(std::span<const float>(head), mv::Shape{rows, 4});
-  const auto strided = (public_op(v.name)(x2) + floats({0.0f, 0.0f, 0.0f, 0.0f})).to_host<float>();
+  const auto strided = (public_op(v.name)(x2) + host_array({0.0f, 0.0f, 0.0f, 0.0f})).to_host<float>();
   int bad = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     const bool ok = same_bits(got[i], want(xs[i])) &&

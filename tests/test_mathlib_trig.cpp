@@ -17,6 +17,7 @@
 
 namespace mv = meshvk;
 namespace host = meshvk::mathlib::host;
+using mathlib_check::hex;
 using mathlib_check::same_bits;
 using mathlib_check::ulp_distance;
 
@@ -24,16 +25,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::string hex(float x) {
-  std::ostringstream s;
-  s << std::hexfloat << x;
-  return s.str();
-}
-
-mv::Array floats(const std::vector<float>& v) {
-  return mv::array(std::span<const float>(v), mv::Shape{static_cast<int64_t>(v.size())});
-}
 
 // Pairs (y, x) for atan2: every step-th bit pattern of each against a set of x, plus the specials.
 std::vector<std::pair<float, float>> atan2_pairs(uint32_t step) {
@@ -128,7 +119,7 @@ TEST(MathlibTrig, Atan2DeviceBitIdenticalToHost) {
   const auto pairs = atan2_pairs(1048573);
   std::vector<float> ys, xs;
   for (const auto& [y, x] : pairs) ys.push_back(y), xs.push_back(x);
-  const auto got = mv::arctan2(floats(ys), floats(xs)).to_host<float>();
+  const auto got = mv::arctan2(host_array(ys), host_array(xs)).to_host<float>();
   ASSERT_EQ(got.size(), ys.size());
   int bad = 0;
   for (size_t i = 0; i < ys.size(); ++i)
@@ -137,7 +128,7 @@ TEST(MathlibTrig, Atan2DeviceBitIdenticalToHost) {
                     << ", host " << hex(host::mvk_atan2(ys[i], xs[i]));
   EXPECT_EQ(bad, 0);
   // A broadcast scalar operand takes the strided kernel: the same bits there.
-  const auto row = mv::arctan2(floats(ys), -2.5f).to_host<float>();
+  const auto row = mv::arctan2(host_array(ys), -2.5f).to_host<float>();
   for (size_t i = 0; i < ys.size(); ++i)
     ASSERT_TRUE(same_bits(row[i], host::mvk_atan2(ys[i], -2.5f))) << hex(ys[i]);
 }
@@ -145,7 +136,7 @@ TEST(MathlibTrig, Atan2DeviceBitIdenticalToHost) {
 // The gradients (jax.grad of each op) at a few points, against the closed forms in long double.
 TEST(MathlibTrig, Gradients) {
   const std::vector<float> x = {-0.9f, -0.3f, 0.0f, 0.2f, 0.7f};
-  const auto xs = floats(x);
+  const auto xs = host_array(x);
   struct Case {
     const char* name;
     std::function<mv::Array(const mv::Array&)> f;
@@ -175,7 +166,7 @@ TEST(MathlibTrig, Gradients) {
       EXPECT_NEAR(g[i], static_cast<float>(c.d(x[i])), 1e-5f * std::max(1.0f, std::fabs(g[i])))
           << c.name << "'(" << x[i] << ")";
   }
-  const auto y = floats({1.0f, -2.0f, 0.5f, 3.0f, -0.25f});
+  const auto y = host_array({1.0f, -2.0f, 0.5f, 3.0f, -0.25f});
   const auto gy =
       mv::grad([&](const mv::Array& a) { return mv::sum(mv::arctan2(a, xs + 1.5f)); })(y)
           .to_host<float>();
@@ -192,7 +183,7 @@ TEST(MathlibTrig, Gradients) {
 
 // jax.lax's spellings are the same ops.
 TEST(MathlibTrig, LaxNames) {
-  const auto x = floats({-0.5f, 0.25f, 0.75f});
+  const auto x = host_array({-0.5f, 0.25f, 0.75f});
   const auto bits = [](const mv::Array& a) { return a.to_host<float>(); };
   EXPECT_EQ(bits(mv::asin(x)), bits(mv::arcsin(x)));
   EXPECT_EQ(bits(mv::acos(x)), bits(mv::arccos(x)));
@@ -210,17 +201,17 @@ TEST(MathlibTrig, FastMathKeepsTheLibraryWhereGlslHasNoBuiltin) {
   const ScopedEnv on("MESHVK_FAST_MATH", "1");
   mv::Runtime rt;
   ASSERT_TRUE(rt.state()->fast_math());
-  const auto e = mv::erf(floats(xs)).to_host<float>();
-  const auto ei = mv::erfinv(floats(us)).to_host<float>();
+  const auto e = mv::erf(host_array(xs)).to_host<float>();
+  const auto ei = mv::erfinv(host_array(us)).to_host<float>();
   for (size_t i = 0; i < xs.size(); ++i) {
     EXPECT_TRUE(same_bits(e[i], host::mvk_erf(xs[i]))) << "erf(" << xs[i] << ")";
     EXPECT_TRUE(same_bits(ei[i], host::mvk_erfinv(us[i]))) << "erfinv(" << us[i] << ")";
   }
-  const auto t = mv::tan(floats(xs)).to_host<float>();
-  const auto a = mv::arcsin(floats(us)).to_host<float>();
-  const auto b = mv::arccos(floats(us)).to_host<float>();
-  const auto c = mv::arctan(floats(xs)).to_host<float>();
-  const auto d = mv::arctan2(floats(xs), floats(us)).to_host<float>();
+  const auto t = mv::tan(host_array(xs)).to_host<float>();
+  const auto a = mv::arcsin(host_array(us)).to_host<float>();
+  const auto b = mv::arccos(host_array(us)).to_host<float>();
+  const auto c = mv::arctan(host_array(xs)).to_host<float>();
+  const auto d = mv::arctan2(host_array(xs), host_array(us)).to_host<float>();
   for (size_t i = 0; i < xs.size(); ++i) {
     EXPECT_NEAR(t[i], std::tan(xs[i]), 2e-3f * std::max(1.0f, std::fabs(std::tan(xs[i])))) << xs[i];
     EXPECT_NEAR(a[i], std::asin(us[i]), 2e-3f) << us[i];
@@ -237,5 +228,5 @@ TEST(MathlibTrig, FastMathKeepsTheLibraryWhereGlslHasNoBuiltin) {
 TEST(MathlibTrig, ArctanReductionBoundary) {
   EXPECT_TRUE(same_bits(host::mvk_atan(0x1.fffffep-5f), 0x1.ff55bap-5f))
       << hex(host::mvk_atan(0x1.fffffep-5f));
-  EXPECT_TRUE(same_bits(mv::arctan(floats({0x1.fffffep-5f})).to_host<float>()[0], 0x1.ff55bap-5f));
+  EXPECT_TRUE(same_bits(mv::arctan(host_array({0x1.fffffep-5f})).to_host<float>()[0], 0x1.ff55bap-5f));
 }

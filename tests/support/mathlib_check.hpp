@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/mathlib/host.hpp"
@@ -115,6 +117,13 @@ inline void pow_pairs(size_t n, uint32_t seed, std::vector<float>& xs, std::vect
       xs.push_back(a);
       ys.push_back(b);
     }
+}
+
+// A float for messages: its value in hex and its bits ("0x1.8p+0 (0x3fc00000)").
+inline std::string hex(float x) {
+  std::ostringstream s;
+  s << std::hexfloat << x << " (0x" << std::hex << std::bit_cast<uint32_t>(x) << ")";
+  return s.str();
 }
 
 // Bit-for-bit equality of two results, any NaN matching any NaN (the kernels and the host copy

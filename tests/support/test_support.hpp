@@ -92,6 +92,10 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 inline meshvk::Array host_array(const std::vector<float>& v, meshvk::Shape shape) {
   return meshvk::array(std::span<const float>(v), std::move(shape));
 }
+// A 1-D array of v.
+inline meshvk::Array host_array(const std::vector<float>& v) {
+  return host_array(v, {static_cast<int64_t>(v.size())});
+}
 
 // Tests of per-device pieces past one binding (hundreds of MiB) peak at 8-15 GB under
 // AddressSanitizer (measured), more than CI machines can be assumed to have: the sanitizer run
