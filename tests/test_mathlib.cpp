@@ -146,7 +146,8 @@ TEST(Mathlib, FastMathSwitchIsParsedStrictly) {
 TEST(Mathlib, NewOpsHaveGradients) {
   const std::vector<float> xs = {-2.0f, -0.5f, 0.25f, 1.5f};
   const auto grad_of = [&](mv::Array (*f)(const mv::Array&)) {
-    return mv::grad([f](const mv::Array& x) { return f(x).sum(); })(host_array(xs)).to_host<float>();
+    return mv::grad([f](const mv::Array& x) { return f(x).sum(); })(host_array(xs))
+        .to_host<float>();
   };
   const auto ge = grad_of(mv::expm1), gl = grad_of(mv::log1p), gs = grad_of(mv::sinh),
              gc = grad_of(mv::cosh);
@@ -159,8 +160,8 @@ TEST(Mathlib, NewOpsHaveGradients) {
   const auto g2 = grad_of(mv::exp2), gl2 = grad_of(mv::log2), gas = grad_of(mv::asinh),
              gat = grad_of(mv::atanh);
   const std::vector<float> big = {1.5f, 2.0f, 3.0f, 10.0f};
-  const auto gac =
-      mv::grad([](const mv::Array& x) { return mv::acosh(x).sum(); })(host_array(big)).to_host<float>();
+  const auto gac = mv::grad([](const mv::Array& x) { return mv::acosh(x).sum(); })(host_array(big))
+                       .to_host<float>();
   for (size_t i = 0; i < xs.size(); ++i) {
     const float x = xs[i];
     EXPECT_NEAR(g2[i], std::exp2(x) * std::log(2.0f), 1e-5f);

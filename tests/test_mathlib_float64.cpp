@@ -85,7 +85,8 @@ int device_differences(const Variant& v, const std::vector<float>& xs, float (*w
   const int64_t rows = static_cast<int64_t>(xs.size() / 4);
   const std::vector<float> head(xs.begin(), xs.begin() + rows * 4);
   const mv::Array x2 = mv::array(std::span<const float>(head), mv::Shape{rows, 4});
-  const auto strided = (public_op(v.name)(x2) + host_array({0.0f, 0.0f, 0.0f, 0.0f})).to_host<float>();
+  const auto strided =
+      (public_op(v.name)(x2) + host_array({0.0f, 0.0f, 0.0f, 0.0f})).to_host<float>();
   int bad = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     const bool ok = same_bits(got[i], want(xs[i])) &&

@@ -228,5 +228,6 @@ TEST(MathlibTrig, FastMathKeepsTheLibraryWhereGlslHasNoBuiltin) {
 TEST(MathlibTrig, ArctanReductionBoundary) {
   EXPECT_TRUE(same_bits(host::mvk_atan(0x1.fffffep-5f), 0x1.ff55bap-5f))
       << hex(host::mvk_atan(0x1.fffffep-5f));
-  EXPECT_TRUE(same_bits(mv::arctan(host_array({0x1.fffffep-5f})).to_host<float>()[0], 0x1.ff55bap-5f));
+  EXPECT_TRUE(
+      same_bits(mv::arctan(host_array({0x1.fffffep-5f})).to_host<float>()[0], 0x1.ff55bap-5f));
 }
