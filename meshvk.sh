@@ -24,7 +24,8 @@ packages=(build-essential cmake ninja-build pkg-config libvulkan-dev mesa-vulkan
           libglfw3-dev libimgui-dev libstb-dev libsimdjson-dev xvfb ccache
           openmpi-bin libopenmpi-dev python3-torch)
 
-# The fuzzers' compiler and its libFuzzer/sanitizer runtimes.
+# The fuzzers' compiler and its libFuzzer/sanitizer runtimes; the tests also compile every public
+# header with this clang (Debian 12's clang 14).
 fuzz_packages=(clang libclang-rt-14-dev)
 
 install_missing() {  # install_missing [package...] (default: the packages above)
@@ -198,6 +199,7 @@ case "${1:-}" in
     ;;
   test)
     install_missing
+    install_missing "${fuzz_packages[@]}"  # clang also compiles every public header (ctest)
     build build
     (cd build && ctest --output-on-failure -j 2)
     consumer_test build

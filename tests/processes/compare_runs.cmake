@@ -9,11 +9,15 @@
 #   cmake -DPROGRAM=path [-DARGS="--size 512"] [-DEXTRA_ENV=...] [-DEXPECT=line] -DMPIEXEC=mpirun
 #         -DGOLDEN=dir -P compare_runs.cmake
 separate_arguments(ARGS UNIX_COMMAND "${ARGS}")  # "--size 512" -> --size;512
-# NP: processes of the mpirun run (2 unless given; 8 devices in all, so 8 / NP each).
+# NP: processes of the mpirun run (2 unless given); DEVICES: devices in all (8 unless given, a
+# multiple of NP), DEVICES / NP each.
 if(NOT NP)
   set(NP 2)
 endif()
-math(EXPR per_process "8 / ${NP}")
+if(NOT DEVICES)
+  set(DEVICES 8)
+endif()
+math(EXPR per_process "${DEVICES} / ${NP}")
 include(${CMAKE_CURRENT_LIST_DIR}/mpirun_env.cmake)  # EXTRA_ENV, extra_x
 set(common MESHVK_VALIDATION=1 LP_NUM_THREADS=1 MESHVK_GOLDEN_DIR=${GOLDEN}
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -34,14 +38,14 @@ function(run label out_var)
   string(REGEX REPLACE "between processes: [a-z]+\n" "" out "${out}")
   string(REGEX REPLACE "[^\n]*this machine:[^\n]*\n" "" out "${out}")
   string(REGEX REPLACE "[^\n]*(per loop|ms/step|ms per|ms each|step time)[^\n]*\n" "" out "${out}")
-  string(REGEX REPLACE "devices 8 processes [0-9]+" "devices 8" out "${out}")
+  string(REGEX REPLACE "devices ([0-9]+) processes [0-9]+" "devices \\1" out "${out}")
   set(${out_var} "${out}" PARENT_SCOPE)
 endfunction()
 
-run("1 process x 8 devices" one MESHVK_NUM_DEVICES=8 ${PROGRAM} ${ARGS})
+run("1 process x ${DEVICES} devices" one MESHVK_NUM_DEVICES=${DEVICES} ${PROGRAM} ${ARGS})
 set(others processes)
 if(NOT NO_ADAPTERS)  # the samples skip it: test_adapters covers two adapters
-  run("1 process x 2 adapters x 4 devices" adapters MESHVK_NUM_DEVICES=8
+  run("1 process x 2 adapters, ${DEVICES} devices" adapters MESHVK_NUM_DEVICES=${DEVICES}
       MESHVK_ADAPTERS=llvmpipe,llvmpipe ${PROGRAM} ${ARGS})
   list(APPEND others adapters)
 endif()
@@ -53,6 +57,9 @@ if(EXPECT AND NOT processes_raw MATCHES "(^|\n)${EXPECT}\n")
   message(FATAL_ERROR "mpirun -np ${NP} did not print '${EXPECT}':\n${processes_raw}")
 endif()
 string(LENGTH "${one}" length)
+if(one MATCHES "MISMATCH")
+  message(FATAL_ERROR "1 process x ${DEVICES} devices disagrees with the host reference:\n${one}")
+endif()
 if(length LESS 20)
   message(FATAL_ERROR "the program printed almost nothing:\n${one}")
 endif()
@@ -62,7 +69,7 @@ foreach(other ${others})
     file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/${other}.txt "${${other}}")
     execute_process(COMMAND diff ${CMAKE_CURRENT_BINARY_DIR}/one.txt ${CMAKE_CURRENT_BINARY_DIR}/${other}.txt
                     OUTPUT_VARIABLE difference)
-    message(FATAL_ERROR "${other} printed something else than 1 process x 8 devices:\n${difference}")
+    message(FATAL_ERROR "${other} printed something else than 1 process x ${DEVICES} devices:\n${difference}")
   endif()
 endforeach()
 message(STATUS "identical: 1 process and ${others}")

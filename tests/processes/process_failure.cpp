@@ -3,11 +3,16 @@
 // 1 stops at the third all-reduce, and process 0 must end the job within MESHVK_WAIT_TIMEOUT_MS
 // with a message naming process 1, the collective and its ring step; `process_failure diverge`,
 // process 1 jits an all-gather where process 0 jits the all-reduce, and the job ends at that trace,
-// naming the function (tests/processes/failure_check.cmake checks each).
+// naming the function. The *_exchange modes fail while the processes exchange host data (a
+// to_host of an array spanning them): process 1 stops (SIGSTOP), reads an array of another
+// shape, or runs a collective instead; the job must end naming process 1 (or, for the
+// collective, whichever process timed out first naming the other). tests/processes/
+// failure_check.cmake checks each.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include <unistd.h>
@@ -19,6 +24,7 @@ namespace mv = meshvk;
 int main(int argc, char** argv) {
   const bool kill = argc > 1 && std::strcmp(argv[1], "kill") == 0;
   const bool diverge = argc > 1 && std::strcmp(argv[1], "diverge") == 0;
+  const std::string mode = argc > 1 ? argv[1] : "";
   try {
     mv::Runtime rt;
     const auto mesh = mv::make_mesh({rt.num_devices()}, {"x"});
@@ -37,7 +43,22 @@ int main(int argc, char** argv) {
         }, {.name = "step"});
         (void)step(x).to_host<float>();
       }
-      if (i == 2 && !diverge && mv::process_index() == 1) {
+      if (i == 2 && mode.ends_with("_exchange")) {
+        if (mv::process_index() == 1) {
+          std::fprintf(stderr, "process 1: %s now\n", mode.c_str());
+          std::fflush(stderr);
+          if (mode == "stop_exchange") std::raise(SIGSTOP);
+          if (mode == "shape_exchange") {
+            const auto half = mv::device_put(
+                std::span<const float>(host).first(host.size() / 2),
+                {static_cast<int64_t>(host.size() / 2)}, mv::NamedSharding(mesh, mv::P("x")));
+            (void)half.to_host<float>();
+          }
+          if (mode == "collective_exchange") (void)total(x).to_host<float>();
+        }
+        (void)x.to_host<float>();  // every piece from every process: an exchange of host data
+      }
+      if (i == 2 && !diverge && !mode.ends_with("_exchange") && mv::process_index() == 1) {
         std::fprintf(stderr, "process 1: %s now\n", kill ? "dying" : "hanging");
         std::fflush(stderr);
         if (kill) std::raise(SIGKILL);

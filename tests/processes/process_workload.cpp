@@ -3,7 +3,8 @@
 // adapters x 4 devices, and under `mpirun -np 2` with 4 devices per process, the lines must be
 // identical (tests/processes/compare_runs.cmake). Under mpirun only process 0 prints, first how
 // bytes moved between the processes ("between processes: shared" or "staged"), which the
-// comparison checks and then leaves out.
+// comparison checks and then leaves out. `process_workload --sweep` runs the collectives at sizes
+// that are not multiples of 4 over however many devices the job has instead.
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -13,10 +14,13 @@
 #include "runtime/runtime_state.hpp"  // which transport moved bytes between the processes
 #include "workload.hpp"
 
-int main() {
+int main(int argc, char** argv) {
   try {
     meshvk::Runtime rt;
-    const meshvk::testing::Results results = meshvk::testing::workload();
+    // --sweep: the collectives at sizes that are not multiples of 4, over all the devices.
+    const bool sweep = argc > 1 && std::strcmp(argv[1], "--sweep") == 0;
+    const meshvk::testing::Results results =
+        sweep ? meshvk::testing::collective_sweep() : meshvk::testing::workload();
     rt.synchronize();
     if (rt.state()->multi_process())
       std::printf(

@@ -117,6 +117,26 @@ TEST(Adapters, TwoAdaptersStagedThroughHostMatchOneAdapterBitForBit) {
                        "2 adapters x 4 devices, staged through host memory");
 }
 
+// The collectives at sizes that are not multiples of 4, in every dtype, over 3 adapters (3, 3
+// and 2 devices) staged through host memory: bit for bit as on one adapter.
+TEST(Adapters, CollectiveSweepOverThreeAdaptersMatchesOneAdapter) {
+  const auto sweep_on = [](const char* adapters, const char* transport) {
+    const ScopedEnv env({{"MESHVK_NUM_DEVICES", "8"},
+                         {"MESHVK_ADAPTERS", adapters},
+                         {"MESHVK_ADAPTER", nullptr},
+                         {"MESHVK_ADAPTER_TRANSPORT", transport}});
+    mv::Runtime rt;
+    const uint64_t before = mv::Runtime::validation_messages_in_process();
+    Results r = meshvk::testing::collective_sweep();
+    rt.synchronize();
+    EXPECT_EQ(mv::Runtime::validation_messages_in_process(), before) << "validation messages";
+    return r;
+  };
+  const Results one = sweep_on(nullptr, nullptr);
+  for (const auto& [name, values] : one) EXPECT_NE(name.rfind("MISMATCH", 0), 0u) << name;
+  expect_bit_identical(one, sweep_on("0,0,0", "staged"), "3 adapters, staged");
+}
+
 TEST(Adapters, UnevenSplitGivesTheFirstAdaptersOneMore) {
   const ScopedEnv env(
       {{"MESHVK_NUM_DEVICES", "8"}, {"MESHVK_ADAPTERS", "0,0,0"}, {"MESHVK_ADAPTER", nullptr}});

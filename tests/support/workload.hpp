@@ -3,6 +3,8 @@
 // 1 adapter, 2 adapters in one process (tests/standalone/test_adapters.cpp), 2 processes
 // (tests/processes/): every collective at one-shot and ring sizes, over a line and over both
 // axes of a (4, 2) mesh, reshards, a jit replayed 3 times and the MLP training step in dp and tp.
+#include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <random>
@@ -133,6 +135,132 @@ inline Results workload() {
       r["mlp " + mode + " loss step " + std::to_string(s)] = out[0].to_host<float>();
     }
     for (const auto& [name, p] : params) r["mlp " + mode + " " + name] = p.to_host<float>();
+  }
+  return r;
+}
+
+// Every collective over a line of all the runtime's devices at sizes that are not multiples of a
+// vector's 4 elements (and at one-shot and ring sizes), in float32, int32 and uint32 (the moving
+// collectives), run between processes and adapters and compared bit for bit with one process.
+// Integer results are also checked here against a host reference (exact: no order to differ
+// in); a mismatch is a result "MISMATCH ..." that no other run prints. uint32 and int32 values
+// are kept as their bits in the floats.
+inline Results collective_sweep() {
+  Results r;
+  const int n = Runtime::current().num_devices();
+  const auto line = mv::make_mesh({n}, {"x"});
+  const auto bits_of = [](const auto& values) {
+    std::vector<float> out(values.size());
+    if (!values.empty()) std::memcpy(out.data(), values.data(), values.size() * 4);
+    return out;
+  };
+  std::vector<std::pair<int, int>> shift;
+  for (int i = 0; i < n; ++i) shift.push_back({i, (i + 1) % n});
+  // Local pieces of L elements: 1 and 3 (one-shot), 65537 and 80002 (ring, L mod 4 = 1 and 2),
+  // 1048579 (ring, several 4 MiB pieces between processes, L mod 4 = 3).
+  for (const int64_t L : {int64_t{1}, int64_t{3}, int64_t{65537}, int64_t{80002}, int64_t{1048579}}) {
+    const std::string size = " L=" + std::to_string(L);
+    const bool big = L > (1 << 20);
+    const auto floats = random_floats(static_cast<size_t>(n * L), static_cast<uint32_t>(L));
+    std::vector<int32_t> ints(floats.size());
+    for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int32_t>(floats[i] * 1000000.f);
+    std::vector<uint32_t> words(floats.size());
+    for (size_t i = 0; i < words.size(); ++i) words[i] = static_cast<uint32_t>(ints[i]) * 2654435761u;
+    const mv::NamedSharding split(line, P("x"));
+    const Array xf = mv::device_put(std::span<const float>(floats), {n * L}, split);
+    const Array xi = mv::device_put(std::span<const int32_t>(ints), {n * L}, split);
+    const Array xu = mv::device_put(std::span<const uint32_t>(words), {n * L}, split);
+    const auto run = [&](const std::function<Array(const Array&)>& body, const Array& x) {
+      return mv::shard_map(body, line, {P("x")}, P("x"))(x);
+    };
+    const std::vector<std::pair<std::string, std::function<Array(const Array&)>>> reducing = {
+        {"psum", [](const Array& v) { return mv::psum(v, "x"); }},
+        {"pmax", [](const Array& v) { return mv::pmax(v, "x"); }},
+        {"pmin", [](const Array& v) { return mv::pmin(v, "x"); }},
+    };
+    for (const auto& [name, body] : reducing) {
+      if (big && name != "psum") continue;  // the largest size: one reduction is enough
+      r[name + " float32" + size] = run(body, xf).to_host<float>();
+      const auto got = run(body, xi).to_host<int32_t>();
+      r[name + " int32" + size] = bits_of(got);
+      // The host's answer: the same in every member's piece.
+      size_t wrong = 0;
+      for (int64_t i = 0; i < L; ++i) {
+        int32_t want = ints[static_cast<size_t>(i)];
+        for (int q = 1; q < n; ++q) {
+          const int32_t v = ints[static_cast<size_t>(q * L + i)];
+          want = name == "psum"   ? static_cast<int32_t>(static_cast<uint32_t>(want) + static_cast<uint32_t>(v))
+                 : name == "pmax" ? std::max(want, v)
+                                  : std::min(want, v);
+        }
+        for (int q = 0; q < n; ++q) wrong += got[static_cast<size_t>(q * L + i)] != want;
+      }
+      if (wrong) r["MISMATCH " + name + " int32" + size] = {static_cast<float>(wrong)};
+    }
+    if (!big) r["pmean float32" + size] = run([](const Array& v) { return mv::pmean(v, "x"); }, xf).to_host<float>();
+    const std::vector<std::pair<std::string, std::function<Array(const Array&)>>> moving = {
+        {"all_gather", [](const Array& v) { return mv::all_gather(v, "x", 0, true); }},
+        {"ppermute", [&](const Array& v) { return mv::ppermute(v, "x", shift); }},
+    };
+    for (const auto& [name, body] : moving) {
+      if (big && name != "all_gather") continue;
+      r[name + " float32" + size] = run(body, xf).to_host<float>();
+      r[name + " int32" + size] = bits_of(run(body, xi).to_host<int32_t>());
+      const auto got = run(body, xu).to_host<uint32_t>();
+      r[name + " uint32" + size] = bits_of(got);
+      size_t wrong = 0;
+      for (int q = 0; q < n; ++q)
+        for (int64_t i = 0; i < (name == "all_gather" ? n * L : L); ++i) {
+          // all_gather: member q holds everything; ppermute: member q holds member q-1's piece.
+          const size_t from = name == "all_gather" ? static_cast<size_t>(i)
+                                                   : static_cast<size_t>(((q + n - 1) % n) * L + i);
+          const size_t at = name == "all_gather" ? static_cast<size_t>(q * n * L + i)
+                                                 : static_cast<size_t>(q * L + i);
+          wrong += got[at] != words[from];
+        }
+      if (wrong) r["MISMATCH " + name + " uint32" + size] = {static_cast<float>(wrong)};
+    }
+  }
+  // The collectives that split each piece n ways: pieces of n * m elements, m odd.
+  for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8193}, int64_t{65539}}) {
+    const int64_t L = n * m;
+    const std::string size = " L=" + std::to_string(L);
+    const auto floats = random_floats(static_cast<size_t>(n * L), static_cast<uint32_t>(m + 99));
+    std::vector<int32_t> ints(floats.size());
+    for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int32_t>(floats[i] * 1000000.f);
+    const mv::NamedSharding split(line, P("x"));
+    const Array xf = mv::device_put(std::span<const float>(floats), {n * L}, split);
+    const Array xi = mv::device_put(std::span<const int32_t>(ints), {n * L}, split);
+    const auto run = [&](const std::function<Array(const Array&)>& body, const Array& x) {
+      return mv::shard_map(body, line, {P("x")}, P("x"))(x);
+    };
+    const auto scatter = [](const Array& v) { return mv::psum_scatter(v, "x", 0, true); };
+    const auto to_all = [](const Array& v) { return mv::all_to_all(v, "x", 0, 0, true); };
+    r["psum_scatter float32" + size] = run(scatter, xf).to_host<float>();
+    const auto got = run(scatter, xi).to_host<int32_t>();
+    r["psum_scatter int32" + size] = bits_of(got);
+    size_t wrong = 0;
+    for (int q = 0; q < n; ++q)
+      for (int64_t i = 0; i < m; ++i) {
+        uint32_t want = 0;
+        for (int p = 0; p < n; ++p) want += static_cast<uint32_t>(ints[static_cast<size_t>(p * L + q * m + i)]);
+        wrong += got[static_cast<size_t>(q * m + i)] != static_cast<int32_t>(want);
+      }
+    if (wrong) r["MISMATCH psum_scatter int32" + size] = {static_cast<float>(wrong)};
+    r["all_to_all float32" + size] = run(to_all, xf).to_host<float>();
+    r["all_to_all int32" + size] = bits_of(run(to_all, xi).to_host<int32_t>());
+  }
+  // A jit'd psum at a ring size with a tail (the replayed program's transfers).
+  {
+    const int64_t L = 80002;
+    const auto floats = random_floats(static_cast<size_t>(n * L), 5);
+    const Array x = mv::device_put(std::span<const float>(floats), {n * L},
+                                   mv::NamedSharding(line, P("x")));
+    const auto total =
+        mv::shard_map([](const Array& v) { return mv::psum(v, "x"); }, line, {P("x")}, P("x"));
+    const auto f = mv::jit([&](const Array& v) { return total(v); });
+    for (int call = 0; call < 2; ++call)
+      r["jit psum float32 L=80002 call " + std::to_string(call)] = f(x).to_host<float>();
   }
   return r;
 }

@@ -164,8 +164,10 @@ auto differentiate(const F& f, const std::vector<int>& argnums, const A&... args
       return r;
     }
   };
-  auto [value, grads] = value_and_grad_leaves(body, leaves, wrt, names);
-  // grads holds the wrt leaves in argnums order.
+  // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+  auto value_and_grads = value_and_grad_leaves(body, leaves, wrt, names);
+  auto& value = value_and_grads.first;
+  auto& grads = value_and_grads.second;  // the wrt leaves in argnums order
   std::vector<G> out;
   size_t pos = 0;
   for (const int a : argnums) {

@@ -158,8 +158,17 @@ void record_fold(RuntimeState& rt, Recording& rec, const std::vector<Piece>& pie
                  DType dtype, Reduction op, Order order, const DeviceBuffer& out,
                  uint64_t out_start) {
   const kernels::WindowLimits w = kernels::window_limits(rt);
-  const bool vector = std::all_of(pieces.begin(), pieces.end(),
-                                  [&](const Piece& p) { return p.start % w.align == 0; });
+  // Vector reads take whole texels: every piece must start aligned, and its memory must hold the
+  // texel of the last `count % 4` elements. A ring piece of host memory ends exactly after its
+  // bytes, where the texel view stops and a fetch past it reads zeros (the other processes'
+  // values would silently be left out), so such a fold reads element by element.
+  const uint64_t whole = (count + 3) / 4 * 4;
+  const bool vector =
+      std::all_of(pieces.begin(), pieces.end(),
+                  [&](const Piece& p) {
+                    return p.start % w.align == 0 && p.bytes / 16 * 16 >= (p.start + whole) * 4;
+                  }) &&
+      out.capacity() >= (out_start + whole) * 4;
   // Elements per window: within one storage binding and one texel binding (less the alignment
   // slack a view of an unaligned piece starts with), and a multiple of the alignment and of 64, so
   // every window of an aligned piece starts aligned.

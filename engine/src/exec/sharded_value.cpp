@@ -116,7 +116,10 @@ void download(RuntimeState& rt, const ShardedValue& v, void* host, bool across_p
   const uint64_t bytes = piece_bytes(whole(v.shape));
   std::vector<std::byte> own(bytes);
   download_pieces(rt, v, map, mine, own.data());
-  const std::vector<uint8_t> all = rt.exchange(own.data(), bytes);
+  const std::vector<uint8_t> all = rt.exchange(own.data(), bytes,
+                                               "to_host of " + std::string(dtype_name(v.dtype)) +
+                                                   shape_to_string(v.shape) +
+                                                   " (spans processes: read collectively)");
   const Index global = whole(v.shape);
   for (const size_t f : first) {
     const auto* src = reinterpret_cast<const std::byte*>(all.data()) +

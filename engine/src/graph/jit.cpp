@@ -48,7 +48,7 @@ void check_same_program(detail::RuntimeState& rt, const detail::Capture& capture
     if (const NamedSharding* n = r.sharding().named())
       for (const char c : n->spec().to_string()) mix(static_cast<uint8_t>(c));
   }
-  const std::vector<uint8_t> all = rt.exchange(&digest, sizeof digest);
+  const std::vector<uint8_t> all = rt.exchange(&digest, sizeof digest, "the digest of jit(" + name + ")'s trace");
   for (int p = 0; p < rt.process_count(); ++p) {
     uint64_t theirs;
     std::memcpy(&theirs, all.data() + p * sizeof digest, sizeof digest);

@@ -1,5 +1,6 @@
 #include "runtime/process_group.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
@@ -42,6 +43,7 @@ uint64_t host_timeout_ms() {
 
 struct ProcessGroup::Mpi {
   MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm exchange = MPI_COMM_NULL;  // allgather's messages, apart from every other's
 };
 
 void check_mpi(int rc, const char* what) {
@@ -53,34 +55,6 @@ void check_mpi(int rc, const char* what) {
 }
 
 namespace {
-
-// Completes `request`, polling, or ends the job when a process has not joined within the wait
-// timeout: a blocking MPI call would hang forever on a process that died or hangs.
-void complete(const ProcessGroup& group, MPI_Request& request, const char* what, int rank) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(host_timeout_ms());
-  for (int done = 0, polls = 0;; ++polls) {
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
-    if (done) return;
-    if (polls % 1000 == 999) {
-      if (const int dead = group.dead_process(); dead >= 0) {
-        std::fprintf(stderr, "meshvk: process %d: %s: process %d of the job died; ending the job\n",
-                     rank, what, dead);
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr,
-                   "meshvk: process %d: %s did not complete within MESHVK_WAIT_TIMEOUT_MS=%llu: "
-                   "another process of the job died, hangs or runs a different program; "
-                   "ending the job\n",
-                   rank, what, static_cast<unsigned long long>(host_timeout_ms()));
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
 
 void finalize_at_exit() {
   int finalized = 0;
@@ -130,6 +104,7 @@ ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
     check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, made->rank_,
                                   MPI_INFO_NULL, &made->mpi_->node),
               "MPI_Comm_split_type");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &made->mpi_->exchange), "MPI_Comm_dup");
     int node_size = 0;
     MPI_Comm_size(made->mpi_->node, &node_size);
     made->single_node_ = node_size == made->size_;
@@ -151,25 +126,131 @@ ProcessGroup::~ProcessGroup() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && mpi_->node != MPI_COMM_NULL) MPI_Comm_free(&mpi_->node);
+  if (!finalized && mpi_->exchange != MPI_COMM_NULL) MPI_Comm_free(&mpi_->exchange);
   for (uint8_t* p : segments_) munmap(p, segment_bytes_);
   mpi_.reset();
 }
 
-void ProcessGroup::barrier() {
-  MPI_Request r;
-  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &r), "MPI_Ibarrier");
-  complete(*this, r, "a barrier of every process", rank_);
+namespace {
+
+// What each process tells every other before an exchange: which one it is at.
+struct ExchangeHeader {
+  uint64_t count;
+  uint64_t bytes;
+  char what[112];
+};
+
+std::string describe(const ExchangeHeader& h) {
+  return std::string(h.what, strnlen(h.what, sizeof h.what)) + " (exchange " +
+         std::to_string(h.count) + ", " + std::to_string(h.bytes) + " bytes per process)";
 }
 
-std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes) {
+std::string list_processes(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
+  return (ranks.size() == 1 ? "process " : "processes ") + text;
+}
+
+// Completes every request, polling; request i is a message to or from process peers[i].
+// A process that has not sent (or taken) its message within the wait timeout is named and the
+// job ends, as when a process died.
+void complete_exchange(ProcessGroup& group, std::vector<MPI_Request>& requests,
+                       const std::vector<int>& peers, const std::vector<bool>& sends,
+                       const std::string& what) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(host_timeout_ms());
+  std::vector<bool> done(requests.size(), false);
+  for (int polls = 0;; ++polls) {
+    bool all = true;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (done[i]) continue;
+      int finished = 0;
+      check_mpi(MPI_Test(&requests[i], &finished, MPI_STATUS_IGNORE), what.c_str());
+      done[i] = finished != 0;
+      all = all && done[i];
+    }
+    if (all) return;
+    if (polls % 1000 == 999) {
+      if (const int dead = group.dead_process(); dead >= 0)
+        group.abort(what + ": process " + std::to_string(dead) + " of the job died; ending the job");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      // Who sent nothing; else who has not taken what this process sent.
+      std::vector<int> silent, not_taking;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (done[i]) continue;
+        auto& list = sends[i] ? not_taking : silent;
+        if (std::find(list.begin(), list.end(), peers[i]) == list.end()) list.push_back(peers[i]);
+      }
+      const std::string who =
+          !silent.empty()
+              ? list_processes(silent) + " sent nothing for it: stopped, hung, or in another part "
+                                         "of the program (another collective or exchange)"
+              : list_processes(not_taking) + " did not take this process's data";
+      group.abort(what + " did not complete within MESHVK_WAIT_TIMEOUT_MS=" +
+            std::to_string(host_timeout_ms()) + ": " + who + "; ending the job");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace
+
+void ProcessGroup::barrier(const char* what) { (void)allgather(nullptr, 0, what); }
+
+std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes, const char* what) {
   if (bytes > static_cast<size_t>(INT32_MAX))
     throw Error("internal: allgather of " + std::to_string(bytes) + " bytes per process");
+  ExchangeHeader mine{++exchanges_, bytes, {}};
+  std::snprintf(mine.what, sizeof mine.what, "%s", what);
+  const std::string at = describe(mine);
   std::vector<uint8_t> out(bytes * static_cast<size_t>(size_));
-  MPI_Request r;
-  check_mpi(MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, out.data(),
-                           static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD, &r),
-            "MPI_Iallgather");
-  complete(*this, r, "an exchange between every process", rank_);
+  if (bytes) std::memcpy(out.data() + bytes * static_cast<size_t>(rank_), data, bytes);
+  // First the headers: every process learns where every other is before any data moves, so a
+  // mismatch is named instead of truncating or mixing up messages.
+  std::vector<ExchangeHeader> theirs(static_cast<size_t>(size_));
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  std::vector<bool> sends;
+  auto post = [&](bool send, void* buffer, size_t n, int peer, int tag) {
+    requests.emplace_back();
+    check_mpi(send ? MPI_Isend(buffer, static_cast<int>(n), MPI_BYTE, peer, tag, mpi_->exchange,
+                               &requests.back())
+                   : MPI_Irecv(buffer, static_cast<int>(n), MPI_BYTE, peer, tag, mpi_->exchange,
+                               &requests.back()),
+              send ? "MPI_Isend" : "MPI_Irecv");
+    peers.push_back(peer);
+    sends.push_back(send);
+  };
+  constexpr int kHeaderTag = 1, kDataTag = 2;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    post(false, &theirs[r], sizeof(ExchangeHeader), r, kHeaderTag);
+    post(true, &mine, sizeof mine, r, kHeaderTag);
+  }
+  complete_exchange(*this, requests, peers, sends,
+                    "process " + std::to_string(rank_) + " at " + at);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const ExchangeHeader& h = theirs[r];
+    if (h.count != mine.count || h.bytes != mine.bytes ||
+        std::strncmp(h.what, mine.what, sizeof h.what) != 0)
+      abort("process " + std::to_string(r) + " runs a different program: it is at " +
+            describe(h) + " while process " + std::to_string(rank_) + " is at " + at +
+            "; every process must run the same program; ending the job");
+  }
+  if (bytes == 0) return out;
+  requests.clear();
+  peers.clear();
+  sends.clear();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    post(false, out.data() + bytes * static_cast<size_t>(r), bytes, r, kDataTag);
+    post(true, const_cast<void*>(data), bytes, r, kDataTag);
+  }
+  complete_exchange(*this, requests, peers, sends,
+                    "process " + std::to_string(rank_) + " at " + at + ", sending its data");
   return out;
 }
 
@@ -239,8 +320,8 @@ ProcessGroup& ProcessGroup::initialize(int, int) {
       "and openmpi-bin (the README's set-up does) and build again");
 }
 ProcessGroup::~ProcessGroup() = default;
-void ProcessGroup::barrier() {}
-std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes) {
+void ProcessGroup::barrier(const char*) {}
+std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes, const char*) {
   const auto* p = static_cast<const uint8_t*>(data);
   return std::vector<uint8_t>(p, p + bytes);
 }

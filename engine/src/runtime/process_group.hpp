@@ -38,9 +38,14 @@ class ProcessGroup {
   // that sees no progress checks, so that a dead peer ends the job at once.
   int dead_process() const;
 
-  void barrier();
-  // Every process's `bytes` bytes, in rank order (all give the same size).
-  std::vector<uint8_t> allgather(const void* data, size_t bytes);
+  // Every process reaches this point; `what` names it in errors.
+  void barrier(const char* what = "a barrier of every process");
+  // Every process's `bytes` bytes, in rank order. Each process first tells every other which
+  // exchange it is at (its count, `what`, `bytes`): a process that sends nothing within
+  // MESHVK_WAIT_TIMEOUT_MS, or is at another exchange or size, ends the job with a message naming
+  // it and what it was doing.
+  std::vector<uint8_t> allgather(const void* data, size_t bytes,
+                                 const char* what = "an exchange between every process");
   // Ends every process of the job with `message` on standard error (MPI_Abort).
   [[noreturn]] void abort(const std::string& message);
 
@@ -61,6 +66,7 @@ class ProcessGroup {
   uint64_t segment_bytes_ = 0;
   std::vector<uint8_t*> segments_;
   std::vector<int> pids_;  // per process; only meaningful on one node
+  uint64_t exchanges_ = 0;  // allgathers and barriers so far, the same count on every process
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
 };

@@ -72,7 +72,7 @@ void RuntimeState::join_processes(int local_devices) {
   processes_ = group->size();
   // Every process must hold as many devices: the mesh is process-major.
   const int32_t mine = local_devices;
-  const std::vector<uint8_t> all = group->allgather(&mine, sizeof mine);
+  const std::vector<uint8_t> all = group->allgather(&mine, sizeof mine, "Runtime start: the devices of each process");
   for (int r = 0; r < processes_; ++r) {
     int32_t theirs = 0;
     std::copy_n(all.data() + r * sizeof theirs, sizeof theirs, reinterpret_cast<uint8_t*>(&theirs));
@@ -102,7 +102,7 @@ void RuntimeState::share_memory() {
   // Every process makes the same streams (the adapters are alike), so timelines agree, and
   // moves bytes the same way.
   const int32_t mine[2] = {num_timelines(), static_cast<int32_t>(between_processes_)};
-  const std::vector<uint8_t> all = group.allgather(mine, sizeof mine);
+  const std::vector<uint8_t> all = group.allgather(mine, sizeof mine, "Runtime start: the streams and transport of each process");
   for (int r = 0; r < processes_; ++r) {
     int32_t theirs[2];
     std::memcpy(theirs, all.data() + r * sizeof mine, sizeof mine);
@@ -141,12 +141,13 @@ void RuntimeState::share_memory() {
   }
 }
 
-std::vector<uint8_t> RuntimeState::exchange(const void* data, uint64_t bytes) {
+std::vector<uint8_t> RuntimeState::exchange(const void* data, uint64_t bytes,
+                                            const std::string& what) {
   if (!multi_process()) {
     const auto* p = static_cast<const uint8_t*>(data);
     return std::vector<uint8_t>(p, p + bytes);
   }
-  return ProcessGroup::get()->allgather(data, bytes);
+  return ProcessGroup::get()->allgather(data, bytes, what.c_str());
 }
 
 uint64_t* RuntimeState::progress_table(int process) const {

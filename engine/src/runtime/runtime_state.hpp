@@ -231,7 +231,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   };
   RingRange reserve_ring(int src_process, int dst_process, uint64_t bytes);
   // Every process's `bytes` bytes, in process order (all give the same size): host data only.
-  std::vector<uint8_t> exchange(const void* data, uint64_t bytes);
+  // `what` names the exchange when a process is elsewhere or sends another size.
+  std::vector<uint8_t> exchange(const void* data, uint64_t bytes, const std::string& what);
   // The receives that still read [offset, offset + bytes) of that ring (no longer tracked after).
   std::vector<Fence> ring_readers(int src_process, int dst_process, uint64_t offset, uint64_t bytes);
   // The receive that reads [offset, offset + bytes) of that ring.
