@@ -25,6 +25,27 @@ Array mse_loss(const Array& prediction, const Array& target);
 Array softmax_cross_entropy(const Array& logits, const Array& labels);
 Array log_softmax(const Array& logits, int axis = -1);
 
+// jax.nn's activations and normalisations, composed of meshvk's ops, so each runs under jit,
+// grad and shard_map and keeps its operand's sharding as those ops do.
+// jax.nn.softmax along `axis` (shifted by the maximum, so large logits do not overflow).
+Array softmax(const Array& x, int axis = -1);
+// jax.nn.logsumexp over `axes` (all when empty): max + log(sum(exp(x - max))); a slice of only
+// -inf gives -inf, as JAX's.
+Array logsumexp(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+// jax.nn.gelu: with `approximate` (JAX's default) 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+// without, the exact 0.5 x (1 + erf(x / sqrt(2))).
+Array gelu(const Array& x, bool approximate = true);
+Array silu(const Array& x);  // x * sigmoid(x); jax.nn.swish is the same
+inline Array swish(const Array& x) { return silu(x); }
+Array softplus(const Array& x);  // log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))
+Array relu(const Array& x);      // max(x, 0)
+// Layer norm over the last axis, as flax.linen.LayerNorm computes it (biased variance, eps
+// inside the square root; flax's default eps is 1e-6, torch's 1e-5): (x - mean) / sqrt(var +
+// eps) * scale + bias, scale and bias of the last axis's size.
+Array layer_norm(const Array& x, const Array& scale, const Array& bias, float eps = 1e-6f);
+// RMS norm over the last axis, as flax.linen.RMSNorm: x / sqrt(mean(x^2) + eps) * scale.
+Array rms_norm(const Array& x, const Array& scale, float eps = 1e-6f);
+
 // optax.sgd: p - lr * g for every parameter (each keeps its sharding). grads has the params'
 // names and shapes (an Error names the first that differs).
 Params sgd(const Params& params, const Params& grads, float lr);

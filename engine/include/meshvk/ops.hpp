@@ -303,3 +303,35 @@ Array einsum(const std::string& subscripts, const Array& a, const Array& b, cons
 }
 
 }  // namespace meshvk
+
+namespace meshvk {
+
+// More of jax.numpy, composed of the ops above (so each runs under jit, grad and shard_map with
+// those ops' sharding rules).
+// jnp.clip: x limited to [lo, hi]; either bound may be left out (std::nullopt).
+Array clip(const Array& x, const std::optional<Operand>& lo, const std::optional<Operand>& hi);
+// jnp.tril / jnp.triu over the last two axes: the elements on and below (tril) or on and above
+// (triu) diagonal k (0: the main one, positive: above it), the others 0.
+Array tril(const Array& x, int k = 0);
+Array triu(const Array& x, int k = 0);
+// jnp.eye: an n x m (m = n when negative) matrix with ones on diagonal k.
+Array eye(int64_t n, int64_t m = -1, int k = 0, DType dtype = DType::float32);
+// jnp.expand_dims: a new axis of size 1 at `axis` of the result (negative counts from its end).
+Array expand_dims(const Array& x, int axis);
+// jnp.squeeze: the axes of size 1 left out (all of them when `axes` is empty); an axis that is
+// not of size 1 is an Error.
+Array squeeze(const Array& x, std::vector<int> axes = {});
+// jnp.isnan / isinf / isfinite: bool arrays (integers and bools are never NaN or infinite).
+Array isnan(const Array& x);
+Array isinf(const Array& x);
+Array isfinite(const Array& x);
+// jnp.any / jnp.all over `axes` (all when empty): whether any / every element is non-zero.
+Array any(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array all(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+// jnp.full_like: x's shape, dtype and sharding, every element `value` (converted to x's dtype).
+Array full_like(const Array& x, double value);
+// jnp.cumsum along `axis` (bools count as int32): log2(n) steps of shifted adds, so float sums
+// are in a tree order (not left to right) and may differ from numpy's in the last bits.
+Array cumsum(const Array& x, int axis);
+
+}  // namespace meshvk

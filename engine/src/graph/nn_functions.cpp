@@ -1,0 +1,64 @@
+// jax.nn's activations and normalisations as compositions of meshvk's ops: each runs under jit,
+// grad and shard_map, and lays its result out as the ops it is made of do.
+#include <cmath>
+#include <string>
+
+#include "meshvk/error.hpp"
+#include "meshvk/nn.hpp"
+#include "meshvk/ops.hpp"
+
+namespace meshvk::nn {
+
+Array softmax(const Array& x, int axis) {
+  const Array e = exp(x - max(x, {axis}, true));
+  return e / sum(e, {axis}, true);
+}
+
+Array logsumexp(const Array& x, std::vector<int> axes, bool keepdims) {
+  const Array m = max(x, axes, true);
+  // A slice of only -inf (or a +inf) would make x - m NaN: shift by 0 there instead, as JAX does.
+  const Array shift = where(isfinite(m), m, 0.0f);
+  const Array out = log(sum(exp(x - shift), axes, true)) + shift;
+  if (keepdims) return out;
+  if (axes.empty()) return reshape(out, Shape{});
+  return squeeze(out, axes);
+}
+
+Array gelu(const Array& x, bool approximate) {
+  if (approximate) {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * x * (1.0f + tanh(c * (x + 0.044715f * x * x * x)));
+  }
+  return 0.5f * x * (1.0f + erf(x * 0.7071067811865476f));
+}
+
+Array silu(const Array& x) { return x * sigmoid(x); }
+
+Array softplus(const Array& x) { return maximum(x, 0.0f) + log1p(exp(-abs(x))); }
+
+Array relu(const Array& x) { return ::meshvk::relu(x); }
+
+namespace {
+void require_last_axis(const char* op, const Array& x, const Array& p, const char* what) {
+  if (x.ndim() < 1 || p.ndim() != 1 || p.shape()[0] != x.shape().back())
+    throw Error(std::string(op) + ": " + what + " has shape " + shape_to_string(p.shape()) +
+                " for x of shape " + shape_to_string(x.shape()) + "; give " + what +
+                " one value per element of x's last axis (" +
+                (x.ndim() ? std::to_string(x.shape().back()) : std::string("x needs an axis")) +
+                ")");
+}
+}  // namespace
+
+Array layer_norm(const Array& x, const Array& scale, const Array& bias, float eps) {
+  require_last_axis("layer_norm", x, scale, "scale");
+  require_last_axis("layer_norm", x, bias, "bias");
+  const Array centred = x - mean(x, {-1}, true);
+  return centred * rsqrt(mean(square(centred), {-1}, true) + eps) * scale + bias;
+}
+
+Array rms_norm(const Array& x, const Array& scale, float eps) {
+  require_last_axis("rms_norm", x, scale, "scale");
+  return x * rsqrt(mean(square(x), {-1}, true) + eps) * scale;
+}
+
+}  // namespace meshvk::nn

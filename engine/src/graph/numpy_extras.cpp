@@ -1,0 +1,138 @@
+// More of jax.numpy as compositions of meshvk's ops: each runs under jit, grad and shard_map,
+// and lays its result out as the ops it is made of do.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+
+namespace meshvk {
+
+namespace {
+
+int normalised_axis(const char* op, int axis, int ndim) {
+  if (axis < -ndim || axis >= ndim)
+    throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for " +
+                std::to_string(ndim) + " dimensions; give one in [" + std::to_string(-ndim) + ", " +
+                std::to_string(ndim) + ")");
+  return axis < 0 ? axis + ndim : axis;
+}
+
+// True where column - row <= k (tril) or >= k (triu), as an (n, m) bool array.
+Array band(const char* op, int64_t n, int64_t m, int k, bool lower) {
+  if (n > std::numeric_limits<int32_t>::max() || m > std::numeric_limits<int32_t>::max())
+    throw Error(std::string(op) + ": " + std::to_string(n) + " x " + std::to_string(m) +
+                " is past int32 indices");
+  const Array rows = arange(static_cast<int32_t>(n)).reshape(Shape{n, 1});
+  const Array cols = arange(static_cast<int32_t>(m)).reshape(Shape{1, m});
+  const Array d = cols - rows;
+  return lower ? d <= k : d >= k;
+}
+
+Array triangle(const char* op, const Array& x, int k, bool lower) {
+  if (x.ndim() < 2)
+    throw Error(std::string(op) + ": x has shape " + shape_to_string(x.shape()) +
+                "; give an array of at least 2 dimensions (the last two are the matrix)");
+  const int64_t n = x.shape()[x.ndim() - 2], m = x.shape()[x.ndim() - 1];
+  return where(band(op, n, m, k, lower), x, zeros(Shape{}, x.dtype()));
+}
+
+}  // namespace
+
+Array clip(const Array& x, const std::optional<Operand>& lo, const std::optional<Operand>& hi) {
+  Array r = x;
+  if (lo) r = maximum(r, *lo);
+  if (hi) r = minimum(r, *hi);
+  return r;
+}
+
+Array tril(const Array& x, int k) { return triangle("tril", x, k, true); }
+Array triu(const Array& x, int k) { return triangle("triu", x, k, false); }
+
+Array eye(int64_t n, int64_t m, int k, DType dtype) {
+  if (m < 0) m = n;
+  if (n < 0) throw Error("eye: n = " + std::to_string(n) + "; give n >= 0");
+  const Array lower = band("eye", n, m, k, true), upper = band("eye", n, m, k, false);
+  return astype(lower & upper, dtype);
+}
+
+Array expand_dims(const Array& x, int axis) {
+  const int ndim = x.ndim() + 1;
+  const int a = normalised_axis("expand_dims", axis, ndim);
+  Shape shape = x.shape();
+  shape.insert(shape.begin() + a, 1);
+  return reshape(x, shape);
+}
+
+Array squeeze(const Array& x, std::vector<int> axes) {
+  const int ndim = x.ndim();
+  std::vector<bool> drop(static_cast<size_t>(ndim), false);
+  if (axes.empty()) {
+    for (int d = 0; d < ndim; ++d) drop[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] == 1;
+  } else {
+    for (const int axis : axes) {
+      const int a = normalised_axis("squeeze", axis, ndim);
+      if (x.shape()[static_cast<size_t>(a)] != 1)
+        throw Error("squeeze: axis " + std::to_string(axis) + " of shape " +
+                    shape_to_string(x.shape()) + " has size " +
+                    std::to_string(x.shape()[static_cast<size_t>(a)]) +
+                    "; only axes of size 1 can be squeezed");
+      drop[static_cast<size_t>(a)] = true;
+    }
+  }
+  Shape shape;
+  for (int d = 0; d < ndim; ++d)
+    if (!drop[static_cast<size_t>(d)]) shape.push_back(x.shape()[static_cast<size_t>(d)]);
+  return reshape(x, shape);
+}
+
+Array isnan(const Array& x) { return x != x; }
+Array isinf(const Array& x) {
+  if (x.dtype() != DType::float32) return x != x;  // all false
+  return abs(x) == std::numeric_limits<float>::infinity();
+}
+Array isfinite(const Array& x) {
+  if (x.dtype() != DType::float32) return x == x;  // all true
+  return abs(x) < std::numeric_limits<float>::infinity();  // NaN compares false
+}
+
+namespace {
+Array nonzero(const Array& x) { return x.dtype() == DType::bool_ ? x : x != 0; }
+}  // namespace
+
+Array any(const Array& x, std::vector<int> axes, bool keepdims) {
+  return max(nonzero(x), std::move(axes), keepdims);
+}
+Array all(const Array& x, std::vector<int> axes, bool keepdims) {
+  return min(nonzero(x), std::move(axes), keepdims);
+}
+
+Array full_like(const Array& x, double value) {
+  const Array z = zeros_like(x);
+  if (x.dtype() == DType::float32) return z + static_cast<float>(value);
+  if (x.dtype() == DType::bool_) return astype(astype(z, DType::int32) + (value != 0 ? 1 : 0), x.dtype());
+  if (!(value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max()))
+    throw Error("full_like: " + std::to_string(value) + " does not fit the array's " +
+                std::string(dtype_name(x.dtype())) + "; give a value in int32's range");
+  return astype(astype(z, DType::int32) + static_cast<int32_t>(value), x.dtype());
+}
+
+Array cumsum(const Array& x, int axis) {
+  const int a = normalised_axis("cumsum", axis, x.ndim());
+  Array r = x.dtype() == DType::bool_ ? astype(x, DType::int32) : x;
+  const int64_t n = x.shape()[static_cast<size_t>(a)];
+  // Hillis-Steele: after the step of shift s each element holds the sum of the 2s before it.
+  for (int64_t s = 1; s < n; s *= 2) {
+    std::vector<int64_t> start(static_cast<size_t>(x.ndim()), 0), stop(x.shape().begin(), x.shape().end());
+    stop[static_cast<size_t>(a)] = n - s;
+    Shape head = x.shape();
+    head[static_cast<size_t>(a)] = s;
+    const Array shifted = concatenate({zeros(head, r.dtype()), slice(r, start, stop)}, a);
+    r = r + shifted;
+  }
+  return r;
+}
+
+}  // namespace meshvk
