@@ -1,7 +1,9 @@
 // The math library's trigonometric and error functions (engine/src/kernels/mathlib: sin, cos,
 // tan, arcsin, arccos, arctan, arctan2, erf, erfinv) beyond the shared dense-sample and
 // bit-identity tests of test_mathlib.cpp: C's special values and signs of zero, huge arguments,
-// atan2 over a grid of pairs (host within 1 ulp, device bit-identical), and the gradients.
+// atan2 over a grid of pairs and at quotients near powers of two (both variants' host copies
+// within 1 ulp, the float64 one nearly correctly rounded; kernels bit-identical to the copy of the
+// variant the runtime picks), and the gradients.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -17,6 +19,7 @@
 
 namespace mv = meshvk;
 namespace host = meshvk::mathlib::host;
+using mathlib_check::atan2_error_ulps;
 using mathlib_check::hex;
 using mathlib_check::same_bits;
 using mathlib_check::ulp_distance;
@@ -40,6 +43,39 @@ std::vector<std::pair<float, float>> atan2_pairs(uint32_t step) {
   for (const float y : xs)
     for (const float x : xs) pairs.push_back({y, x});
   return pairs;
+}
+
+// arctan2's two variants (engine/src/kernels/mathlib/atan2.inc, atan2_64.inc): float-float, and
+// float64 for adapters with shaderFloat64 unless MESHVK_MATHLIB_FLOAT64=0.
+struct Atan2Variant {
+  const char* name;
+  float (*f)(float, float);
+  long double bound;  // the largest error allowed, in ulps of the correctly rounded result
+};
+// The float64 one rounds a double within about 2^-50 once: correctly rounded but where the exact
+// value lies within 2^-20 ulp of a midpoint.
+const Atan2Variant kAtan2Variants[] = {{"float-float", host::mvk_atan2, 1.0L},
+                                       {"float64", host::mvk_atan2_64, 0.5L + 0x1p-20L}};
+
+// The host copy whose bits the current runtime's arctan2 kernels compute.
+float (*atan2_host())(float, float) {
+  auto& rt = *mv::Runtime::current().state();
+  return rt.mathlib_float64(rt.device().adapter()) ? host::mvk_atan2_64 : host::mvk_atan2;
+}
+
+// The number of pairs whose kernel result differs from want's bits; prints the first few.
+int atan2_device_differences(const std::vector<std::pair<float, float>>& pairs,
+                             float (*want)(float, float)) {
+  std::vector<float> ys, xs;
+  for (const auto& [y, x] : pairs) ys.push_back(y), xs.push_back(x);
+  const auto got = mv::arctan2(host_array(ys), host_array(xs)).to_host<float>();
+  EXPECT_EQ(got.size(), ys.size());
+  int bad = 0;
+  for (size_t i = 0; i < std::min(got.size(), ys.size()); ++i)
+    if (!same_bits(got[i], want(ys[i], xs[i])) && ++bad <= 5)
+      ADD_FAILURE() << "arctan2(" << hex(ys[i]) << ", " << hex(xs[i]) << "): device " << hex(got[i])
+                    << ", host " << hex(want(ys[i], xs[i]));
+  return bad;
 }
 
 }  // namespace
@@ -73,12 +109,13 @@ TEST(MathlibTrig, SpecialValuesAsLibm) {
         << c.name << "(" << hex(c.x) << ") = " << hex(c.f(c.x)) << ", want " << hex(c.want);
     EXPECT_TRUE(std::isnan(c.f(kNaN))) << c.name << "(NaN)";
   }
-  for (const float y : {0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, 1e-45f, -3e38f})
-    for (const float x : {0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, 1e-45f, -3e38f})
-      EXPECT_TRUE(same_bits(
-          host::mvk_atan2(y, x),
-          static_cast<float>(std::atan2(static_cast<long double>(y), static_cast<long double>(x)))))
-          << "atan2(" << hex(y) << ", " << hex(x) << ") = " << hex(host::mvk_atan2(y, x));
+  for (const Atan2Variant& v : kAtan2Variants)
+    for (const float y : {0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, 1e-45f, -3e38f, kNaN})
+      for (const float x : {0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, 1e-45f, -3e38f, kNaN})
+        EXPECT_TRUE(
+            same_bits(v.f(y, x), static_cast<float>(std::atan2(static_cast<long double>(y),
+                                                               static_cast<long double>(x)))))
+            << v.name << " atan2(" << hex(y) << ", " << hex(x) << ") = " << hex(v.f(y, x));
 }
 
 // sin and cos of the largest floats and of those closest to a multiple of pi/2 (the reduction
@@ -103,34 +140,73 @@ TEST(MathlibTrig, HugeArgumentsWithinOneUlp) {
 }
 
 TEST(MathlibTrig, Atan2HostWithinOneUlp) {
-  uint64_t worst = 0;
-  std::pair<float, float> at{};
-  for (const auto& [y, x] : atan2_pairs(65537)) {
-    const float want =
-        static_cast<float>(std::atan2(static_cast<long double>(y), static_cast<long double>(x)));
-    const uint64_t d = ulp_distance(host::mvk_atan2(y, x), want);
-    if (d > worst) worst = d, at = {y, x};
+  const auto pairs = atan2_pairs(65537);
+  for (const Atan2Variant& v : kAtan2Variants) {
+    uint64_t worst = 0;
+    long double worst_error = 0;
+    std::pair<float, float> at{}, error_at{};
+    for (const auto& [y, x] : pairs) {
+      const float want =
+          static_cast<float>(std::atan2(static_cast<long double>(y), static_cast<long double>(x)));
+      const uint64_t d = ulp_distance(v.f(y, x), want);
+      if (d > worst) worst = d, at = {y, x};
+      const long double e = atan2_error_ulps(v.f(y, x), y, x);
+      if (e > worst_error) worst_error = e, error_at = {y, x};
+    }
+    EXPECT_LE(worst, 1u) << v.name << " atan2(" << hex(at.first) << ", " << hex(at.second) << ")";
+    EXPECT_LE(worst_error, v.bound)
+        << v.name << " atan2(" << hex(error_at.first) << ", " << hex(error_at.second) << ")";
+    std::cout << "mathlib arctan2 (" << v.name << "): max " << worst << " ulp, max error "
+              << static_cast<double>(worst_error) << " ulp\n";
   }
-  EXPECT_LE(worst, 1u) << "atan2(" << hex(at.first) << ", " << hex(at.second) << ")";
-  std::cout << "mathlib arctan2: max " << worst << " ulp\n";
+}
+
+// Quotients near powers of two: every result within 1 ulp (less than one ulp from the exact
+// value), the example correctly rounded, and the kernels bit-identical to the host copy.
+TEST(MathlibTrig, Atan2NearPowersOfTwoWithinOneUlp) {
+  const auto pairs = mathlib_check::atan2_near_power_pairs(400000, 31);
+  for (const Atan2Variant& v : kAtan2Variants) {
+    EXPECT_TRUE(same_bits(v.f(0x1.000002p+0f, 0x1.fffffep+6f), 0x1.fffd5cp-8f))
+        << v.name << " " << hex(v.f(0x1.000002p+0f, 0x1.fffffep+6f));
+    long double worst = 0;
+    std::pair<float, float> at{};
+    int over = 0;
+    for (const auto& [y, x] : pairs) {
+      const long double e = atan2_error_ulps(v.f(y, x), y, x);
+      if (e >= 1) ++over;
+      if (e > worst) worst = e, at = {y, x};
+    }
+    EXPECT_LT(worst, 1.0L) << v.name << ": " << over << " of " << pairs.size()
+                           << " pairs 1 ulp or more off";
+    EXPECT_LE(worst, v.bound) << v.name << " atan2(" << hex(at.first) << ", " << hex(at.second)
+                              << ") = " << hex(v.f(at.first, at.second));
+    std::cout << "mathlib arctan2 (" << v.name << ") near powers of two: max error "
+              << static_cast<double>(worst) << " ulp\n";
+  }
+  // The kernels: the default variant (float64 on lavapipe), then the float-float one. The two
+  // differ on some of these pairs (where float-float is not correctly rounded), so each check
+  // also tells which variant ran.
+  int variants_differ = 0;
+  for (const auto& [y, x] : pairs)
+    variants_differ += same_bits(host::mvk_atan2(y, x), host::mvk_atan2_64(y, x)) ? 0 : 1;
+  EXPECT_GT(variants_differ, 0);
+  EXPECT_EQ(atan2_device_differences(pairs, atan2_host()), 0);
+  const ScopedEnv off("MESHVK_MATHLIB_FLOAT64", "0");
+  mv::Runtime rt;
+  ASSERT_FALSE(rt.state()->mathlib_float64(rt.state()->device().adapter()));
+  EXPECT_EQ(atan2_device_differences(pairs, host::mvk_atan2), 0);
 }
 
 TEST(MathlibTrig, Atan2DeviceBitIdenticalToHost) {
   const auto pairs = atan2_pairs(1048573);
-  std::vector<float> ys, xs;
-  for (const auto& [y, x] : pairs) ys.push_back(y), xs.push_back(x);
-  const auto got = mv::arctan2(host_array(ys), host_array(xs)).to_host<float>();
-  ASSERT_EQ(got.size(), ys.size());
-  int bad = 0;
-  for (size_t i = 0; i < ys.size(); ++i)
-    if (!same_bits(got[i], host::mvk_atan2(ys[i], xs[i])) && ++bad <= 5)
-      ADD_FAILURE() << "arctan2(" << hex(ys[i]) << ", " << hex(xs[i]) << "): device " << hex(got[i])
-                    << ", host " << hex(host::mvk_atan2(ys[i], xs[i]));
-  EXPECT_EQ(bad, 0);
+  const auto want = atan2_host();
+  EXPECT_EQ(atan2_device_differences(pairs, want), 0);
   // A broadcast scalar operand takes the strided kernel: the same bits there.
+  std::vector<float> ys;
+  for (const auto& [y, x] : pairs) ys.push_back(y);
   const auto row = mv::arctan2(host_array(ys), -2.5f).to_host<float>();
   for (size_t i = 0; i < ys.size(); ++i)
-    ASSERT_TRUE(same_bits(row[i], host::mvk_atan2(ys[i], -2.5f))) << hex(ys[i]);
+    ASSERT_TRUE(same_bits(row[i], want(ys[i], -2.5f))) << hex(ys[i]);
 }
 
 // The gradients (jax.grad of each op) at a few points, against the closed forms in long double.

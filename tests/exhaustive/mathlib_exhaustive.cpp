@@ -3,16 +3,19 @@
 // --device, the kernels' GLSL copy is run on the runtime's adapter in chunks of 2^24 inputs and
 // compared bit for bit with the host copy (--stride N: every Nth input only, for a smoke run).
 // Prints the max-ulp table README.md shows, with the largest error in fractions of an ulp and the
-// count of results not correctly rounded; --float64 sweeps the float64 variants of sin, cos and tan
-// instead (the device sweep compares with the variant the runtime picks for its adapter). With
-// --speed instead, the throughput of the library and of the driver's built-ins
-// (MESHVK_FAST_MATH=1).
+// count of results not correctly rounded; --float64 sweeps the float64 variants of sin, cos, tan
+// and arctan2 instead (the device sweep compares with the variant the runtime picks for its
+// adapter). arctan2, having two arguments, is sampled, and only when named: --pairs N (default
+// 2^24) random pairs of mathlib_check::atan2_pair's four kinds, quotients near powers of two
+// among them. With --speed instead, the throughput of the library and of the driver's built-ins
+// (MESHVK_FAST_MATH=1), arctan2's too when named.
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,8 +53,12 @@ struct Worst {
   long double error = 0;     // the largest distance from the exact value, in ulps
 };
 
-// --float64: the float64 variants' host copies (sin, cos, tan) instead of the default ones.
+// --float64: the float64 variants' host copies (sin, cos, tan, arctan2) instead of the default
+// ones.
 bool float64 = false;
+
+// --pairs: how many (y, x) pairs arctan2 is sampled on.
+uint64_t pairs = 1ull << 24;
 
 Worst sweep_host(const mathlib_check::UnaryFunction& f) {
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
@@ -112,19 +119,96 @@ uint64_t sweep_device(const mathlib_check::UnaryFunction& f) {
   return differ;
 }
 
+// arctan2's pairs: chunk c (2^16 pairs) comes from its own generator, seeded with c, so the
+// sample is the same whatever the thread count; pair i of a chunk is of kind i % 4.
+constexpr uint64_t kPairChunk = 1ull << 16;
+void atan2_chunk(uint64_t c, std::vector<std::pair<float, float>>& out) {
+  std::mt19937_64 rng(c);
+  out.clear();
+  for (uint64_t i = 0; i < kPairChunk && c * kPairChunk + i < pairs; ++i)
+    out.push_back(mathlib_check::atan2_pair(rng, static_cast<unsigned>(i)));
+}
+
+float (*atan2_host(bool f64))(float, float) {
+  return f64 ? meshvk::mathlib::host::mvk_atan2_64 : meshvk::mathlib::host::mvk_atan2;
+}
+
+// arctan2's host copy against long double atan2 on the sampled pairs.
+Worst sweep_atan2_host(std::pair<float, float>& worst_pair) {
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  if (const char* t = std::getenv("MESHVK_EXHAUSTIVE_THREADS")) threads = std::max(1, std::atoi(t));
+  const auto host = atan2_host(float64);
+  const uint64_t chunks = (pairs + kPairChunk - 1) / kPairChunk;
+  std::vector<Worst> worst(threads);
+  std::vector<std::pair<float, float>> at(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::vector<std::pair<float, float>> ps;
+      for (uint64_t c = t; c < chunks; c += threads) {
+        atan2_chunk(c, ps);
+        for (const auto& [y, x] : ps) {
+          const float r = host(y, x);
+          const float rounded = static_cast<float>(
+              std::atan2(static_cast<long double>(y), static_cast<long double>(x)));
+          const uint64_t d = mathlib_check::ulp_distance(r, rounded);
+          if (d > worst[t].ulps) worst[t].ulps = d, at[t] = {y, x};
+          if (d != 0) ++worst[t].not_rounded;
+          if (std::isfinite(r))
+            worst[t].error = std::max(worst[t].error, mathlib_check::atan2_error_ulps(r, y, x));
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  Worst w;
+  for (unsigned t = 0; t < threads; ++t) {
+    if (worst[t].ulps > w.ulps || t == 0) w.ulps = worst[t].ulps, worst_pair = at[t];
+    w.not_rounded += worst[t].not_rounded;
+    w.error = std::max(w.error, worst[t].error);
+  }
+  return w;
+}
+
+// The number of sampled pairs whose device result differs from the host copy's bits.
+uint64_t sweep_atan2_device() {
+  auto& rt = *mv::Runtime::current().state();
+  const auto host = atan2_host(rt.mathlib_float64(rt.device().adapter()));
+  const uint64_t chunks = (pairs + kPairChunk - 1) / kPairChunk;
+  std::vector<std::pair<float, float>> ps;
+  std::vector<float> ys, xs;
+  uint64_t differ = 0;
+  for (uint64_t c = 0; c < chunks; c += 64) {  // 2^22 pairs a dispatch
+    ys.clear(), xs.clear();
+    for (uint64_t k = c; k < std::min(chunks, c + 64); ++k) {
+      atan2_chunk(k, ps);
+      for (const auto& [y, x] : ps) ys.push_back(y), xs.push_back(x);
+    }
+    const mv::Shape shape{static_cast<int64_t>(ys.size())};
+    const auto got = mv::arctan2(mv::array(std::span<const float>(ys), shape),
+                                 mv::array(std::span<const float>(xs), shape))
+                         .to_host<float>();
+    for (size_t i = 0; i < ys.size(); ++i)
+      if (!mathlib_check::same_bits(got[i], host(ys[i], xs[i])))
+        if (++differ <= 3)
+          std::printf("  arctan2(%a, %a): device %a, host %a\n", ys[i], xs[i], got[i],
+                      host(ys[i], xs[i]));
+  }
+  return differ;
+}
+
 // Elements per second of each function on the runtime's adapter over 16M floats (one device,
 // median of 5), the library's and the driver's built-ins' (MESHVK_FAST_MATH=1).
-double rate(const std::string& name, const mv::Array& x, mv::Runtime& rt) {
+double rate(const std::function<mv::Array()>& apply_once, int64_t size, mv::Runtime& rt) {
   std::vector<double> times;
   for (int rep = 0; rep < 6; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    const mv::Array y = apply(name, x);
+    const mv::Array y = apply_once();
     mv::detail::materialized(y);
     rt.synchronize();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(times.begin() + 1, times.end());  // the first run compiles the kernel
-  return static_cast<double>(x.size()) / times[3];
+  return static_cast<double>(size) / times[3];
 }
 
 void speed(const std::vector<std::string>& only) {
@@ -140,11 +224,24 @@ void speed(const std::vector<std::string>& only) {
       mv::Runtime rt;
       const mv::Array x =
           mv::array(std::span<const float>(host), mv::Shape{static_cast<int64_t>(host.size())});
-      r[fast] = rate(f.name, x, rt);
+      r[fast] = rate([&] { return apply(f.name, x); }, x.size(), rt);
     }
     std::printf("| %s | %.0f | %.0f |\n", f.name, r[0] / 1e6, r[1] / 1e6);
     std::fflush(stdout);
   }
+  if (std::find(only.begin(), only.end(), "arctan2") == only.end()) return;
+  // arctan2(y, x) with y as above and x from the same range, reversed.
+  const std::vector<float> other(host.rbegin(), host.rend());
+  double r[2];
+  for (int fast = 0; fast < 2; ++fast) {
+    setenv("MESHVK_FAST_MATH", fast ? "1" : "0", 1);
+    mv::Runtime rt;
+    const mv::Shape shape{static_cast<int64_t>(host.size())};
+    const mv::Array y = mv::array(std::span<const float>(host), shape);
+    const mv::Array x = mv::array(std::span<const float>(other), shape);
+    r[fast] = rate([&] { return mv::arctan2(y, x); }, y.size(), rt);
+  }
+  std::printf("| arctan2 | %.0f | %.0f |\n", r[0] / 1e6, r[1] / 1e6);
 }
 
 }  // namespace
@@ -161,6 +258,8 @@ int main(int argc, char** argv) {
       float64 = true;
     else if (std::strcmp(argv[i], "--stride") == 0 && i + 1 < argc)
       stride = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--pairs") == 0 && i + 1 < argc)
+      pairs = std::max<uint64_t>(1, std::strtoull(argv[++i], nullptr, 10));
     else
       only.push_back(argv[i]);
   }
@@ -170,9 +269,14 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<mv::Runtime> rt;
   if (device) rt = std::make_unique<mv::Runtime>();
+  const bool unary =
+      only.empty() ||
+      std::any_of(only.begin(), only.end(), [](const std::string& n) { return n != "arctan2"; });
   std::printf(
       "| function | max ulp (%s) | worst input | max error (ulp) | not correctly rounded |%s\n",
-      stride == 1 ? "all 2^32 inputs" : ("every " + std::to_string(stride) + "th input").c_str(),
+      !unary        ? "sampled pairs"
+      : stride == 1 ? "all 2^32 inputs"
+                    : ("every " + std::to_string(stride) + "th input").c_str(),
       device ? " device bits |" : "");
   std::printf("|---|---|---|---|---|%s\n", device ? "---|" : "");
   int failed = 0;
@@ -186,6 +290,22 @@ int main(int argc, char** argv) {
     if (w.ulps > 1) ++failed;
     if (device) {
       const uint64_t d = sweep_device(f);
+      std::printf(d == 0 ? " identical |" : " %llu differ |", static_cast<unsigned long long>(d));
+      if (d) ++failed;
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (std::find(only.begin(), only.end(), "arctan2") != only.end()) {
+    std::pair<float, float> at{};
+    const Worst w = sweep_atan2_host(at);
+    std::printf("| arctan2%s (%llu pairs) | %llu | (%a, %a) | %.9Lf | %llu |",
+                float64 ? " (float64)" : "", static_cast<unsigned long long>(pairs),
+                static_cast<unsigned long long>(w.ulps), at.first, at.second, w.error,
+                static_cast<unsigned long long>(w.not_rounded));
+    if (w.ulps > 1) ++failed;
+    if (device) {
+      const uint64_t d = sweep_atan2_device();
       std::printf(d == 0 ? " identical |" : " %llu differ |", static_cast<unsigned long long>(d));
       if (d) ++failed;
     }

@@ -1,7 +1,8 @@
 #pragma once
 // Checking the math library (engine/src/kernels/mathlib): each function's host copy against a
-// long double libm reference, in ulps. Shared by tests/test_mathlib.cpp (a dense sample) and
-// tools/mathlib_exhaustive.cpp (all 2^32 inputs).
+// long double libm reference, in ulps. Shared by tests/test_mathlib.cpp (a dense sample),
+// tests/test_mathlib_trig.cpp (atan2's pairs) and tests/exhaustive/mathlib_exhaustive.cpp (all
+// 2^32 inputs; atan2 sampled).
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/mathlib/host.hpp"
@@ -117,6 +119,71 @@ inline void pow_pairs(size_t n, uint32_t seed, std::vector<float>& xs, std::vect
       xs.push_back(a);
       ys.push_back(b);
     }
+}
+
+// One (y, x) pair for atan2 from rng, of kind % 4: 0 random bit patterns (NaNs and infinities
+// too); 1 a moderate quotient (x random, y = x u, u uniform in [-64, 64]); 2 a log-uniform
+// quotient (y = x m 2^k, m in [1, 2), k in [-30, 30]); 3 a quotient within 4 ulp of a power of
+// two (y = x 2^k, k in [-40, 40], then y or x moved by up to 4 ulp), where atan(|y / x|) falls
+// just below a power of two and its ulp halves. Signs random (all four quadrants).
+inline std::pair<float, float> atan2_pair(std::mt19937_64& rng, unsigned kind) {
+  const auto bits = [&] { return std::bit_cast<float>(static_cast<uint32_t>(rng())); };
+  const auto finite = [&] {  // a random finite nonzero float >= 0
+    for (;;)
+      if (const float x = std::fabs(bits()); std::isfinite(x) && x != 0.0f) return x;
+  };
+  float y = 0, x = 0;
+  switch (kind % 4) {
+    case 0:
+      return {bits(), bits()};
+    case 1:
+      x = finite();
+      y = x * std::uniform_real_distribution<float>(-64.0f, 64.0f)(rng);
+      break;
+    case 2:
+      do {
+        x = finite();
+        y = std::ldexp(x * std::uniform_real_distribution<float>(1.0f, 2.0f)(rng),
+                       static_cast<int>(rng() % 61) - 30);
+      } while (!std::isfinite(y) || y == 0.0f);
+      break;
+    default: {
+      do {
+        x = finite();
+        y = std::ldexp(x, static_cast<int>(rng() % 81) - 40);
+      } while (!std::isfinite(y) || y == 0.0f);
+      const int d = static_cast<int>(rng() % 9) - 4;
+      float& moved = (rng() & 1) != 0 ? y : x;
+      for (int i = 0; i < std::abs(d); ++i)
+        moved = std::nextafter(moved, d > 0 ? std::numeric_limits<float>::infinity() : 0.0f);
+    }
+  }
+  const uint64_t signs = rng();
+  return {(signs & 1) != 0 ? -y : y, (signs & 2) != 0 ? -x : x};
+}
+
+// n pairs (y, x) of kind 3 above (quotients near powers of two), the example
+// atan2(0x1.000002p+0, 0x1.fffffep+6) first in its four quadrants.
+inline std::vector<std::pair<float, float>> atan2_near_power_pairs(size_t n, uint64_t seed) {
+  std::vector<std::pair<float, float>> pairs;
+  for (const float sy : {1.0f, -1.0f})
+    for (const float sx : {1.0f, -1.0f})
+      pairs.push_back({sy * 0x1.000002p+0f, sx * 0x1.fffffep+6f});
+  std::mt19937_64 rng(seed);
+  while (pairs.size() < n) pairs.push_back(atan2_pair(rng, 3));
+  return pairs;
+}
+
+// The error of r against the exact atan2(y, x) (long double libm), in ulps of the correctly
+// rounded result: a fraction, so that a double rounding of the reference near a midpoint
+// cannot misjudge it (0 for NaN against NaN, infinite for a NaN against a number).
+inline long double atan2_error_ulps(float r, float y, float x) {
+  const long double exact = std::atan2(static_cast<long double>(y), static_cast<long double>(x));
+  if (std::isnan(exact) || std::isnan(r))
+    return std::isnan(exact) && std::isnan(r) ? 0 : std::numeric_limits<long double>::infinity();
+  int e = 0;
+  std::frexp(static_cast<float>(exact), &e);
+  return std::fabs(static_cast<long double>(r) - exact) / std::ldexp(1.0L, std::max(e - 24, -149));
 }
 
 // A float for messages: its value in hex and its bits ("0x1.8p+0 (0x3fc00000)").

@@ -219,7 +219,7 @@ std::string compare(EwOp op, const std::string& a, const std::string& b, int wid
 
 // The math library's function for a float32 op (mathlib.hpp), or nullptr where the op is exact
 // in GLSL or has no library function.
-// float64: the adapter runs the float64 variants of sin, cos and tan (runtime_state.hpp).
+// float64: the adapter runs the float64 variants of sin, cos, tan and arctan2 (runtime_state.hpp).
 const char* library_function(EwOp op, bool float64) {
   switch (op) {
     case EwOp::exp: return "mvk_exp";
@@ -229,7 +229,7 @@ const char* library_function(EwOp op, bool float64) {
     case EwOp::asin: return "mvk_asin";
     case EwOp::acos: return "mvk_acos";
     case EwOp::atan: return "mvk_atan";
-    case EwOp::atan2: return "mvk_atan2";
+    case EwOp::atan2: return float64 ? "mvk_atan2_64" : "mvk_atan2";
     case EwOp::erf: return "mvk_erf";
     case EwOp::erfinv: return "mvk_erfinv";
     case EwOp::expm1: return "mvk_expm1";

@@ -58,6 +58,9 @@ const Entry kEntries[] = {
     {"mvk_atan2", 2,
 #include "kernels/mathlib/atan2.inc"
      , {"mvk_atan"}},
+    {"mvk_atan2_64", 2,
+#include "kernels/mathlib/atan2_64.inc"
+     , {"mvk_trig64"}},
     {"mvk_asin", 1,
 #include "kernels/mathlib/asin.inc"
      , {"mvk_common"}},

@@ -19,7 +19,7 @@
 //   operand), isnan, isinf, ternaries, if/for. No sqrt, exp, ldexp ... built-ins (inexact or
 //   undefined at the edges). common.inc has the float-float helpers (mvk_two_sum, mvk_two_prod,
 //   mvk_div, mvk_scale2).
-// - Float64 variants (mvk_<name>64, for adapters with shaderFloat64; elementwise.cpp picks them
+// - Float64 variants (mvk_<name>64, mvk_atan2_64 for atan2, for adapters with shaderFloat64; elementwise.cpp picks them
 //   per adapter, runtime_state.hpp's mathlib_float64) may also use double with + - * , abs,
 //   comparisons and conversions (double(float), double(int), float(double): Vulkan rounds
 //   conversions correctly, as it does + - *), packDouble2x32 / unpackDouble2x32 with a uvec2
@@ -39,7 +39,8 @@
 //   add it with its libm reference to unary_functions() in tests/support/mathlib_check.hpp and
 //   its public op to the tables in tests/test_mathlib.cpp and tests/exhaustive/. A float64
 //   variant goes into its function's unary_functions() entry (host_float64) and
-//   tests/test_mathlib_float64.cpp.
+//   tests/test_mathlib_float64.cpp (arctan2's: kAtan2Variants in tests/test_mathlib_trig.cpp and
+//   --float64 arctan2 in tests/exhaustive/).
 #include <string>
 #include <vector>
 

@@ -139,7 +139,8 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   for (const auto& a : adapters_)
     if (float64 == true && !a->adapter().float64)
       throw Error("MESHVK_MATHLIB_FLOAT64=1, but Vulkan adapter " + a->adapter().name +
-                  " has no shaderFloat64; unset it, or give 0 for the float-float sin, cos and tan");
+                  " has no shaderFloat64; unset it, or give 0 for the float-float sin, cos, tan "
+                  "and arctan2");
   // Every process holds n devices, laid out on its adapters alike: another process's device d
   // has the place this process's device d % n has here.
   const int local_n = n;

@@ -312,8 +312,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // MESHVK_FAST_MATH=1: generated kernels use the driver's exp, sin, ... (faster, but a few ulp
   // off and different on each adapter) instead of meshvk's math library.
   bool fast_math() const { return fast_math_; }
-  // Whether kernels on `adapter` use the math library's float64 variants of sin, cos and tan
-  // (mathlib.hpp): where it has shaderFloat64, unless MESHVK_MATHLIB_FLOAT64=0 keeps the
+  // Whether kernels on `adapter` use the math library's float64 variants of sin, cos, tan and
+  // arctan2 (mathlib.hpp): where it has shaderFloat64, unless MESHVK_MATHLIB_FLOAT64=0 keeps the
   // float-float ones (=1 requires every adapter to have it).
   bool mathlib_float64(const vk::Adapter& adapter) const {
     return adapter.float64 && mathlib_float64_;
