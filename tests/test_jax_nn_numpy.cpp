@@ -48,6 +48,23 @@ void expect_gradient(const std::function<Array(const Array&)>& f, const std::vec
   }
 }
 
+TEST(JaxTransforms, StopGradientTreatsItsValueAsAConstant) {
+  const auto x = random_floats(5, 21);
+  // d/dx sum(x * stop_gradient(x)) = stop_gradient(x) = x, not 2x.
+  const auto f = [](const Array& v) { return mv::sum(v * mv::stop_gradient(v)); };
+  const auto g = mv::grad(f)(host_array(x)).to_host<float>();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(g[i], x[i]) << i;
+  // Of a pending elementwise value, under jit, and with lax's spelling: the same.
+  const auto h = [](const Array& v) {
+    return mv::sum(mv::square(v) * mv::lax::stop_gradient(2.0f * v + 1.0f));
+  };
+  const auto jg = mv::jit([&](const Array& v) { return mv::grad(h)(v); })(host_array(x)).to_host<float>();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(jg[i], 2 * x[i] * (2 * x[i] + 1)) << i;
+  // The value itself is x's.
+  EXPECT_EQ(mv::stop_gradient(host_array(x)).to_host<float>(), x);
+  expect_error([] { (void)mv::stop_gradient(Array()); }, "empty meshvk::Array");
+}
+
 TEST(JaxNn, SoftmaxAndLogsumexpMatchTheHost) {
   const auto x = random_floats(3 * 7, 1, -5.0f, 5.0f);
   const Array a = host_array(x, {3, 7});

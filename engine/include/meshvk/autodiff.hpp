@@ -18,6 +18,13 @@
 
 namespace meshvk {
 
+// jax.lax.stop_gradient: x's value, through which no gradient flows (grad treats it as a
+// constant). Costs nothing: the same buffers, or the same pending elementwise work.
+Array stop_gradient(const Array& x);
+namespace lax {
+inline Array stop_gradient(const Array& x) { return ::meshvk::stop_gradient(x); }
+}  // namespace lax
+
 // A named collection of parameters in a fixed order: meshvk's pytree / state_dict.
 using Params = std::map<std::string, Array>;
 

@@ -191,3 +191,19 @@ std::pair<Array, Params> value_and_grad_params(const std::function<Array(const P
 }
 
 }  // namespace meshvk
+
+namespace meshvk {
+
+Array stop_gradient(const Array& x) {
+  if (!x.valid()) throw Error("stop_gradient: use of an empty meshvk::Array");
+  const detail::ArrayImpl& a = *x.impl();
+  std::lock_guard lock(a.runtime->mutex());
+  // A new handle on the same value (or the same pending elementwise work, so it still fuses into
+  // its consumer): the tape knows values by their handle, so nothing flows back through it.
+  if (const auto pending = a.pending)
+    return detail::make_pending(a.runtime, a.value.shape, a.value.dtype, a.value.sharding,
+                                a.committed, *pending, a.varying);
+  return detail::make_array(a.runtime, detail::shareable_value(x), a.committed, a.varying);
+}
+
+}  // namespace meshvk

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "meshvk/autodiff.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/nn.hpp"
 #include "meshvk/ops.hpp"
@@ -10,14 +11,15 @@
 namespace meshvk::nn {
 
 Array softmax(const Array& x, int axis) {
-  const Array e = exp(x - max(x, {axis}, true));
+  // Shifted by the maximum, which carries no gradient (softmax does not depend on it), as JAX.
+  const Array e = exp(x - stop_gradient(max(x, {axis}, true)));
   return e / sum(e, {axis}, true);
 }
 
 Array logsumexp(const Array& x, std::vector<int> axes, bool keepdims) {
   const Array m = max(x, axes, true);
   // A slice of only -inf (or a +inf) would make x - m NaN: shift by 0 there instead, as JAX does.
-  const Array shift = where(isfinite(m), m, 0.0f);
+  const Array shift = stop_gradient(where(isfinite(m), m, 0.0f));
   const Array out = log(sum(exp(x - shift), axes, true)) + shift;
   if (keepdims) return out;
   if (axes.empty()) return reshape(out, Shape{});
