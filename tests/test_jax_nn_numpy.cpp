@@ -261,3 +261,19 @@ TEST(JaxNumpy, FullLikeAndCumsum) {
 }
 
 }  // namespace
+
+namespace {
+
+// JAX 0.7 renamed use_mesh to set_mesh; both spellings give a context for bare specs.
+TEST(JaxSpellings, SetMeshIsUseMeshsNewName) {
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  {
+    mv::set_mesh guard(mesh);
+    ASSERT_TRUE(mv::get_abstract_mesh().has_value());
+    const Array x = mv::device_put(mv::arange(16.f), P("x"));
+    EXPECT_EQ(x.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("x"))));
+  }
+  EXPECT_FALSE(mv::get_abstract_mesh().has_value());
+}
+
+}  // namespace

@@ -30,6 +30,9 @@ class use_mesh {
   size_t depth_;  // the contexts below this one, restored when it goes
 };
 
+// JAX 0.7's name for use_mesh as a context (`with jax.set_mesh(mesh):`): `set_mesh guard(mesh);`.
+using set_mesh = use_mesh;
+
 // The context's part of a jit cache key: a function traced under one mesh context is traced
 // again under another (its bare PartitionSpecs mean other shardings there).
 std::string mesh_context_key();
