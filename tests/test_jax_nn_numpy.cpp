@@ -227,6 +227,10 @@ TEST(JaxNumpy, IsnanIsinfIsfiniteAnyAll) {
   EXPECT_EQ(as_bools(mv::all(m, {0})), (B{false, false, true}));
   EXPECT_EQ(as_bools(mv::any(m)), (B{true}));
   EXPECT_EQ(mv::any(m, {1}, true).shape(), (mv::Shape{2, 1}));
+  // Empty: numpy's any is false and all is true.
+  EXPECT_EQ(as_bools(mv::any(mv::zeros({0}))), (B{false}));
+  EXPECT_EQ(as_bools(mv::all(mv::zeros({0}))), (B{true}));
+  EXPECT_EQ(as_bools(mv::all(mv::zeros({2, 0}), {1})), (B{true, true}));
 }
 
 TEST(JaxNumpy, FullLikeAndCumsum) {

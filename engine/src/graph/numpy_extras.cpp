@@ -102,11 +102,13 @@ namespace {
 Array nonzero(const Array& x) { return x.dtype() == DType::bool_ ? x : x != 0; }
 }  // namespace
 
+// Counts rather than max / min, so that an empty slice gives numpy's answer (any: false, all:
+// true) instead of a reduction without identity.
 Array any(const Array& x, std::vector<int> axes, bool keepdims) {
-  return max(nonzero(x), std::move(axes), keepdims);
+  return sum(astype(nonzero(x), DType::int32), std::move(axes), keepdims) > 0;
 }
 Array all(const Array& x, std::vector<int> axes, bool keepdims) {
-  return min(nonzero(x), std::move(axes), keepdims);
+  return sum(astype(~nonzero(x), DType::int32), std::move(axes), keepdims) == 0;
 }
 
 Array full_like(const Array& x, double value) {
