@@ -63,7 +63,6 @@ App::App(ScenarioRunner& r, const Options& o, int devices)
   heat_map = options.heat_map;
   if (options.timeline_ms > 0) view_span_ns = options.timeline_ms * 1e6;
   live.start();
-  if (!options.traces.empty()) open_traces(options.traces);
 }
 
 void App::reset_timeline_selection() {
@@ -184,7 +183,10 @@ void App::open_trace(const std::string& path) {
 }
 
 void App::open_traces(const std::vector<std::string>& paths) {
-  TraceLoad load = load_chrome_trace_files(paths);
+  show_traces(load_chrome_trace_files(paths), paths);
+}
+
+void App::show_traces(TraceLoad load, const std::vector<std::string>& paths) {
   const std::string& path = paths.front();
   if (!load.error.empty()) {
     trace_error = load.error;

@@ -52,6 +52,8 @@ struct App {
   void open_trace(const std::string& path);
   // Several traces on one timeline (trace_json.hpp's merge_trace_loads).
   void open_traces(const std::vector<std::string>& paths);
+  // The traces `paths` as loaded (main loads --trace files before the window opens).
+  void show_traces(TraceLoad load, const std::vector<std::string>& paths);
   // Forgets the timeline's selection, range, search and collective rows (a new trace).
   void reset_timeline_selection();
 

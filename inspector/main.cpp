@@ -17,6 +17,7 @@
 #include <iostream>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "app.hpp"
 #include "imgui_layer.hpp"
@@ -24,6 +25,7 @@
 #include "screenshot.hpp"
 #include "script.hpp"
 #include "tile_layout.hpp"
+#include "trace_json.hpp"
 #include "vk_window.hpp"
 
 namespace {
@@ -166,6 +168,18 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The traces before anything else: one that cannot be read (missing, a directory, not valid
+  // JSON, a value out of range) is named at once, and fails a headless run before a window or a
+  // scenario starts, with or without a display. The window shows the error too.
+  std::optional<inspector::TraceLoad> traces;
+  if (!options->traces.empty()) {
+    traces = inspector::load_chrome_trace_files(options->traces);
+    if (!traces->error.empty()) {
+      std::cerr << "meshvk-inspector: could not open the trace: " << traces->error << "\n";
+      if (headless_run) return 1;
+    }
+  }
+
   try {
     const int devices = device_count(*options);
     inspector::ScenarioRunner runner(devices);
@@ -185,6 +199,7 @@ int main(int argc, char** argv) {
     // The runtime first: the app turns the profiler on, which then sees the runtime's devices.
     runner.wait_started();
     App app(runner, *options, devices);
+    if (traces) app.show_traces(std::move(*traces), options->traces);
     if (!options->scenario.empty()) app.restart(options->paused);
 
     const float clear[4] = {0.09f, 0.09f, 0.11f, 1.0f};
@@ -300,7 +315,7 @@ int main(int argc, char** argv) {
         }
       }
       if (!app.trace_error.empty()) std::cout << "trace: " << app.trace_error << "\n";
-      // A trace that could not be opened fails the run, as a missing input file should.
+      // A trace the script opened (File > Open) that could not be read fails the run too.
       if (app.trace_failed) {
         std::cerr << "meshvk-inspector: could not open the trace: " << app.trace_error << "\n";
         rc = rc ? rc : 1;

@@ -25,12 +25,19 @@ struct TraceLoad {
 // Bounds on what untrusted text may make the loader do. The text is streamed with simdjson's
 // On-Demand API, so no tree of values is built: memory is the text, simdjson's index of it
 // (reserved up front, ~6.7 bytes per byte of text at most) and the model being built.
+//
+// Every byte of the text is checked as strictly as the DOM parser would (On-Demand by itself
+// skips what it is not asked for): any JSON error, a key given twice in one object, a number no
+// double holds, a time ("ts") beyond 2^53 ns either side of 0 or a duration ("dur") below 0 or
+// beyond it, an "E" before its "B", fails the load with a message naming the byte, or the event
+// (its index in the array) and the field.
 struct TraceLimits {
   size_t max_bytes = size_t{512} << 20;  // the text (the file) itself
   size_t max_events = size_t{1} << 24;   // entries of the event array, understood or not
   // The text, simdjson's buffers for it and the model together. A file this budget cannot
   // parse is refused before parsing; one whose model outgrows it stops with an error.
   size_t max_memory = size_t{2} << 30;
+  size_t max_depth = 1024;  // nesting of arrays and objects (real traces have 4 levels)
 };
 
 TraceLoad load_chrome_trace(std::string_view json, const TraceLimits& limits = {});

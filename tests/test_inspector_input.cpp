@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "inspector_harness.hpp"
 
@@ -236,6 +237,58 @@ TEST(InspectorInput, CommandLineListsScenariosAndFailsOnAnUnreadableTrace) {
   EXPECT_NE(output.find("nothing to point at"), std::string::npos) << output;
   EXPECT_NE(state.at("timeline").find("(trace file: good.json)"), std::string::npos)
       << state.at("timeline");
+  fs::remove_all(dir);
+}
+
+TEST(InspectorInput, HeadlessRunFailsOnEveryBadTrace) {
+  // Issue 31.5: a directory said "too large to load", and malformed traces loaded silently.
+  ASSERT_TRUE(fs::exists(inspector_binary()));
+  Xvfb xvfb;
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  const fs::path dir = fs::temp_directory_path() / ("meshvk-bad-" + std::to_string(getpid()));
+  fs::create_directories(dir / "folder.json");
+  const std::string good =
+      R"({"traceEvents":[{"ph":"X","name":"k","pid":1,"tid":0,"ts":1,"dur":5}],)"
+      R"("otherData":{"clock_origin_ns":5}})";
+  std::ofstream(dir / "cut.json") << good.substr(0, good.size() - 1);
+  std::ofstream(dir / "far.json") << R"({"traceEvents":[{"ph":"X","ts":1e300,"dur":1}]})";
+  std::ofstream(dir / "dup.json") << R"({"traceEvents":[{"ph":"X","ts":1,"ts":2}]})";
+  std::ofstream(dir / "nul.json") << std::string("[{\"ph\":\"X\"}]\0", 13);
+  const std::pair<const char*, std::string> cases[] = {
+      {"folder.json", "folder.json: is a directory, not a file"},
+      {"cut.json", "cut.json: not valid JSON: missing closing brace at byte " +
+                       std::to_string(good.size() - 1)},
+      {"far.json", "far.json: 'ts' 1e300 in event 0 is outside -2^53..2^53 ns"},
+      {"dup.json", "dup.json: duplicate key \"ts\" in event 0"},
+      {"nul.json", "nul.json: not valid JSON: raw NUL byte at byte 12"},
+  };
+  for (const auto& [file, message] : cases) {
+    std::string output;
+    EXPECT_EQ(run("DISPLAY=" + xvfb.display() + " " + inspector_binary() + " --trace " +
+                      (dir / file).string() + " --frames 2",
+                  output),
+              1)
+        << file << ": " << output;
+    EXPECT_NE(output.find("could not open the trace: " + (dir / file).string()), std::string::npos)
+        << output;
+    EXPECT_NE(output.find(message), std::string::npos) << message << "\n" << output;
+  }
+  // The trace is read before the window opens: named even where there is no display.
+  std::string output;
+  EXPECT_EQ(run("env -u DISPLAY -u WAYLAND_DISPLAY " + inspector_binary() + " --trace " +
+                    (dir / "folder.json").string() + " --frames 2",
+                output),
+            1)
+      << output;
+  EXPECT_NE(output.find("folder.json: is a directory, not a file"), std::string::npos) << output;
+  // The good trace itself opens, and the run succeeds.
+  std::ofstream(dir / "good.json") << good;
+  output.clear();
+  EXPECT_EQ(run("DISPLAY=" + xvfb.display() + " " + inspector_binary() + " --trace " +
+                    (dir / "good.json").string() + " --frames 2",
+                output),
+            0)
+      << output;
   fs::remove_all(dir);
 }
 
