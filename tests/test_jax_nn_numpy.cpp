@@ -379,6 +379,10 @@ TEST(JaxReview, EyeTrilTriuOddShapes) {
   const Array tb = mv::triu(mv::ones({2, 2}, mv::DType::bool_));
   EXPECT_EQ(tb.dtype(), mv::DType::bool_);
   EXPECT_EQ(ints_of(tb), (std::vector<int32_t>{1, 1, 0, 1}));
+  // uint32 (data movement only in meshvk) is selected by its bits, as jnp.tril of uint32.
+  const Array tu = mv::tril(mv::astype(host_array({1.f, 2.f, 3.f, 4.f}, {2, 2}), mv::DType::int32).astype(mv::DType::uint32));
+  EXPECT_EQ(tu.dtype(), mv::DType::uint32);
+  EXPECT_EQ(ints_of(tu), (std::vector<int32_t>{1, 0, 3, 4}));
   // NaN below the diagonal is zeroed (a select, not a multiply by 0).
   EXPECT_EQ(mv::triu(host_array({1.f, 2.f, kNaN, 4.f}, {2, 2})).to_host<float>(), (std::vector<float>{1, 2, 0, 4}));
   // The matrix axes sharded, under jit.
@@ -575,6 +579,10 @@ TEST(JaxReview, ActivationsAtExtremes) {
   // Ints promote to float as jax.nn's.
   EXPECT_EQ(mv::nn::gelu(mv::arange(3)).dtype(), mv::DType::float32);
   EXPECT_EQ(mv::nn::softplus(mv::arange(3)).dtype(), mv::DType::float32);
+  // Bools too (jnp.logaddexp(x, 0) promotes them to float32).
+  const Array sb = mv::nn::softplus(mv::arange(2) > 0);
+  EXPECT_EQ(sb.dtype(), mv::DType::float32);
+  expect_near_all(sb.to_host<float>(), {std::log(2.0), std::log1p(std::exp(1.0))}, 1e-6, "softplus bool");
 }
 
 TEST(JaxReview, NormsOnConstantRowsAndShardedFeatures) {

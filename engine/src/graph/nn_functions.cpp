@@ -61,7 +61,11 @@ Array gelu(const Array& x, bool approximate) {
 
 Array silu(const Array& x) { return x * sigmoid(x); }
 
-Array softplus(const Array& x) { return maximum(x, 0.0f) + log1p(exp(-abs(x))); }
+Array softplus(const Array& x) {
+  // Bools count as float32 (jnp.logaddexp promotes them; -abs has no bool form).
+  if (x.dtype() == DType::bool_) return softplus(astype(x, DType::float32));
+  return maximum(x, 0.0f) + log1p(exp(-abs(x)));
+}
 
 Array relu(const Array& x) { return ::meshvk::relu(x); }
 

@@ -36,6 +36,8 @@ Array triangle(const char* op, const Array& x, int k, bool lower) {
     throw Error(std::string(op) + ": x has shape " + shape_to_string(x.shape()) +
                 "; give an array of at least 2 dimensions (the last two are the matrix)");
   const int64_t n = x.shape()[x.ndim() - 2], m = x.shape()[x.ndim() - 1];
+  // uint32 only moves data: select its int32 bits (astype between the two keeps the bits).
+  if (x.dtype() == DType::uint32) return astype(triangle(op, astype(x, DType::int32), k, lower), DType::uint32);
   return where(band(op, n, m, k, lower), x, zeros(Shape{}, x.dtype()));
 }
 
