@@ -281,3 +281,362 @@ TEST(JaxSpellings, SetMeshIsUseMeshsNewName) {
 }
 
 }  // namespace
+
+// Adversarial review: odd shapes, dtypes, non-finite values, shardings and errors, each against
+// what jax.numpy / jax.nn give.
+namespace {
+
+std::vector<int32_t> ints_of(const Array& a) { return mv::astype(a, mv::DType::int32).to_host<int32_t>(); }
+
+TEST(JaxReview, CumsumOddLengthsAndDtypes) {
+  for (const int n : {0, 1, 5}) {
+    const Array c = mv::cumsum(mv::ones({n}, mv::DType::int32), 0);
+    EXPECT_EQ(c.shape(), (mv::Shape{n}));
+    std::vector<int32_t> want(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) want[static_cast<size_t>(k)] = k + 1;
+    EXPECT_EQ(c.to_host<int32_t>(), want) << n;
+  }
+  {
+    const int n = 1000003;
+    const auto c = mv::cumsum(mv::ones({n}, mv::DType::int32), -1).to_host<int32_t>();
+    ASSERT_EQ(c.size(), static_cast<size_t>(n));
+    EXPECT_EQ(c[0], 1);
+    EXPECT_EQ(c[12345], 12346);
+    EXPECT_EQ(c[static_cast<size_t>(n - 1)], n);
+  }
+  // An empty axis elsewhere, a size-1 axis summed.
+  EXPECT_EQ(mv::cumsum(mv::zeros({0, 3}), 1).shape(), (mv::Shape{0, 3}));
+  EXPECT_EQ(mv::cumsum(mv::ones({4, 1}), 1).to_host<float>(), (std::vector<float>{1, 1, 1, 1}));
+  // jnp.cumsum of bool is int32 (numpy's default int), of uint32 stays uint32.
+  const Array b = mv::cumsum(mv::arange(5) > 1, 0);
+  EXPECT_EQ(b.dtype(), mv::DType::int32);
+  EXPECT_EQ(b.to_host<int32_t>(), (std::vector<int32_t>{0, 0, 1, 2, 3}));
+  // uint32 is for data movement in meshvk (random keys and bits): its sum is an Error.
+  expect_error([] { (void)mv::cumsum(mv::astype(mv::arange(4), mv::DType::uint32), 0); }, "uint32");
+  expect_error([] { (void)mv::cumsum(mv::ones({3}), 1); }, "out of range");
+  expect_error([] { (void)mv::cumsum(mv::ones({}), 0); }, "out of range");
+}
+
+TEST(JaxReview, CumsumShardedAlongItsAxisUnderJit) {
+  const auto mesh = mv::make_mesh({4, 2}, {"x", "y"});
+  const auto x = random_floats(8 * 6, 31);
+  const Array host = host_array(x, {8, 6});
+  const Array a = mv::device_put(host, mv::NamedSharding(mesh, P("x", "y")));
+  for (const int axis : {0, 1, -1}) {
+    const auto got = mv::jit([axis](const Array& v) { return mv::cumsum(v, axis); })(a).to_host<float>();
+    const auto want = mv::cumsum(host, axis).to_host<float>();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << axis << " " << i;
+  }
+  // Eagerly too, and its gradient under jit.
+  const auto eager = mv::cumsum(a, 0).to_host<float>();
+  const auto want0 = mv::cumsum(host, 0).to_host<float>();
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_NEAR(eager[i], want0[i], 1e-5) << i;
+  const Array w = host_array(random_floats(8 * 6, 43), {8, 6});
+  const auto loss = [w](const Array& v) { return mv::sum(mv::cumsum(v, 1) * w); };
+  const auto gs = mv::jit([&](const Array& v) { return mv::grad(loss)(v); })(a).to_host<float>();
+  const auto gh = mv::grad(loss)(host).to_host<float>();
+  for (size_t i = 0; i < gs.size(); ++i) EXPECT_NEAR(gs[i], gh[i], 1e-5) << i;
+  // One element per device along the summed axis.
+  const auto mesh8 = mv::make_mesh({8}, {"x"});
+  const Array o = mv::device_put(mv::arange(8), mv::NamedSharding(mesh8, P("x")));
+  EXPECT_EQ(mv::jit([](const Array& v) { return mv::cumsum(v, 0); })(o).to_host<int32_t>(),
+            (std::vector<int32_t>{0, 1, 3, 6, 10, 15, 21, 28}));
+}
+
+TEST(JaxReview, ClipPromotesAndPropagatesNaN) {
+  // jnp.clip(int array, 1.5, 3.5) is float32, as jnp.maximum of an int array and a float.
+  const Array c = mv::clip(mv::arange(6), 1.5f, 3.5f);
+  EXPECT_EQ(c.dtype(), mv::DType::float32);
+  EXPECT_EQ(c.to_host<float>(), (std::vector<float>{1.5f, 1.5f, 2, 3, 3.5f, 3.5f}));
+  // NaN stays NaN (lax.max / lax.min propagate it).
+  const auto n = mv::clip(host_array({kNaN, 2.f, -kInf}), 0.0f, 1.0f).to_host<float>();
+  EXPECT_TRUE(std::isnan(n[0]));
+  EXPECT_EQ(n[1], 1.f);
+  EXPECT_EQ(n[2], 0.f);
+  // Array bounds broadcast.
+  EXPECT_EQ(mv::clip(host_array({-2.f, 0.f, 2.f}), host_array({-1.f}), host_array({1.f, 1.f, 0.5f})).to_host<float>(),
+            (std::vector<float>{-1, 0, 0.5f}));
+  EXPECT_EQ(mv::clip(mv::zeros({0, 2}), 0.f, 1.f).shape(), (mv::Shape{0, 2}));
+  expect_gradient([](const Array& v) { return mv::clip(v, -0.5f, 0.5f); }, {-0.9f, -0.3f, 0.1f, 0.7f}, "clip");
+}
+
+TEST(JaxReview, EyeTrilTriuOddShapes) {
+  EXPECT_EQ(mv::eye(0).shape(), (mv::Shape{0, 0}));
+  EXPECT_EQ(mv::eye(3, 0).shape(), (mv::Shape{3, 0}));
+  EXPECT_EQ(mv::eye(1).to_host<float>(), (std::vector<float>{1}));
+  EXPECT_EQ(mv::eye(2, 3, 5).to_host<float>(), (std::vector<float>(6, 0.f)));
+  EXPECT_EQ(mv::eye(2, 3, -5).to_host<float>(), (std::vector<float>(6, 0.f)));
+  const Array b = mv::eye(2, 2, 0, mv::DType::bool_);
+  EXPECT_EQ(b.dtype(), mv::DType::bool_);
+  EXPECT_EQ(ints_of(b), (std::vector<int32_t>{1, 0, 0, 1}));
+  const Array u = mv::eye(2, 2, -1, mv::DType::uint32);
+  EXPECT_EQ(u.dtype(), mv::DType::uint32);
+  EXPECT_EQ(ints_of(u), (std::vector<int32_t>{0, 0, 1, 0}));
+  expect_error([] { (void)mv::eye(-1); }, "n >= 0");
+  EXPECT_EQ(mv::tril(mv::zeros({0, 3})).shape(), (mv::Shape{0, 3}));
+  EXPECT_EQ(mv::triu(mv::zeros({2, 0, 0})).shape(), (mv::Shape{2, 0, 0}));
+  EXPECT_EQ(mv::tril(mv::ones({1, 1}), -1).to_host<float>(), (std::vector<float>{0}));
+  const Array tb = mv::triu(mv::ones({2, 2}, mv::DType::bool_));
+  EXPECT_EQ(tb.dtype(), mv::DType::bool_);
+  EXPECT_EQ(ints_of(tb), (std::vector<int32_t>{1, 1, 0, 1}));
+  // uint32 (data movement only in meshvk) is selected by its bits, as jnp.tril of uint32.
+  const Array tu = mv::tril(mv::astype(host_array({1.f, 2.f, 3.f, 4.f}, {2, 2}), mv::DType::int32).astype(mv::DType::uint32));
+  EXPECT_EQ(tu.dtype(), mv::DType::uint32);
+  EXPECT_EQ(ints_of(tu), (std::vector<int32_t>{1, 0, 3, 4}));
+  // NaN below the diagonal is zeroed (a select, not a multiply by 0).
+  EXPECT_EQ(mv::triu(host_array({1.f, 2.f, kNaN, 4.f}, {2, 2})).to_host<float>(), (std::vector<float>{1, 2, 0, 4}));
+  // The matrix axes sharded, under jit.
+  const auto mesh42 = mv::make_mesh({4, 2}, {"x", "y"});
+  const auto mx = random_floats(8 * 4, 44);
+  const Array ma = mv::device_put(host_array(mx, {8, 4}), mv::NamedSharding(mesh42, P("x", "y")));
+  EXPECT_EQ(mv::jit([](const Array& v) { return mv::triu(v, -2); })(ma).to_host<float>(),
+            mv::triu(host_array(mx, {8, 4}), -2).to_host<float>());
+  // Sharded batch under jit keeps its sharding.
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto x = random_floats(8 * 3 * 3, 32);
+  const Array a = mv::device_put(host_array(x, {8, 3, 3}), mv::NamedSharding(mesh, P("x")));
+  const Array t = mv::jit([](const Array& v) { return mv::tril(v); })(a);
+  EXPECT_EQ(t.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("x"))));
+  EXPECT_EQ(t.to_host<float>(), mv::tril(host_array(x, {8, 3, 3})).to_host<float>());
+  expect_gradient([](const Array& v) { return mv::triu(v.reshape(2, 3), 1); }, random_floats(6, 33), "triu");
+}
+
+TEST(JaxReview, ExpandDimsSqueezeEdges) {
+  EXPECT_EQ(mv::expand_dims(mv::ones({}), 0).shape(), (mv::Shape{1}));
+  EXPECT_EQ(mv::expand_dims(mv::ones({}), -1).shape(), (mv::Shape{1}));
+  EXPECT_EQ(mv::expand_dims(mv::zeros({0}), 0).shape(), (mv::Shape{1, 0}));
+  EXPECT_EQ(mv::squeeze(mv::ones({1, 1})).shape(), (mv::Shape{}));
+  EXPECT_EQ(mv::squeeze(mv::zeros({1, 0})).shape(), (mv::Shape{0}));
+  expect_error([] { (void)mv::squeeze(mv::zeros({0}), {0}); }, "only axes of size 1");
+  expect_error([] { (void)mv::squeeze(mv::ones({1}), {1}); }, "out of range");
+  expect_error([] { (void)mv::expand_dims(mv::ones({2}), -3); }, "out of range");
+}
+
+TEST(JaxReview, PredicatesOnEveryDtypeAndEmpty) {
+  const Array b = mv::arange(3) > 0;
+  EXPECT_EQ(ints_of(mv::isnan(b)), (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(ints_of(mv::isinf(b)), (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(ints_of(mv::isfinite(b)), (std::vector<int32_t>{1, 1, 1}));
+  const Array u = mv::astype(mv::arange(3), mv::DType::uint32);
+  EXPECT_EQ(ints_of(mv::isinf(u)), (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(mv::isnan(mv::zeros({0})).shape(), (mv::Shape{0}));
+  // NaN is non-zero: any and all are true.
+  EXPECT_EQ(ints_of(mv::any(host_array({0.f, kNaN}))), (std::vector<int32_t>{1}));
+  EXPECT_EQ(ints_of(mv::all(host_array({kNaN, -0.f}))), (std::vector<int32_t>{0}));
+  EXPECT_EQ(ints_of(mv::all(host_array({kNaN, 1.f}))), (std::vector<int32_t>{1}));
+  EXPECT_EQ(ints_of(mv::any(u, {-1})), (std::vector<int32_t>{1}));
+  EXPECT_EQ(ints_of(mv::all(u)), (std::vector<int32_t>{0}));
+  EXPECT_EQ(ints_of(mv::all(b, {0}, true)), (std::vector<int32_t>{0}));
+  EXPECT_EQ(mv::all(b, {0}, true).shape(), (mv::Shape{1}));
+  // Sharded along the reduced axis, under jit.
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  std::vector<float> v(16, 1.f);
+  v[13] = 0.f;
+  const Array s = mv::device_put(host_array(v, {16}), mv::NamedSharding(mesh, P("x")));
+  EXPECT_EQ(ints_of(mv::jit([](const Array& a) { return mv::all(a); })(s)), (std::vector<int32_t>{0}));
+  EXPECT_EQ(ints_of(mv::jit([](const Array& a) { return mv::any(a == 0.f); })(s)), (std::vector<int32_t>{1}));
+  // Elementwise predicates keep the layout of every dtype's operand.
+  const Array si = mv::astype(s, mv::DType::int32), su = mv::astype(si, mv::DType::uint32);
+  EXPECT_EQ(mv::isnan(si).sharding(), s.sharding());
+  EXPECT_EQ(mv::isfinite(su).sharding(), s.sharding());
+  EXPECT_EQ(mv::isinf(s).sharding(), s.sharding());
+  EXPECT_EQ(ints_of(mv::isfinite(su)), std::vector<int32_t>(16, 1));
+}
+
+TEST(JaxReview, FullLikeDtypes) {
+  const Array b = mv::ones({3}, mv::DType::bool_);
+  const Array f0 = mv::full_like(b, 0), f1 = mv::full_like(b, 0.5);
+  EXPECT_EQ(f0.dtype(), mv::DType::bool_);
+  EXPECT_EQ(ints_of(f0), (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(ints_of(f1), (std::vector<int32_t>{1, 1, 1}));  // bool(0.5) is True
+  // A uint32 array takes values past int32's range, as jnp.full_like(uint32, 3e9).
+  const Array u = mv::full_like(mv::zeros({2}, mv::DType::uint32), 3000000000.0);
+  EXPECT_EQ(u.dtype(), mv::DType::uint32);
+  EXPECT_EQ(u.to_host<uint32_t>(), (std::vector<uint32_t>{3000000000u, 3000000000u}));
+  // -0.0 keeps its sign; inf and NaN pass through.
+  EXPECT_TRUE(std::signbit(mv::full_like(mv::ones({1}), -0.0).to_host<float>()[0]));
+  EXPECT_EQ(mv::full_like(mv::ones({1}), INFINITY).to_host<float>()[0], kInf);
+  EXPECT_EQ(mv::full_like(mv::zeros({0, 2}), 1.0).shape(), (mv::Shape{0, 2}));
+  expect_error([] { (void)mv::full_like(mv::arange(2), NAN); }, "full_like");
+  // Sharding kept.
+  const auto mesh = mv::make_mesh({4, 2}, {"x", "y"});
+  const Array s = mv::device_put(mv::zeros({8, 4}), mv::NamedSharding(mesh, P("x", "y")));
+  EXPECT_EQ(mv::full_like(s, 3.0).sharding(), s.sharding());
+  EXPECT_EQ(mv::full_like(s, 3.0).to_host<float>(), std::vector<float>(32, 3.f));
+  EXPECT_EQ(mv::full_like(mv::astype(s, mv::DType::int32), 5).sharding(), s.sharding());
+  const Array j = mv::jit([](const Array& v) { return mv::full_like(v, 2.0) * v; })(s);
+  EXPECT_EQ(j.sharding(), s.sharding());
+  EXPECT_EQ(j.to_host<float>(), std::vector<float>(32, 0.f));
+  const Array m = mv::shard_map([](const Array& v) { return mv::full_like(v, 2.0) + v; }, mesh, {P("x", "y")}, P("x", "y"))(s);
+  EXPECT_EQ(m.to_host<float>(), std::vector<float>(32, 2.f));
+}
+
+TEST(JaxReview, SoftmaxEdges) {
+  // Ints are promoted to float, as jax.nn.softmax.
+  const Array i = mv::nn::softmax(mv::arange(2));
+  EXPECT_EQ(i.dtype(), mv::DType::float32);
+  expect_near_all(i.to_host<float>(), {1 / (1 + std::exp(1.0)), std::exp(1.0) / (1 + std::exp(1.0))}, 1e-6, "int softmax");
+  // -inf entries get 0; one element gives 1; +inf gives NaN (as JAX).
+  EXPECT_EQ(mv::nn::softmax(host_array({-kInf, 0.f})).to_host<float>(), (std::vector<float>{0, 1}));
+  EXPECT_EQ(mv::nn::softmax(host_array({-3.f}, {1, 1}), 0).to_host<float>(), (std::vector<float>{1}));
+  const auto p = mv::nn::softmax(host_array({kInf, 1.f})).to_host<float>();
+  EXPECT_TRUE(std::isnan(p[0]));
+  // Empty axes: JAX's max has initial -inf there, so an empty softmax is an empty result.
+  EXPECT_EQ(mv::nn::softmax(mv::zeros({2, 0})).shape(), (mv::Shape{2, 0}));
+  EXPECT_EQ(mv::nn::softmax(mv::zeros({0, 3})).shape(), (mv::Shape{0, 3}));
+  expect_error([] { (void)mv::nn::softmax(mv::ones({2, 3}), 2); }, "softmax: axis 2 is out of range");
+  expect_error([] { (void)mv::nn::logsumexp(mv::ones({2, 3}), {-3}); }, "logsumexp: axis -3 is out of range");
+  expect_error([] { (void)mv::nn::logsumexp(mv::ones({2, 3}), {1, -1}); }, "logsumexp: axis -1 is named twice");
+  expect_gradient([](const Array& v) { return mv::nn::softmax(v.reshape(3, 2), 0); }, random_floats(6, 34), "softmax axis 0");
+  // Sharded along the softmax axis, under jit.
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto x = random_floats(3 * 16, 35, -4.f, 4.f);
+  const Array a = mv::device_put(host_array(x, {3, 16}), mv::NamedSharding(mesh, P(mv::None, "x")));
+  const auto got = mv::jit([](const Array& v) { return mv::nn::softmax(v, -1); })(a).to_host<float>();
+  const auto want = mv::nn::softmax(host_array(x, {3, 16})).to_host<float>();
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-6) << k;
+}
+
+TEST(JaxReview, LogsumexpEdges) {
+  // JAX's max takes initial -inf: an empty slice is log(0) = -inf.
+  const Array e = mv::nn::logsumexp(mv::zeros({0}));
+  EXPECT_EQ(e.shape(), (mv::Shape{}));
+  EXPECT_EQ(e.to_host<float>(), (std::vector<float>{-kInf}));
+  EXPECT_EQ(mv::nn::logsumexp(mv::zeros({2, 0}), {1}).to_host<float>(), (std::vector<float>{-kInf, -kInf}));
+  const auto v = mv::nn::logsumexp(host_array({kInf, 0.f, -kInf, -kInf, kNaN, 0.f, kInf, -kInf}, {4, 2}), {-1})
+                     .to_host<float>();
+  EXPECT_EQ(v[0], kInf);
+  EXPECT_EQ(v[1], -kInf);
+  EXPECT_TRUE(std::isnan(v[2]));
+  EXPECT_EQ(v[3], kInf);
+  const Array i = mv::nn::logsumexp(mv::arange(3));
+  EXPECT_EQ(i.dtype(), mv::DType::float32);
+  EXPECT_NEAR(i.to_host<float>()[0], std::log(1 + std::exp(1.0) + std::exp(2.0)), 1e-5);
+  // Several and negative axes.
+  const auto x = random_floats(2 * 3 * 4, 36);
+  const Array a = host_array(x, {2, 3, 4});
+  const Array l = mv::nn::logsumexp(a, {0, -1});
+  EXPECT_EQ(l.shape(), (mv::Shape{3}));
+  for (int j = 0; j < 3; ++j) {
+    double s = 0;
+    for (int p = 0; p < 2; ++p)
+      for (int q = 0; q < 4; ++q) s += std::exp(static_cast<double>(x[static_cast<size_t>((p * 3 + j) * 4 + q)]));
+    EXPECT_NEAR(l.to_host<float>()[static_cast<size_t>(j)], std::log(s), 1e-5) << j;
+  }
+  // The gradient of a row with -inf entries is softmax: 0 there.
+  const auto g = mv::grad([](const Array& w) { return mv::nn::logsumexp(w); })(host_array({0.f, -kInf, 0.f})).to_host<float>();
+  EXPECT_EQ(g, (std::vector<float>{0.5f, 0.f, 0.5f}));
+  // Sharded along the reduced axis, under jit.
+  const auto mesh = mv::make_mesh({4, 2}, {"x", "y"});
+  const auto y = random_floats(4 * 8, 37, -3.f, 3.f);
+  const Array s = mv::device_put(host_array(y, {4, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const auto got = mv::jit([](const Array& w) { return mv::nn::logsumexp(w, {1}); })(s).to_host<float>();
+  const auto want = mv::nn::logsumexp(host_array(y, {4, 8}), {1}).to_host<float>();
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-6) << k;
+}
+
+TEST(JaxReview, ActivationsAtExtremes) {
+  const Array big = host_array({100.f, -100.f, 1e30f, -1e30f, 0.f});
+  const auto tg = mv::nn::gelu(big).to_host<float>();
+  const auto eg = mv::nn::gelu(big, false).to_host<float>();
+  const auto si = mv::nn::silu(big).to_host<float>();
+  const auto sp = mv::nn::softplus(big).to_host<float>();
+  const std::vector<float> pos_part{100.f, 0.f, 1e30f, 0.f, 0.f};
+  for (size_t k = 0; k < pos_part.size(); ++k) {
+    EXPECT_EQ(tg[k], pos_part[k]) << "gelu tanh " << k;
+    EXPECT_EQ(eg[k], pos_part[k]) << "gelu erf " << k;
+    EXPECT_NEAR(si[k], pos_part[k], 1e-30) << "silu " << k;
+  }
+  EXPECT_EQ(sp[0], 100.f);
+  EXPECT_NEAR(sp[1], 0.f, 1e-30);
+  EXPECT_EQ(sp[2], 1e30f);
+  EXPECT_EQ(sp[3], 0.f);
+  EXPECT_NEAR(sp[4], std::log(2.0), 1e-7);
+  // softplus of a moderately negative x is exp(x), to float32 precision.
+  const auto small = mv::nn::softplus(host_array({-20.f, -50.f})).to_host<float>();
+  EXPECT_NEAR(small[0], std::exp(-20.0), 1e-6 * std::exp(-20.0));
+  EXPECT_NEAR(small[1], std::exp(-50.0), 1e-6 * std::exp(-50.0));
+  const auto inf = host_array({kInf, -kInf});
+  EXPECT_EQ(mv::nn::softplus(inf).to_host<float>(), (std::vector<float>{kInf, 0.f}));
+  EXPECT_EQ(mv::nn::relu(inf).to_host<float>(), (std::vector<float>{kInf, 0.f}));
+  EXPECT_EQ(mv::nn::gelu(inf).to_host<float>()[0], kInf);
+  EXPECT_EQ(mv::nn::silu(inf).to_host<float>()[0], kInf);
+  EXPECT_TRUE(std::isnan(mv::nn::softplus(host_array({kNaN})).to_host<float>()[0]));
+  EXPECT_TRUE(std::isnan(mv::nn::relu(host_array({kNaN})).to_host<float>()[0]));
+  // Gradients: relu'(0) = 0 and softplus'(0) = 1/2 as JAX; finite at the extremes.
+  const auto gr = mv::grad([](const Array& v) { return mv::sum(mv::nn::relu(v)); })(host_array({0.f})).to_host<float>();
+  EXPECT_EQ(gr[0], 0.f);
+  const auto gs = mv::grad([](const Array& v) { return mv::sum(mv::nn::softplus(v)); })(host_array({0.f, 100.f, -100.f})).to_host<float>();
+  EXPECT_NEAR(gs[0], 0.5f, 1e-6);
+  EXPECT_EQ(gs[1], 1.f);
+  EXPECT_NEAR(gs[2], 0.f, 1e-30);
+  const auto gg = mv::grad([](const Array& v) { return mv::sum(mv::nn::gelu(v)); })(host_array({100.f, -100.f})).to_host<float>();
+  EXPECT_EQ(gg[0], 1.f);
+  EXPECT_EQ(gg[1], 0.f);
+  const auto gsi = mv::grad([](const Array& v) { return mv::sum(mv::nn::silu(v)); })(host_array({100.f, -100.f})).to_host<float>();
+  EXPECT_NEAR(gsi[0], 1.f, 1e-6);
+  EXPECT_NEAR(gsi[1], 0.f, 1e-6);
+  // Ints promote to float as jax.nn's.
+  EXPECT_EQ(mv::nn::gelu(mv::arange(3)).dtype(), mv::DType::float32);
+  EXPECT_EQ(mv::nn::softplus(mv::arange(3)).dtype(), mv::DType::float32);
+  // Bools too (jnp.logaddexp(x, 0) promotes them to float32).
+  const Array sb = mv::nn::softplus(mv::arange(2) > 0);
+  EXPECT_EQ(sb.dtype(), mv::DType::float32);
+  expect_near_all(sb.to_host<float>(), {std::log(2.0), std::log1p(std::exp(1.0))}, 1e-6, "softplus bool");
+}
+
+TEST(JaxReview, NormsOnConstantRowsAndShardedFeatures) {
+  const Array scale = host_array({1.f, 2.f, 3.f, 4.f}), bias = host_array({0.5f, 0.f, -0.5f, 1.f});
+  const Array c = host_array({3.f, 3.f, 3.f, 3.f, 1e4f, 1e4f, 1e4f, 1e4f}, {2, 4});
+  EXPECT_EQ(mv::nn::layer_norm(c, scale, bias).to_host<float>(),
+            (std::vector<float>{0.5f, 0.f, -0.5f, 1.f, 0.5f, 0.f, -0.5f, 1.f}));
+  EXPECT_EQ(mv::nn::rms_norm(mv::zeros({1, 4}), scale).to_host<float>(), (std::vector<float>(4, 0.f)));
+  // A last axis of one element: layer_norm gives bias.
+  EXPECT_EQ(mv::nn::layer_norm(host_array({7.f, -2.f}, {2, 1}), host_array({2.f}), host_array({0.25f})).to_host<float>(),
+            (std::vector<float>{0.25f, 0.25f}));
+  // Large offset, small spread: still normalised.
+  const auto off = mv::nn::layer_norm(host_array({1000.f, 1001.f}, {1, 2}), host_array({1.f, 1.f}),
+                                      host_array({0.f, 0.f}), 1e-6f).to_host<float>();
+  EXPECT_NEAR(off[0], -1.0, 1e-3);
+  EXPECT_NEAR(off[1], 1.0, 1e-3);
+  expect_error([] { (void)mv::nn::layer_norm(mv::ones({}), mv::ones({1}), mv::ones({1})); }, "layer_norm");
+  expect_error([] { (void)mv::nn::rms_norm(mv::ones({2, 3}), mv::ones({2})); }, "rms_norm");
+  // Empty rows or features: empty results, no error.
+  EXPECT_EQ(mv::nn::layer_norm(mv::zeros({0, 4}), scale, bias).shape(), (mv::Shape{0, 4}));
+  EXPECT_EQ(mv::nn::rms_norm(mv::zeros({2, 0}), mv::zeros({0})).shape(), (mv::Shape{2, 0}));
+  EXPECT_EQ(mv::nn::gelu(mv::zeros({0})).shape(), (mv::Shape{0}));
+  // Features sharded over a 4x2 mesh, under jit.
+  const auto mesh = mv::make_mesh({4, 2}, {"x", "y"});
+  const auto x = random_floats(4 * 8, 38);
+  const auto sc = random_floats(8, 39, 0.5f, 1.5f), bi = random_floats(8, 40);
+  const Array a = mv::device_put(host_array(x, {4, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const auto f = [&](const Array& v) { return mv::nn::layer_norm(v, host_array(sc), host_array(bi)) + mv::nn::rms_norm(v, host_array(sc)); };
+  const Array y = mv::jit(f)(a);
+  const auto want = f(host_array(x, {4, 8})).to_host<float>();
+  const auto got = y.to_host<float>();
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5) << k;
+  // Gradients with respect to scale and x.
+  expect_gradient([&](const Array& s) { return mv::nn::layer_norm(host_array(x, {4, 8}), s, host_array(bi)); }, sc, "layer_norm scale");
+  expect_gradient([&](const Array& v) { return mv::nn::rms_norm(v.reshape(2, 4), host_array({1.f, 2.f, 3.f, 4.f})); },
+                  random_floats(8, 41), "rms_norm");
+}
+
+TEST(JaxReview, StopGradientUnderShardMapAndJit) {
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto x = random_floats(16, 42);
+  const Array a = mv::device_put(host_array(x), mv::NamedSharding(mesh, P("x")));
+  const auto f = [&](const Array& v) {
+    return mv::sum(mv::shard_map([](const Array& w) { return w * mv::stop_gradient(w); }, mesh, {P("x")}, P("x"))(v));
+  };
+  const auto g = mv::jit([&](const Array& v) { return mv::grad(f)(v); })(a).to_host<float>();
+  for (size_t k = 0; k < x.size(); ++k) EXPECT_FLOAT_EQ(g[k], x[k]) << k;
+  // stop_gradient keeps the sharding, and of an int or empty array is the same array.
+  EXPECT_EQ(mv::stop_gradient(a).sharding(), a.sharding());
+  EXPECT_EQ(mv::stop_gradient(mv::arange(3)).to_host<int32_t>(), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(mv::stop_gradient(mv::zeros({0, 2})).shape(), (mv::Shape{0, 2}));
+  // Only stop_gradient'ed: the gradient is 0.
+  const auto z = mv::grad([](const Array& v) { return mv::sum(mv::stop_gradient(v) * 3.f); })(host_array(x)).to_host<float>();
+  EXPECT_EQ(z, std::vector<float>(x.size(), 0.f));
+}
+
+}  // namespace

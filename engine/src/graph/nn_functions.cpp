@@ -10,13 +10,38 @@
 
 namespace meshvk::nn {
 
+namespace {
+// axes normalised against x's rank, each in range and named once, else an Error naming op; true
+// when a reduced axis is empty (no maximum to shift by: JAX's max starts from -inf there).
+bool reduces_empty(const char* op, const Array& x, const std::vector<int>& axes) {
+  const int ndim = x.ndim();
+  std::vector<bool> seen(static_cast<size_t>(ndim), false);
+  bool empty = axes.empty() && x.size() == 0;
+  for (const int axis : axes) {
+    if (axis < -ndim || axis >= ndim)
+      throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for " +
+                  std::to_string(ndim) + " dimensions; give one in [" + std::to_string(-ndim) + ", " +
+                  std::to_string(ndim) + ")");
+    const auto a = static_cast<size_t>(axis < 0 ? axis + ndim : axis);
+    if (seen[a]) throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is named twice");
+    seen[a] = true;
+    empty = empty || x.shape()[a] == 0;
+  }
+  return empty;
+}
+}  // namespace
+
 Array softmax(const Array& x, int axis) {
+  // An empty axis: an empty result (exp gives the float dtype of the rest).
+  if (reduces_empty("softmax", x, {axis})) return exp(x);
   // Shifted by the maximum, which carries no gradient (softmax does not depend on it), as JAX.
   const Array e = exp(x - stop_gradient(max(x, {axis}, true)));
   return e / sum(e, {axis}, true);
 }
 
 Array logsumexp(const Array& x, std::vector<int> axes, bool keepdims) {
+  // Over an empty slice: log(0) = -inf, as JAX's (its max starts from -inf).
+  if (reduces_empty("logsumexp", x, axes)) return log(sum(exp(x), axes, keepdims));
   const Array m = max(x, axes, true);
   // A slice of only -inf (or a +inf) would make x - m NaN: shift by 0 there instead, as JAX does.
   const Array shift = stop_gradient(where(isfinite(m), m, 0.0f));
@@ -36,7 +61,11 @@ Array gelu(const Array& x, bool approximate) {
 
 Array silu(const Array& x) { return x * sigmoid(x); }
 
-Array softplus(const Array& x) { return maximum(x, 0.0f) + log1p(exp(-abs(x))); }
+Array softplus(const Array& x) {
+  // Bools count as float32 (jnp.logaddexp promotes them; -abs has no bool form).
+  if (x.dtype() == DType::bool_) return softplus(astype(x, DType::float32));
+  return maximum(x, 0.0f) + log1p(exp(-abs(x)));
+}
 
 Array relu(const Array& x) { return ::meshvk::relu(x); }
 

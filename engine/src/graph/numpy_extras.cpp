@@ -36,6 +36,8 @@ Array triangle(const char* op, const Array& x, int k, bool lower) {
     throw Error(std::string(op) + ": x has shape " + shape_to_string(x.shape()) +
                 "; give an array of at least 2 dimensions (the last two are the matrix)");
   const int64_t n = x.shape()[x.ndim() - 2], m = x.shape()[x.ndim() - 1];
+  // uint32 only moves data: select its int32 bits (astype between the two keeps the bits).
+  if (x.dtype() == DType::uint32) return astype(triangle(op, astype(x, DType::int32), k, lower), DType::uint32);
   return where(band(op, n, m, k, lower), x, zeros(Shape{}, x.dtype()));
 }
 
@@ -88,18 +90,34 @@ Array squeeze(const Array& x, std::vector<int> axes) {
   return reshape(x, shape);
 }
 
-Array isnan(const Array& x) { return x != x; }
+namespace {
+// Non-floats are never NaN or infinite: x compared with itself (a uint32 as its int32 bits, since
+// uint32 only moves data), so that the result keeps x's shape and layout, as an elementwise op.
+Array self_equal(const Array& x) {
+  const Array v = x.dtype() == DType::uint32 ? astype(x, DType::int32) : x;
+  return v == v;
+}
+}  // namespace
+
+Array isnan(const Array& x) {
+  if (x.dtype() != DType::float32) return ~self_equal(x);  // all false
+  return x != x;
+}
 Array isinf(const Array& x) {
-  if (x.dtype() != DType::float32) return x != x;  // all false
+  if (x.dtype() != DType::float32) return ~self_equal(x);  // all false
   return abs(x) == std::numeric_limits<float>::infinity();
 }
 Array isfinite(const Array& x) {
-  if (x.dtype() != DType::float32) return x == x;  // all true
+  if (x.dtype() != DType::float32) return self_equal(x);  // all true
   return abs(x) < std::numeric_limits<float>::infinity();  // NaN compares false
 }
 
 namespace {
-Array nonzero(const Array& x) { return x.dtype() == DType::bool_ ? x : x != 0; }
+// uint32 is non-zero exactly where its int32 bits are.
+Array nonzero(const Array& x) {
+  if (x.dtype() == DType::bool_) return x;
+  return (x.dtype() == DType::uint32 ? astype(x, DType::int32) : x) != 0;
+}
 }  // namespace
 
 // Counts rather than max / min, so that an empty slice gives numpy's answer (any: false, all:
@@ -112,13 +130,26 @@ Array all(const Array& x, std::vector<int> axes, bool keepdims) {
 }
 
 Array full_like(const Array& x, double value) {
-  const Array z = zeros_like(x);
-  if (x.dtype() == DType::float32) return z + static_cast<float>(value);
-  if (x.dtype() == DType::bool_) return astype(astype(z, DType::int32) + (value != 0 ? 1 : 0), x.dtype());
-  if (!(value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max()))
+  // Filled in x's layout where x is committed, as jax.lax.full_like keeps a committed array's
+  // sharding (zeros_like makes an uncommitted array on the default device); a float is stored
+  // as its bits, so -0.0 keeps its sign.
+  if (x.dtype() == DType::float32)
+    return x.committed() ? full(x.shape(), static_cast<float>(value), x.sharding())
+                         : full(x.shape(), static_cast<float>(value));
+  const Array z = x.committed() ? zeros(x.shape(), DType::int32, x.sharding()) : zeros(x.shape(), DType::int32);
+  if (x.dtype() == DType::bool_) return astype(z + (value != 0 ? 1 : 0), x.dtype());
+  if (x.dtype() == DType::uint32) {
+    // Any uint32 value, carried as its int32 bits (astype between the two keeps the bits).
+    if (!(value > -1.0 && value < 4294967296.0))
+      throw Error("full_like: " + std::to_string(value) +
+                  " does not fit the array's uint32; give a value in [0, 4294967295]");
+    const auto bits = static_cast<int32_t>(static_cast<uint32_t>(value));
+    return astype(z + bits, x.dtype());
+  }
+  if (!(value > std::numeric_limits<int32_t>::min() - 1.0 && value < std::numeric_limits<int32_t>::max() + 1.0))
     throw Error("full_like: " + std::to_string(value) + " does not fit the array's " +
                 std::string(dtype_name(x.dtype())) + "; give a value in int32's range");
-  return astype(astype(z, DType::int32) + static_cast<int32_t>(value), x.dtype());
+  return astype(z + static_cast<int32_t>(value), x.dtype());
 }
 
 Array cumsum(const Array& x, int axis) {
