@@ -640,3 +640,31 @@ TEST(JaxReview, StopGradientUnderShardMapAndJit) {
 }
 
 }  // namespace
+
+namespace {
+
+// grad of grad (was silently zero): every op is recorded on each active tape that tracks an
+// input, so the inner backward pass is differentiated by the outer grad.
+TEST(JaxTransforms, GradOfGrad) {
+  const auto x = random_floats(4, 31, 0.5f, 2.0f);
+  // d/dx sum(d/dx sum(x^3)) = d/dx sum(3 x^2) = 6x.
+  const auto inner = [](const Array& v) { return mv::sum(v * v * v); };
+  const auto outer = [&](const Array& v) { return mv::sum(mv::grad(inner)(v)); };
+  const auto g2 = mv::grad(outer)(host_array(x)).to_host<float>();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(g2[i], 6 * x[i], 1e-5 * (1 + 6 * x[i])) << i;
+  // Through intermediates: d2/dx2 sin(x)^2 = 2 cos(2x); and a third order: d3/dx3 x^4 = 24 x.
+  const auto s = [](const Array& v) { const Array y = mv::sin(v); return mv::sum(y * y); };
+  const auto s2 = [&](const Array& v) { return mv::sum(mv::grad(s)(v)); };
+  const auto h = mv::grad(s2)(host_array(x)).to_host<float>();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(h[i], 2 * std::cos(2 * x[i]), 1e-5) << i;
+  const auto q = [](const Array& v) { return mv::sum(mv::square(mv::square(v))); };
+  const auto q1 = [&](const Array& v) { return mv::sum(mv::grad(q)(v)); };
+  const auto q2 = [&](const Array& v) { return mv::sum(mv::grad(q1)(v)); };
+  const auto t = mv::grad(q2)(host_array(x)).to_host<float>();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(t[i], 24 * x[i], 1e-4 * (1 + 24 * x[i])) << i;
+  // Under jit, the same.
+  const auto j = mv::jit([&](const Array& v) { return mv::grad(outer)(v); })(host_array(x)).to_host<float>();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(j[i], 6 * x[i], 1e-5 * (1 + 6 * x[i])) << i;
+}
+
+}  // namespace

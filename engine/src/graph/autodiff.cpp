@@ -30,24 +30,29 @@ struct Tape {
   bool is_tracked(const Array& a) const { return a.valid() && tracked.count(a.impl().get()); }
 };
 
-thread_local Tape* active = nullptr;
+// The tapes of the value_and_grad calls in progress on this thread, outermost first: grad of
+// grad records every op on each tape that tracks one of its inputs, so the inner backward pass
+// (run while only the outer tapes are active) is itself differentiated by the outer one.
+thread_local std::vector<Tape*> active;
 thread_local const std::vector<bool>* wanted = nullptr;
 
 }  // namespace
 
-bool taping() { return active != nullptr; }
+bool taping() { return !active.empty(); }
 bool wants(size_t k) { return !wanted || (k < wanted->size() && (*wanted)[k]); }
 
 Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp) {
-  if (!active || !output.valid()) return output;
-  bool any = false;
-  for (const Array& in : inputs) any = any || active->is_tracked(in);
-  if (!any) return output;
+  if (active.empty() || !output.valid()) return output;
   for (const Array& in : inputs)
     if (in.valid() && in.impl() == output.impl()) return output;  // the op returned its input
-  active->tracked.insert(output.impl().get());
   const Mesh* m = current_manual_mesh();
-  active->nodes.push_back({output, inputs, std::move(vjp), m ? std::optional<Mesh>(*m) : std::nullopt});
+  for (Tape* tape : active) {
+    bool any = false;
+    for (const Array& in : inputs) any = any || tape->is_tracked(in);
+    if (!any) continue;
+    tape->tracked.insert(output.impl().get());
+    tape->nodes.push_back({output, inputs, vjp, m ? std::optional<Mesh>(*m) : std::nullopt});
+  }
   return output;
 }
 
@@ -99,25 +104,27 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
                   "; gradients are defined for float32 inputs (astype it, or leave it out of argnums)");
   }
   detail::Tape tape;
-  detail::Tape* outer = detail::active;
-  // Fresh identities for the differentiated arguments, so the tape tells them apart.
+  // Fresh identities for the differentiated arguments, so the tape tells them apart; under an
+  // outer grad each is the identity of its argument there, so the outer gradient flows through.
   std::vector<Array> inputs = args;
   std::set<int> fresh;
   for (const int i : argnums) {
     if (!fresh.insert(i).second) continue;  // asked for twice: one identity, one gradient
     const auto& impl = *args[i].impl();
-    inputs[i] = detail::make_array(impl.runtime, detail::materialized(args[i]), impl.committed, impl.varying);
+    inputs[i] = detail::on_tape(
+        detail::make_array(impl.runtime, detail::materialized(args[i]), impl.committed, impl.varying),
+        {args[i]}, [](const Array& ct) { return std::vector<Array>{ct}; });
     tape.tracked.insert(inputs[i].impl().get());
   }
-  detail::active = &tape;
+  detail::active.push_back(&tape);
   Array value;
   try {
     value = f(inputs);
   } catch (...) {
-    detail::active = outer;
+    detail::active.pop_back();
     throw;
   }
-  detail::active = outer;
+  detail::active.pop_back();
   if (!value.valid() || value.ndim() != 0 || value.dtype() != DType::float32)
     throw Error("grad: the function must return a float32 scalar to differentiate, got " +
                 (value.valid() ? type_of(value) : std::string("an empty Array")) +
@@ -157,7 +164,12 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
     // Gradients take their parameter's layout (and stay as free to move as it is).
     if (!g.sharding().is_equivalent_to(args[i].sharding(), args[i].ndim())) {
       g = device_put(g, args[i].sharding());
-      if (!args[i].committed()) g = detail::make_array(g.impl()->runtime, detail::materialized(g), false, g.impl()->varying);
+      if (!args[i].committed()) {
+        const Array placed = g;  // an outer grad differentiates through the uncommitted copy
+        g = detail::on_tape(detail::make_array(g.impl()->runtime, detail::materialized(g), false,
+                                               g.impl()->varying),
+                            {placed}, [](const Array& ct) { return std::vector<Array>{ct}; });
+      }
     }
     grads.push_back(g);
   }
