@@ -128,6 +128,10 @@ class Array {
   // JAX's integer indexing x[i]: the sub-array at index i of axis 0 (shape()[1:]); a negative i
   // counts from the end. Throws Error for a 0-d array or an i out of range.
   Array operator[](int64_t i) const;
+  // JAX's x[ids] with an int32 index array: gather(x, ids) (ops.hpp), rows of axis 0 in the shape
+  // ids.shape + shape()[1:]; out-of-range indices are clamped as JAX's indexing does. A bool
+  // mask (x[mask]) is an Error: its result's shape would depend on the values.
+  Array operator[](const Array& ids) const;
 
   // The values as numpy's str() prints them: "[[0. 1.]\n [2. 3.]]".
   std::string to_string() const;

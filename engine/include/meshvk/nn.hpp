@@ -46,6 +46,12 @@ Array layer_norm(const Array& x, const Array& scale, const Array& bias, float ep
 // RMS norm over the last axis, as flax.linen.RMSNorm: x / sqrt(mean(x^2) + eps) * scale.
 Array rms_norm(const Array& x, const Array& scale, float eps = 1e-6f);
 
+// Dropout as flax.linen.Dropout in training (jax semantics): each element kept with
+// probability 1 - rate (a bernoulli draw from `key`, laid out as x when x is committed, so each
+// device draws only its own piece) and scaled by 1 / (1 - rate), the others 0. rate 0 returns x,
+// rate 1 zeros; rate outside [0, 1] is an Error. x is float32.
+Array dropout(const Array& key, const Array& x, float rate);
+
 // optax.sgd: p - lr * g for every parameter (each keeps its sharding). grads has the params'
 // names and shapes (an Error names the first that differs).
 Params sgd(const Params& params, const Params& grads, float lr);

@@ -334,4 +334,55 @@ Array full_like(const Array& x, double value);
 // are in a tree order (not left to right) and may differ from numpy's in the last bits.
 Array cumsum(const Array& x, int axis);
 
+// jnp.prod over `axes` (all when empty; bools count as int32): log2(n) steps of pairwise
+// multiplications of halves, so every product is an exact float32 multiplication (no exp/log) and
+// zeros and signs come out exactly; float products are in a tree order, not numpy's left to right,
+// and may differ from it in the last bits (int32 wraps, exactly as numpy's). Gradients flow
+// through the multiplications, so they are right where x has zeros too.
+Array prod(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+template <std::integral I>
+Array prod(const Array& x, I axis, bool keepdims = false) {
+  return prod(x, std::vector<int>{detail::int_axis(axis, "prod", x.ndim())}, keepdims);
+}
+
+// jnp.take_along_axis: out[..., j, ...] = x[..., indices[..., j, ...], ...] along `axis`.
+// indices (int32) has as many dimensions as x; its other dimensions broadcast against x's as
+// numpy's do. Out-of-range indices follow JAX's default mode (fill): a negative index in [-n, 0)
+// counts from the end, one still outside [-n, n) gives NaN (int32: INT32_MIN, bool: true), as
+// jnp.take's fill. Composed as one take from the flattened array, which gathers x whole on each
+// device; the result is then laid out as x along the other dimensions (x split by rows: the
+// result split by rows). Gradients flow to the elements taken.
+Array take_along_axis(const Array& x, const Array& indices, int axis);
+// jnp.sort along `axis` (stable; NaN last, as numpy): take_along_axis(x, argsort(x, axis), axis),
+// so it differentiates (the cotangent goes back to each element's original place).
+Array sort(const Array& x, int axis = -1);
+
+// JAX's x[ids] for an int32 index array on axis 0 (also spelled x[ids] on Array): rows of x in the
+// shape ids.shape + x.shape[1:]. As JAX's indexing (not jnp.take's fill): a negative index counts
+// from the end, and one still out of range is clamped into [0, n). Gradients scatter-add back.
+Array gather(const Array& x, const Array& ids);
+// JAX's x.at[ids].set(v) / x.at[ids].add(v) on axis 0: a new array (x is unchanged), with v (an
+// Array or a scalar) broadcast to ids.shape + x.shape[1:] and cast to x's dtype. A negative index
+// in [-n, 0) counts from the end; one still out of range is dropped (JAX's default for updates).
+//   at_set: for an index given more than once, the last occurrence (in ids' row-major order)
+//     wins (JAX leaves the choice unspecified; XLA on CPU applies them in order too). Cost: an
+//     ids.size() x n int32 mask, a max over it and one gather of rows. Gradients: the elements
+//     set get none from x; v's kept elements get theirs, overwritten ones get zero.
+//   at_add: duplicates accumulate. Composed as a one-hot product, einsum("mn,mr->nr",
+//     one_hot(ids, n), v): ids.size() * n * (3 x the row size) multiply-adds and an ids.size() x
+//     n one-hot matrix (the extra columns count +inf / -inf / NaN updates, so a non-finite update
+//     reaches only its own row, as a real scatter-add does: +inf and -inf together give NaN).
+//     Float sums of duplicates are in the product's order. Gradients: x's cotangent passes
+//     through; v's elements each get their row's cotangent (dropped ones zero). Not for bools.
+Array at_set(const Array& x, const Array& ids, const Operand& v);
+Array at_add(const Array& x, const Array& ids, const Operand& v);
+
+namespace lax {
+// jax.lax.top_k: the k largest elements along the last axis, largest first, and their int32
+// indices. Equal elements come lower index first, as JAX documents; NaN counts as larger than
+// every number (the mirror of sort's NaN last), so NaNs come first. k in [0, n]. values differentiate (the
+// cotangent goes back to the elements picked).
+std::pair<Array, Array> top_k(const Array& x, int k);
+}  // namespace lax
+
 }  // namespace meshvk

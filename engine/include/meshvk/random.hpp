@@ -15,6 +15,7 @@
 // sharding), or where an explicit output sharding says, each device reading the key from its
 // own memory.
 #include <cstdint>
+#include <optional>
 
 #include "meshvk/array.hpp"
 
@@ -45,6 +46,25 @@ Array uniform(const Array& key, Shape shape, const Sharding& sharding, float min
 // jax.random.normal: standard normal float32 (sqrt(2) * erfinv of a uniform in (-1, 1)).
 Array normal(const Array& key, Shape shape);
 Array normal(const Array& key, Shape shape, const Sharding& sharding);
+
+// More of jax.random, composed of uniform and meshvk's ops (so the keys are as above and a
+// sharded result equals the unsharded one). bernoulli is uniform(key, shape) < p, JAX's own
+// formula, so it follows uniform bit for bit; the others use meshvk's log / erf / erfinv and are
+// not promised bit-exact with JAX (the same distribution, from the same key and counters).
+// jax.random.bernoulli: bool, true with probability p (p <= 0: never, p >= 1: always).
+Array bernoulli(const Array& key, float p = 0.5f, Shape shape = {});
+Array bernoulli(const Array& key, float p, Shape shape, const Sharding& sharding);
+// With p a float32 array: the shape is p's unless given (p must then broadcast to it).
+Array bernoulli(const Array& key, const Array& p, std::optional<Shape> shape = std::nullopt);
+// jax.random.categorical: int32 samples from the softmax of float32 `logits` along `axis` (the
+// result has logits' shape without it), by the Gumbel-max trick as JAX:
+// argmax(logits - log(-log(uniform(key, logits.shape, tiny, 1))), axis).
+Array categorical(const Array& key, const Array& logits, int axis = -1);
+// jax.random.truncated_normal: standard normals conditioned on [lower, upper] (either may be
+// infinite; lower < upper), by the inverse CDF as JAX: sqrt(2) * erfinv(uniform in
+// [erf(lower / sqrt(2)), erf(upper / sqrt(2)))), clipped into the open interval as JAX clips.
+Array truncated_normal(const Array& key, float lower, float upper, Shape shape);
+Array truncated_normal(const Array& key, float lower, float upper, Shape shape, const Sharding& sharding);
 
 namespace detail {
 // threefry2x32 itself, for tests against published vectors: counters uint32[n, 2] (or int32) of
