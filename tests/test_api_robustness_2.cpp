@@ -258,7 +258,7 @@ TEST(ApiRobustness2, SoftmaxCrossEntropyLabels) {
 
 // sgd / adam with gradients (or a state) shaped unlike the params broadcast them silently: a
 // bias (2,) updated by a (3, 2) gradient came back (3, 2); a gradient for a name the params lack
-// was ignored. adam with b1 = 1 or a negative step gave NaN parameters.
+// was ignored. adam with b1 = 1 (or a bad step count) gave NaN parameters.
 TEST(ApiRobustness2, OptimizersCheckTheirInputs) {
   const mv::Params p{{"w", mv::ones({2, 2})}, {"b", mv::ones({2})}};
   expect_error(
@@ -291,16 +291,18 @@ TEST(ApiRobustness2, OptimizersCheckTheirInputs) {
   expect_error([&] { mv::nn::adam(p, p, state, 0.1f, 1.0f); }, "b1 and b2 in [0, 1)");
   expect_error([&] { mv::nn::adam(p, p, state, 0.1f, 0.9f, -0.5f); }, "b1 and b2 in [0, 1)");
   expect_error([&] { mv::nn::adam(p, p, state, 0.1f, 0.9f, 0.999f, std::nanf("")); }, "eps");
+  // The step count is an int32 scalar on the device (so that jit carries it): anything else is
+  // not adam_init's.
   mv::nn::AdamState bad = mv::nn::adam_init(p);
-  bad.step = -1;
-  expect_error([&] { mv::nn::adam(p, p, bad, 0.1f); }, "state.step = -1");
-  bad.step = std::numeric_limits<int>::max();
-  expect_error([&] { mv::nn::adam(p, p, bad, 0.1f); }, "state.step");
+  bad.count = mv::scalar(0.f);
+  expect_error([&] { mv::nn::adam(p, p, bad, 0.1f); }, "state.count is float32[]");
+  bad.count = mv::Array();
+  expect_error([&] { mv::nn::adam(p, p, bad, 0.1f); }, "state.count is empty");
   // The failed steps left the state alone; a good one runs from step 0 (optax's first update is
   // -lr * sign(g) at the defaults).
-  EXPECT_EQ(state.step, 0);
+  EXPECT_EQ(state.count.to_host<int32_t>(), std::vector<int32_t>{0});
   const mv::Params r = mv::nn::adam(p, p, state, 0.1f);
-  EXPECT_EQ(state.step, 1);
+  EXPECT_EQ(state.count.to_host<int32_t>(), std::vector<int32_t>{1});
   EXPECT_NEAR(r.at("b").to_host<float>()[0], 0.9f, 1e-6);
   expect_runtime_usable();
 }

@@ -431,6 +431,16 @@ TEST(JaxSpellings, ReadmeSnippetRuns) {
     return std::make_pair(l, mv::nn::sgd(p, g, lr));
   });
   auto [l, new_params] = step(params, x, 0.1f);
+  auto adam_step =
+      mv::jit([&](const mv::Params& p, const mv::nn::AdamState& s, const mv::Array& x) {
+        mv::nn::AdamState next = s;  // adam updates the state it is given
+        auto q = mv::nn::adam(p, mv::grad(loss)(p, x), next, 1e-3f);
+        return std::make_pair(q, next);  // the state goes in and comes back
+      });
+  auto [p1, s1] = adam_step(params, mv::nn::adam_init(params), x);  // s1.count: int32 1
+  EXPECT_EQ(s1.count.to_host<int32_t>(), std::vector<int32_t>{1});
+  EXPECT_EQ(adam_step(p1, s1, x).second.count.to_host<int32_t>(), std::vector<int32_t>{2});
+  EXPECT_EQ(adam_step.traces(), 1u);
   auto y = mv::einsum("ij,jk,kl", a, b, c);  // implicit output, greedy pair order
   for (const mv::Shard& s : x.addressable_shards()) out << s.device << " " << s.data << "\n";
   EXPECT_LT(scalar_of(step(new_params, x, 0.1f).first), scalar_of(l));

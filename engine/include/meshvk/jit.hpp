@@ -23,9 +23,13 @@
 namespace meshvk {
 
 struct JitOptions {
-  // Per argument / result: the layout to put it in (nullopt: follow the data).
+  // Per argument: the layout to put it in (nullopt: follow the data).
   std::vector<std::optional<Sharding>> in_shardings;
-  std::vector<std::optional<Sharding>> out_shardings;
+  // The results' layouts, as jax.jit's out_shardings: one entry per result of a function that
+  // returns several (a std::vector, std::pair or std::tuple), or one entry for the whole result,
+  // which for a structured result may be a ShardingTree shaped like it (a list for a pair, tuple or
+  // vector, a dict by name for Params) or one sharding for every Array in it (JAX's prefix rule).
+  std::vector<ShardingTree> out_shardings;
   std::string name = "f";
   // jax.jit's static_argnums: the arguments that are static values (ints, bools, floats, enums,
   // strings) keying the cache, so the function is traced again for a new value. Any argument that
@@ -84,7 +88,10 @@ namespace detail {
 [[noreturn]] void jit_static_argnums_error(const std::string& name, int argnum, size_t arguments, bool traced);
 [[noreturn]] void jit_unlisted_static_error(const std::string& name, size_t argnum);
 [[noreturn]] void jit_tree_shardings_error(const std::string& name, size_t given, size_t wanted);
-[[noreturn]] void jit_tree_out_shardings_error(const std::string& name);
+// out_shardings as one tree for the whole result: its one entry, or a list of its entries.
+ShardingTree whole_result_tree(const std::vector<ShardingTree>& out_shardings);
+// Each result moved to its sharding (nullopt: left as it is), inside the trace.
+std::vector<Array> jit_place_outputs(std::vector<Array> results, const LeafShardings& shardings);
 }  // namespace detail
 
 template <class F>
@@ -219,8 +226,8 @@ class Jitted {
   std::pair<std::shared_ptr<Entry>, std::vector<Array>> prepare(const A&... args) const {
     using R = std::invoke_result_t<const F&, const A&...>;
     static_assert(detail::is_leafy_v<R>,
-                  "jit: the function must return an Array, Params, or a std::vector / std::pair / "
-                  "std::tuple of them");
+                  "jit: the function must return an Array, Params, nn::AdamState, or a std::vector / "
+                  "std::pair / std::tuple of them");
     constexpr size_t n = sizeof...(A);
     const std::array<bool, n> traced{detail::is_leafy_v<A>...};
     if (!options_.static_argnums.empty()) check_static_argnums(traced);
@@ -294,10 +301,13 @@ class Jitted {
         ++k;
       }
     }
-    if (!options_.out_shardings.empty() && !std::is_same_v<R, Array> && !std::is_same_v<R, std::vector<Array>>)
-      detail::jit_tree_out_shardings_error(options_.name);
+    // The body lays its results out itself: only it knows their structure.
+    options.out_shardings.clear();
+    std::optional<ShardingTree> out_tree;
+    if (!options_.out_shardings.empty()) out_tree = detail::whole_result_tree(options_.out_shardings);
     Entry* self = entry.get();  // the body lives in the entry, so it never outlives it
-    JitBody body = [f = f_, protos = std::move(protos), self](const std::vector<Array>& leaves) {
+    JitBody body = [f = f_, protos = std::move(protos), self, out_tree,
+                    name = options_.name](const std::vector<Array>& leaves) {
       size_t pos = 0;
       R result = [&]<size_t... I>(std::index_sequence<I...>) {
         // Braced initialisation rebuilds the arguments in order, as they were flattened.
@@ -306,6 +316,11 @@ class Jitted {
       }(std::index_sequence_for<A...>{});
       std::vector<Array> out;
       detail::Tree<R>::flatten(result, out);
+      if (out_tree) {
+        detail::LeafShardings shardings;
+        detail::Tree<R>::shardings(result, *out_tree, shardings, detail::TreePlace{name, "the result"});
+        out = detail::jit_place_outputs(std::move(out), shardings);
+      }
       std::lock_guard lock(self->mutex);
       if (!self->result_skeleton) self->result_skeleton = std::make_shared<R>(detail::Tree<R>::skeleton(result));
       return out;

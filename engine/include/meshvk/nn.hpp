@@ -6,6 +6,7 @@
 
 #include "meshvk/array.hpp"
 #include "meshvk/autodiff.hpp"
+#include "meshvk/tree.hpp"
 
 namespace meshvk::nn {
 
@@ -58,12 +59,63 @@ Params sgd(const Params& params, const Params& grads, float lr);
 
 // optax.adam with its defaults. grads and the state have the params' names and shapes; b1 and b2
 // lie in [0, 1) and eps is finite and >= 0. A step that throws leaves the state unchanged.
+// The state is all Arrays, so jit takes and returns it (a jitted step passes it in and hands the
+// updated one back, as optax's state goes through jax.jit): the step count is an int32 scalar on
+// the device, from which each step computes the bias corrections 1 - b^t there.
 struct AdamState {
-  Params m, v;
-  int step = 0;
+  Params m, v;  // zeros_like the params: their shardings
+  Array count;  // int32[], the steps taken; stops at 2^31 - 1 (optax's safe_int32_increment)
 };
+// The count lies with the params when they are all committed to one mesh (replicated there) or
+// one device, and is uncommitted on the default device otherwise.
 AdamState adam_init(const Params& params);
 Params adam(const Params& params, const Params& grads, AdamState& state, float lr, float b1 = 0.9f,
             float b2 = 0.999f, float eps = 1e-8f);
 
 }  // namespace meshvk::nn
+
+namespace meshvk::detail {
+
+// jit's tree of an AdamState: m's Arrays, v's, then the count. out_shardings gives it one sharding
+// for all of it or ShardingTree::list({m, v, count}).
+template <>
+struct Tree<nn::AdamState> {
+  static constexpr bool leafy = true;
+  static void flatten(const nn::AdamState& s, std::vector<Array>& out) {
+    Tree<Params>::flatten(s.m, out);
+    Tree<Params>::flatten(s.v, out);
+    out.push_back(s.count);
+  }
+  static void structure(const nn::AdamState& s, std::string& key) {
+    key += "Adam(";
+    Tree<Params>::structure(s.m, key);
+    Tree<Params>::structure(s.v, key);
+    key += "A)";
+  }
+  static nn::AdamState skeleton(const nn::AdamState& s) {
+    return {Tree<Params>::skeleton(s.m), Tree<Params>::skeleton(s.v), Array()};
+  }
+  static nn::AdamState unflatten(const nn::AdamState& like, const std::vector<Array>& leaves,
+                                 size_t& pos) {
+    nn::AdamState s;
+    s.m = Tree<Params>::unflatten(like.m, leaves, pos);
+    s.v = Tree<Params>::unflatten(like.v, leaves, pos);
+    s.count = leaves.at(pos++);
+    return s;
+  }
+  static void shardings(const nn::AdamState& s, const ShardingTree& t, LeafShardings& out,
+                        const TreePlace& where) {
+    if (t.kind() == ShardingTree::Kind::leaf) return leaf_shardings(s, t, out);
+    list_shardings(3, t, where, "an nn::AdamState (m, v, count)",
+                   [&](size_t i, const ShardingTree& e, const TreePlace& at) {
+                     if (i == 0)
+                       Tree<Params>::shardings(s.m, e, out, at);
+                     else if (i == 1)
+                       Tree<Params>::shardings(s.v, e, out, at);
+                     else
+                       Tree<Array>::shardings(s.count, e, out, at);
+                   });
+  }
+};
+
+}  // namespace meshvk::detail

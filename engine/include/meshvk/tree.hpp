@@ -1,9 +1,12 @@
 #pragma once
 // Pytrees for jit: the argument and result structures jit flattens into Arrays (Array, Params,
-// std::vector, std::pair and std::tuple of them), and the static arguments that key its cache
-// instead (ints, bools, floats, enums, strings), as jax.jit's static_argnums.
+// std::vector, std::pair and std::tuple of them; nn.hpp adds nn::AdamState), the static
+// arguments that key its cache instead (ints, bools, floats, enums, strings), as jax.jit's
+// static_argnums, and the trees of shardings out_shardings gives for structured results.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -15,13 +18,103 @@
 #include "meshvk/array.hpp"
 #include "meshvk/autodiff.hpp"
 
+namespace meshvk {
+
+// One entry of jit's out_shardings, shaped like a result or any prefix of it (jax.jit's
+// out_shardings pytree). A leaf, a Sharding or nullopt (follow the data), lays out every Array
+// beneath it; list() lays out a std::pair, std::tuple or std::vector (or nn::AdamState: {m, v,
+// count}) element by element; dict() lays out Params by name, one entry for every name.
+class ShardingTree {
+ public:
+  enum class Kind { leaf, list, dict };
+  ShardingTree(std::nullopt_t = std::nullopt) {}
+  ShardingTree(std::optional<Sharding> sharding) : leaf_(std::move(sharding)) {}
+  ShardingTree(Sharding sharding) : leaf_(std::move(sharding)) {}
+  ShardingTree(NamedSharding sharding) : leaf_(Sharding(std::move(sharding))) {}
+  ShardingTree(SingleDeviceSharding sharding) : leaf_(Sharding(std::move(sharding))) {}
+  static ShardingTree list(std::vector<ShardingTree> elements);
+  static ShardingTree dict(std::vector<std::pair<std::string, ShardingTree>> by_name);
+
+  Kind kind() const { return kind_; }
+  // A leaf's sharding (nullopt: follow the data).
+  const std::optional<Sharding>& sharding() const { return leaf_; }
+  // A list's elements, or a dict's entries in the order of names().
+  const std::vector<ShardingTree>& elements() const { return elements_; }
+  const std::vector<std::string>& names() const { return names_; }
+  // "a sharding", "a list of 2 entries", "a dict of 'b', 'w'": what it is, for messages.
+  std::string describe() const;
+
+ private:
+  Kind kind_ = Kind::leaf;
+  std::optional<Sharding> leaf_;
+  std::vector<ShardingTree> elements_;
+  std::vector<std::string> names_;
+};
+
+inline ShardingTree ShardingTree::list(std::vector<ShardingTree> elements) {
+  ShardingTree t;
+  t.kind_ = Kind::list;
+  t.elements_ = std::move(elements);
+  return t;
+}
+
+inline ShardingTree ShardingTree::dict(std::vector<std::pair<std::string, ShardingTree>> by_name) {
+  ShardingTree t;
+  t.kind_ = Kind::dict;
+  for (auto& [name, tree] : by_name) {
+    t.names_.push_back(std::move(name));
+    t.elements_.push_back(std::move(tree));
+  }
+  return t;
+}
+
+}  // namespace meshvk
+
 namespace meshvk::detail {
 
 // Tree<T>::leafy: T holds Arrays and is flattened; otherwise T is a static value.
+// Tree<T>::shardings(x, tree, out, where) appends the sharding out_shardings' `tree` gives each
+// of x's Arrays, in flatten's order; `where` names the function and the place in the result.
 template <class T>
 struct Tree {
   static constexpr bool leafy = false;
 };
+
+using LeafShardings = std::vector<std::optional<Sharding>>;
+
+// Where an out_shardings tree is matched against a result: for messages.
+struct TreePlace {
+  const std::string& function;  // jit's name
+  std::string path;             // "the result", "the result[1]['w']"
+  TreePlace at(const std::string& step) const { return {function, path + step}; }
+};
+
+// A tree that does not fit the result there (`what` is the result's kind, `valid` what fits it).
+[[noreturn]] void out_sharding_tree_error(const TreePlace& where, const ShardingTree& given,
+                                          const std::string& what, const std::string& valid);
+// A dict's names against the Params' names (each must have exactly one entry).
+void check_out_sharding_names(const TreePlace& where, const ShardingTree& given,
+                              const std::vector<std::string>& names);
+
+// A leaf lays out every Array of x alike.
+template <class T>
+void leaf_shardings(const T& x, const ShardingTree& leaf, LeafShardings& out) {
+  std::vector<Array> leaves;
+  Tree<T>::flatten(x, leaves);
+  out.insert(out.end(), leaves.size(), leaf.sharding());
+}
+
+// A list for a sequence of n elements: each element's tree, from element(i, tree, place).
+template <class E>
+void list_shardings(size_t n, const ShardingTree& t, const TreePlace& where,
+                    const std::string& what, E element) {
+  if (t.kind() != ShardingTree::Kind::list || t.elements().size() != n)
+    out_sharding_tree_error(
+        where, t, what,
+        "a sharding (or nullopt) for all of it, or ShardingTree::list with one entry per element");
+  for (size_t i = 0; i < n; ++i)
+    element(i, t.elements()[i], where.at("[" + std::to_string(i) + "]"));
+}
 
 template <>
 struct Tree<Array> {
@@ -31,6 +124,12 @@ struct Tree<Array> {
   static Array skeleton(const Array&) { return Array(); }
   static Array unflatten(const Array&, const std::vector<Array>& leaves, size_t& pos) {
     return leaves.at(pos++);
+  }
+  static void shardings(const Array&, const ShardingTree& t, LeafShardings& out,
+                        const TreePlace& where) {
+    if (t.kind() != ShardingTree::Kind::leaf)
+      out_sharding_tree_error(where, t, "an Array", "a sharding (or nullopt)");
+    out.push_back(t.sharding());
   }
 };
 
@@ -54,6 +153,22 @@ struct Tree<Params> {
     Params p;
     for (const auto& kv : like) p.emplace(kv.first, leaves.at(pos++));
     return p;
+  }
+  static void shardings(const Params& p, const ShardingTree& t, LeafShardings& out,
+                        const TreePlace& where) {
+    if (t.kind() == ShardingTree::Kind::leaf) return leaf_shardings(p, t, out);
+    if (t.kind() != ShardingTree::Kind::dict)
+      out_sharding_tree_error(
+          where, t, "Params",
+          "a sharding (or nullopt) for all of it, or ShardingTree::dict by name");
+    std::vector<std::string> names;
+    for (const auto& kv : p) names.push_back(kv.first);
+    check_out_sharding_names(where, t, names);
+    for (const auto& [name, x] : p) {
+      const size_t i = static_cast<size_t>(std::find(t.names().begin(), t.names().end(), name) -
+                                           t.names().begin());
+      Tree<Array>::shardings(x, t.elements()[i], out, where.at("['" + name + "']"));
+    }
   }
 };
 
@@ -79,6 +194,14 @@ requires Tree<T>::leafy struct Tree<std::vector<T>> {
     for (const T& x : like) v.push_back(Tree<T>::unflatten(x, leaves, pos));
     return v;
   }
+  static void shardings(const std::vector<T>& v, const ShardingTree& t, LeafShardings& out,
+                        const TreePlace& where) {
+    if (t.kind() == ShardingTree::Kind::leaf) return leaf_shardings(v, t, out);
+    list_shardings(v.size(), t, where, "a std::vector of " + std::to_string(v.size()),
+                   [&](size_t i, const ShardingTree& e, const TreePlace& at) {
+                     Tree<T>::shardings(v[i], e, out, at);
+                   });
+  }
 };
 
 template <class... T>
@@ -101,6 +224,17 @@ requires(Tree<T>::leafy&&...) struct Tree<std::tuple<T...>> {
     return std::apply(
         [&](const T&... x) { return std::tuple<T...>{Tree<T>::unflatten(x, leaves, pos)...}; },
         like);
+  }
+  static void shardings(const std::tuple<T...>& x, const ShardingTree& t, LeafShardings& out,
+                        const TreePlace& where) {
+    if (t.kind() == ShardingTree::Kind::leaf) return leaf_shardings(x, t, out);
+    list_shardings(sizeof...(T), t, where, "a std::tuple of " + std::to_string(sizeof...(T)),
+                   [&](size_t i, const ShardingTree& e, const TreePlace& at) {
+                     [&]<size_t... I>(std::index_sequence<I...>) {
+                       ((I == i ? Tree<T>::shardings(std::get<I>(x), e, out, at) : void()), ...);
+                     }
+                     (std::index_sequence_for<T...>{});
+                   });
   }
 };
 
@@ -125,6 +259,17 @@ requires(Tree<A>::leafy&& Tree<B>::leafy) struct Tree<std::pair<A, B>> {
     A a = Tree<A>::unflatten(like.first, leaves, pos);
     B b = Tree<B>::unflatten(like.second, leaves, pos);
     return {std::move(a), std::move(b)};
+  }
+  static void shardings(const std::pair<A, B>& p, const ShardingTree& t, LeafShardings& out,
+                        const TreePlace& where) {
+    if (t.kind() == ShardingTree::Kind::leaf) return leaf_shardings(p, t, out);
+    list_shardings(2, t, where, "a std::pair",
+                   [&](size_t i, const ShardingTree& e, const TreePlace& at) {
+                     if (i == 0)
+                       Tree<A>::shardings(p.first, e, out, at);
+                     else
+                       Tree<B>::shardings(p.second, e, out, at);
+                   });
   }
 };
 

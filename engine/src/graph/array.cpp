@@ -342,8 +342,25 @@ Array copy(const Array& x) {
   return detail::on_tape(r, {x}, [](const Array& ct) { return std::vector<Array>{ct}; });
 }
 
-Array zeros_like(const Array& x) { return zeros(x.shape(), x.dtype()); }
-Array ones_like(const Array& x) { return ones(x.shape(), x.dtype()); }
+// jnp.zeros_like / ones_like: a committed x's result is filled in place on each of its devices,
+// as JAX's full_like keeps a committed array's sharding (so state made this way, an optimizer's
+// moments say, is laid out as the values it meets: no move and no second jit trace later). Inside
+// shard_map x is a per-device value, and so is the result. It varies over the axes x varies over
+// (JAX's pvary in full_like). An uncommitted x gives an uncommitted result, free to move.
+static Array filled_like(const char* op, const Array& x, uint32_t word) {
+  const ArrayImpl& a = impl_of(x);
+  if (!a.committed) return filled(op, x.shape(), x.dtype(), word);
+  std::lock_guard lock(a.runtime->mutex());
+  const detail::PartOpScope op_scope("full");  // profile hook
+  return detail::make_array(a.runtime, exec::fill(*a.runtime, x.shape(), x.dtype(), word, x.sharding()), true,
+                            a.varying);
+}
+
+Array zeros_like(const Array& x) { return filled_like("zeros_like", x, 0); }
+Array ones_like(const Array& x) {
+  const DType dtype = impl_of(x).value.dtype;
+  return filled_like("ones_like", x, dtype == DType::float32 ? bits(1.0f) : bits(int32_t{1}));
+}
 
 Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt);
 

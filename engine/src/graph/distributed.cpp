@@ -137,7 +137,7 @@ void sync_global_devices(const std::string& name) {
   // FNV-1a of the name: a process at another barrier is an error on every process.
   uint64_t hash = 1469598103934665603ull;
   for (const char c : name) hash = (hash ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  const std::vector<uint8_t> all = rt->exchange(&hash, sizeof hash, "sync_global_devices(\"" + name + "\")");
+  const std::vector<uint8_t> all = rt->exchange(&hash, sizeof hash, "sync_global_devices");  // the name is compared below
   for (int p = 0; p < rt->process_count(); ++p) {
     uint64_t theirs;
     std::memcpy(&theirs, all.data() + p * sizeof hash, sizeof hash);

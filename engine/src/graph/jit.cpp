@@ -61,6 +61,13 @@ void check_same_program(detail::RuntimeState& rt, const detail::Capture& capture
 }
 
 
+// A sharding as the cache keys it: specs that are equal (==) key one program, so P('a', None),
+// which a user writes, and P('a'), which ops give their results, do not trace twice.
+std::string sharding_key(const Sharding& s) {
+  if (const NamedSharding* n = s.named()) return NamedSharding(n->mesh(), n->spec().trimmed()).to_string();
+  return s.to_string();
+}
+
 std::string layout_text(const Array& x) {
   std::string s = type_of(x);
   if (const NamedSharding* n = x.sharding().named()) s += " " + n->spec().to_string();
@@ -145,29 +152,28 @@ struct JitFunction::State {
     std::string key =
         "runtime " + std::to_string(Runtime::current().state()->profiler().runtime()) + ";" + mesh_context_key();
     for (const Array& a : args) {
-      key += type_of(a) + "|" + a.sharding().to_string() + (a.committed() ? "|c|" : "|u|");
+      key += type_of(a) + "|" + sharding_key(a.sharding()) + (a.committed() ? "|c|" : "|u|");
       for (const int d : a.sharding().device_ids()) key += std::to_string(d) + ",";
       key += ";";
     }
     return key;
   }
 
+  // An Array or a vector of them: out_shardings has one entry per result, or one for all.
   std::vector<Array> place_outputs(std::vector<Array> results) const {
-    if (!options.out_shardings.empty() && options.out_shardings.size() != results.size())
-      throw Error("jit(" + options.name + "): " + std::to_string(options.out_shardings.size()) + " out_shardings for " +
-                  std::to_string(results.size()) + " results");
-    for (size_t i = 0; i < results.size(); ++i) {
-      if (!options.out_shardings.empty() && options.out_shardings[i]) {
-        const Sharding& want = *options.out_shardings[i];
-        if (!results[i].sharding().is_equivalent_to(want, results[i].ndim())) {
-          exec::log_op("out_shardings[" + std::to_string(i) + "]: " + results[i].sharding().to_string() + " -> " + want.to_string());
-          results[i] = device_put(results[i], want);
-        } else {
-          results[i] = device_put(results[i], want);  // same buffers, the requested sharding object
-        }
-      }
-      detail::materialized(results[i]);
+    if (!options.out_shardings.empty()) {
+      if (options.out_shardings.size() != 1 && options.out_shardings.size() != results.size())
+        throw Error("jit(" + options.name + "): " + std::to_string(options.out_shardings.size()) +
+                    " out_shardings for " + std::to_string(results.size()) +
+                    " results; give one per result, or one for all of them");
+      detail::LeafShardings shardings;
+      const detail::TreePlace where{options.name, "the result"};
+      const ShardingTree tree = detail::whole_result_tree(options.out_shardings);
+      if (results.size() == 1) detail::Tree<Array>::shardings(results.front(), tree, shardings, where);
+      else detail::Tree<std::vector<Array>>::shardings(results, tree, shardings, where);
+      results = detail::jit_place_outputs(std::move(results), shardings);
     }
+    for (const Array& r : results) detail::materialized(r);
     return results;
   }
 
@@ -306,6 +312,18 @@ size_t JitFunction::cache_size() const {
 size_t JitFunction::traces() const {
   std::lock_guard lock(state_->mutex);
   return state_->traces;
+}
+
+std::vector<Array> detail::jit_place_outputs(std::vector<Array> results, const LeafShardings& shardings) {
+  for (size_t i = 0; i < results.size() && i < shardings.size(); ++i) {
+    if (!shardings[i]) continue;
+    const Sharding& want = *shardings[i];
+    if (!results[i].sharding().is_equivalent_to(want, results[i].ndim()))
+      exec::log_op("out_shardings[" + std::to_string(i) + "]: " + results[i].sharding().to_string() + " -> " +
+                   want.to_string());
+    results[i] = device_put(results[i], want);  // equivalent: the same buffers, the requested sharding object
+  }
+  return results;
 }
 
 void jit_arity_error(size_t n) {

@@ -1,10 +1,22 @@
-// The errors of jit's static arguments and structured arguments (the template layer in jit.hpp).
+// The errors of jit's static arguments and structured arguments (the template layer in jit.hpp),
+// and the out_shardings trees of structured results.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "meshvk/error.hpp"
 #include "meshvk/jit.hpp"
 
 namespace meshvk::detail {
+
+namespace {
+// 'a', 'b', 'c'
+std::string quoted(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& name : names) s += (s.empty() ? "'" : ", '") + name + "'";
+  return s;
+}
+}  // namespace
 
 void jit_static_argnums_error(const std::string& name, int argnum, size_t arguments, bool traced) {
   if (traced)
@@ -30,12 +42,51 @@ void jit_tree_shardings_error(const std::string& name, size_t given, size_t want
               "data), as jax.jit");
 }
 
-void jit_tree_out_shardings_error(const std::string& name) {
-  throw Error("jit(" + name +
-              "): out_shardings are supported for a result that is an Array or a std::vector of "
-              "Arrays; for "
-              "Params, pairs and tuples lay the results out with with_sharding_constraint inside "
-              "the function");
+void out_sharding_tree_error(const TreePlace& where, const ShardingTree& given,
+                             const std::string& what, const std::string& valid) {
+  throw Error("jit(" + where.function + "): out_shardings for " + where.path + " is " +
+              given.describe() + " but the result there is " + what + "; give " + valid);
+}
+
+void check_out_sharding_names(const TreePlace& where, const ShardingTree& given,
+                              const std::vector<std::string>& names) {
+  const auto& dict = given.names();
+  for (const std::string& name : names) {
+    const auto entries = std::count(dict.begin(), dict.end(), name);
+    if (entries != 1)
+      throw Error(
+          "jit(" + where.function + "): out_shardings for " + where.path + " (Params) " +
+          (entries ? "names '" + name + "' more than once" : "has no entry '" + name + "'") +
+          "; ShardingTree::dict needs one entry for every name of the result (nullopt to follow "
+          "the "
+          "data), or give one sharding for all of it");
+  }
+  for (const std::string& name : dict)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw Error("jit(" + where.function + "): out_shardings for " + where.path +
+                  " (Params) names '" + name +
+                  "', which the result lacks; the result's names are " + quoted(names));
+}
+
+ShardingTree whole_result_tree(const std::vector<ShardingTree>& out_shardings) {
+  return out_shardings.size() == 1 ? out_shardings.front() : ShardingTree::list(out_shardings);
 }
 
 }  // namespace meshvk::detail
+
+namespace meshvk {
+
+std::string ShardingTree::describe() const {
+  switch (kind_) {
+    case Kind::leaf:
+      return leaf_ ? "a sharding" : "nullopt";
+    case Kind::list:
+      return "a list of " + std::to_string(elements_.size()) +
+             (elements_.size() == 1 ? " entry" : " entries");
+    case Kind::dict:
+      return "a dict of " + (names_.empty() ? std::string("no names") : detail::quoted(names_));
+  }
+  return "a tree";
+}
+
+}  // namespace meshvk

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "meshvk/error.hpp"
@@ -126,12 +127,44 @@ Params sgd(const Params& params, const Params& grads, float lr) {
   return out;
 }
 
+namespace {
+// The whole of a parameter's mesh (replicated), or its device.
+Sharding replicated_over(const Sharding& s) {
+  if (const NamedSharding* n = s.named()) return NamedSharding(n->mesh(), PartitionSpec());
+  return s;
+}
+
+// Where the step count goes: with the params when they are all committed to one mesh or device,
+// so that no step moves it to them (nor, under jit, broadcasts it from device 0); otherwise
+// uncommitted, free to go to each parameter as optax's jnp.zeros([], int32) does in JAX.
+Array count_for(const Params& params) {
+  std::optional<Sharding> home;
+  for (const auto& [name, p] : params) {
+    if (!p.committed()) return zeros({}, DType::int32);
+    const Sharding here = replicated_over(p.sharding());
+    if (home && !(*home == here)) return zeros({}, DType::int32);
+    home = here;
+  }
+  return home ? zeros({}, DType::int32, *home) : zeros({}, DType::int32);
+}
+
+// The count from adam_init: an int32 scalar, checked before the state changes.
+void require_count(const AdamState& state) {
+  if (!state.count.valid())
+    throw Error("adam: state.count is empty; use the state adam_init made (it counts steps in an int32 scalar)");
+  if (state.count.dtype() != DType::int32 || state.count.ndim() != 0)
+    throw Error("adam: state.count is " + type_of(state.count) +
+                "; a state from adam_init counts steps in an int32 scalar (int32[])");
+}
+}  // namespace
+
 AdamState adam_init(const Params& params) {
   AdamState s;
   for (const auto& [name, p] : params) {
     s.m.emplace(name, zeros_like(p));
     s.v.emplace(name, zeros_like(p));
   }
+  s.count = count_for(params);
   return s;
 }
 
@@ -140,25 +173,28 @@ Params adam(const Params& params, const Params& grads, AdamState& state, float l
   require_like("adam", params, grads, "grads");
   require_like("adam", params, state.m, "the state's m (from adam_init)");
   require_like("adam", params, state.v, "the state's v (from adam_init)");
-  if (state.step < 0 || state.step == std::numeric_limits<int>::max())
-    throw Error("adam: state.step = " + std::to_string(state.step) +
-                "; a state from adam_init counts steps from 0 (up to 2^31 - 2)");
+  require_count(state);
   // b = 1 divides by 1 - b^t = 0, and b outside [0, 1) or a NaN eps makes every update NaN.
   if (!(b1 >= 0.0f && b1 < 1.0f) || !(b2 >= 0.0f && b2 < 1.0f) || !(eps >= 0.0f) || !std::isfinite(eps))
     throw Error("adam: b1 = " + std::to_string(b1) + ", b2 = " + std::to_string(b2) + ", eps = " +
                 std::to_string(eps) + "; give b1 and b2 in [0, 1) and a finite eps >= 0 (defaults 0.9, 0.999, 1e-8)");
-  ++state.step;
-  const float c1 = 1.0f - std::pow(b1, static_cast<float>(state.step));
-  const float c2 = 1.0f - std::pow(b2, static_cast<float>(state.step));
-  Params out;
+  // On the device, so that a jitted step counts too (a host int would be traced in as a constant).
+  const Array count = where(state.count < std::numeric_limits<int32_t>::max(), state.count + 1, state.count);
+  const Array t = astype(count, DType::float32);
+  const Array c1 = 1.0f - power(b1, t);
+  const Array c2 = 1.0f - power(b2, t);
+  Params out, m_out, v_out;
   for (const auto& [name, p] : params) {
     const Array& g = grads.at(name);
-    Array m = b1 * state.m.at(name) + (1.0f - b1) * g;
-    Array v = b2 * state.v.at(name) + (1.0f - b2) * g * g;
+    const Array m = b1 * state.m.at(name) + (1.0f - b1) * g;
+    const Array v = b2 * state.v.at(name) + (1.0f - b2) * g * g;
     out.emplace(name, p - lr * (m / c1) / (sqrt(v / c2) + eps));
-    state.m.at(name) = m;
-    state.v.at(name) = v;
+    m_out.emplace(name, m);
+    v_out.emplace(name, v);
   }
+  state.m = std::move(m_out);
+  state.v = std::move(v_out);
+  state.count = count;
   return out;
 }
 
