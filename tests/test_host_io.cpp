@@ -384,9 +384,13 @@ TEST(NpyParse, ConvertsOtherNumericDtypes) {
                  data),
         std::string(descr));
   };
-  const HostArray f8 = load("<f8", raw<double>({1.5, -2.25, 1e300, 0.1}), "(4,)");
+  // '<f8' rounds to nearest as astype(float32); infinities stay, and a value between FLT_MAX and
+  // the rounding point is FLT_MAX.
+  const HostArray f8 = load("<f8", raw<double>({1.5, -2.25, 0.1, -INFINITY, 3.4028235e38}), "(5,)");
   EXPECT_EQ(f8.dtype, DType::float32);
-  EXPECT_EQ(values_of<float>(f8), (std::vector<float>{1.5f, -2.25f, kInf, 0.1f}));
+  EXPECT_EQ(values_of<float>(f8),
+            (std::vector<float>{1.5f, -2.25f, 0.1f, -kInf, std::numeric_limits<float>::max()}));
+  EXPECT_TRUE(std::isnan(values_of<float>(load("<f8", raw<double>({NAN}), "(1,)"))[0]));
 
   const HostArray i8 = load("<i8", raw<int64_t>({-5, 2147483647, -2147483648LL}), "(3,)");
   EXPECT_EQ(i8.dtype, DType::int32);
@@ -410,6 +414,99 @@ TEST(NpyParse, ConvertsOtherNumericDtypes) {
   EXPECT_EQ(values_of<int32_t>(load("=i4", raw<int32_t>({-9}), "(1,)")),
             (std::vector<int32_t>{-9}));
   EXPECT_EQ(values_of<int32_t>(load("<i1", raw<int8_t>({-3}), "(1,)")), (std::vector<int32_t>{-3}));
+}
+
+// Issue 31.7.2: '<u8' and '<f2' were refused although their values fit.
+TEST(NpyParse, ConvertsUint64AndFloat16) {
+  const auto load = [](std::string_view descr, const std::vector<std::byte>& data,
+                       std::string_view shape) {
+    return meshvk::io::parse_npy(
+        npy_file("{'descr': '" + std::string(descr) +
+                     "', 'fortran_order': False, 'shape': " + std::string(shape) + ", }",
+                 data),
+        std::string(descr));
+  };
+  // Unsigned stays unsigned: '<u8' is uint32, every value up to 2**32 - 1 kept.
+  const std::vector<uint64_t> u8 = {0, 1, 2147483648u, 4294967295u};
+  for (const bool big : {false, true}) {
+    const HostArray array = load(big ? ">u8" : "<u8", raw<uint64_t>(u8, big), "(2, 2)");
+    EXPECT_EQ(array.dtype, DType::uint32);
+    EXPECT_EQ(array.shape, (Shape{2, 2}));
+    EXPECT_EQ(values_of<uint32_t>(array), (std::vector<uint32_t>{0, 1, 2147483648u, 4294967295u}));
+  }
+  // '<f2' is float32, exactly: normal, largest, smallest subnormal, signed zero, inf.
+  const std::vector<uint16_t> halves = {0x3c00, 0xc000, 0x7bff, 0x0001,
+                                        0x03ff, 0x8000, 0x7c00, 0x3555};
+  const std::vector<float> floats = {1.0f,         -2.0f, 65504.0f, 0x1p-24f,
+                                     0x1.ff8p-15f, -0.0f, kInf,     0x1.554p-2f};
+  for (const bool big : {false, true}) {
+    const HostArray array = load(big ? ">f2" : "<f2", raw<uint16_t>(halves, big), "(8,)");
+    EXPECT_EQ(array.dtype, DType::float32);
+    const std::vector<float> got = values_of<float>(array);
+    ASSERT_EQ(got.size(), floats.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(floats[i])) << i;
+  }
+  EXPECT_TRUE(std::isnan(values_of<float>(load("<f2", raw<uint16_t>({0x7e00}), "(1,)"))[0]));
+  // Every half converts to the float numpy's astype(float32) gives: checked through the
+  // exponent formula for every finite half.
+  std::vector<uint16_t> all;
+  for (uint32_t h = 0; h < 0x10000; ++h)
+    if ((h & 0x7c00) != 0x7c00) all.push_back(static_cast<uint16_t>(h));
+  const std::vector<float> converted =
+      values_of<float>(load("<f2", raw(all), "(" + std::to_string(all.size()) + ",)"));
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int exponent = (all[i] >> 10) & 0x1f;
+    const int mantissa = all[i] & 0x3ff;
+    const double magnitude =
+        exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
+    const float expected = static_cast<float>((all[i] & 0x8000) ? -magnitude : magnitude);
+    ASSERT_EQ(std::bit_cast<uint32_t>(converted[i]), std::bit_cast<uint32_t>(expected))
+        << std::hex << all[i];
+  }
+}
+
+// Values that do not fit the loaded dtype are an Error naming the first one and its index in
+// the loaded (C-order) array, as numpy's astype(..., casting='safe') would refuse the cast.
+TEST(NpyParse, ValuesOutsideTheLoadedDtypeNameTheValue) {
+  expect_contains(load_error(npy_file("{'descr': '<u8', 'fortran_order': False, 'shape': (3,), }",
+                                      raw<uint64_t>({7, 4294967296u, 18446744073709551615u}))),
+                  {"load_npy(case.npy)", "value 4294967296 at flat index 1", "'<u8'", "uint32",
+                   "0 to 4294967295"});
+  // A finite double beyond float32's range: astype(float32) would make it inf.
+  expect_contains(load_error(npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }",
+                                      raw<double>({1.0, INFINITY, -1e300, 1e39}))),
+                  {"load_npy(case.npy)", "value -1.0000000000000001e+300 at flat index 2", "'<f8'",
+                   "float32's range", "3.4028234663852886e+38"});
+  expect_contains(load_error(npy_file("{'descr': '>f8', 'fortran_order': False, 'shape': (1,), }",
+                                      raw<double>({0x1.ffffffp127}, true))),  // rounds up
+                  {"at flat index 0", "float32's range"});
+  // In a Fortran-order file the index is the element's in C order: file element 1 of a (2, 3)
+  // array is [1, 0], flat index 3.
+  expect_contains(load_error(npy_file("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 3), }",
+                                      raw<int64_t>({0, -3000000000LL, 0, 0, 0, 0}))),
+                  {"value -3000000000 at flat index 3", "int32"});
+  // What is not supported says what is, conversions included.
+  expect_contains(load_error(npy_file("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
+                                      raw<float>({1, 2}))),
+                  {"unsupported dtype descr '<c8'", "'<u8' (converted to uint32)",
+                   "'<f2' (converted to float32)"});
+}
+
+// load_npy itself (a file on disk) gives the converted dtype.
+TEST(NpyParse, LoadNpyConvertsWiderDtypes) {
+  const std::string path = testing::TempDir() + "/u8_" + std::to_string(::getpid()) + ".npy";
+  {
+    std::ofstream out(path, std::ios::binary);
+    const auto file = npy_file("{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }",
+                               raw<uint64_t>({5, 4000000000u}));
+    out.write(reinterpret_cast<const char*>(file.data()),
+              static_cast<std::streamsize>(file.size()));
+  }
+  const HostArray array = meshvk::io::read_npy(path);
+  EXPECT_EQ(array.dtype, DType::uint32);
+  EXPECT_EQ(values_of<uint32_t>(array), (std::vector<uint32_t>{5, 4000000000u}));
+  std::filesystem::remove(path);
 }
 
 TEST(NpyParse, IntegersOutsideInt32NameTheValue) {
@@ -568,8 +665,8 @@ TEST(NpyMalformed, DataSizeMismatch) {
 }
 
 TEST(NpyMalformed, UnsupportedDtypesListTheSupportedOnes) {
-  for (const std::string_view descr :
-       {"<c8", "|O", "<U5", "|S3", "<M8[ns]", "<f2", "|V8", "<f16", "|f4", "f", "", "<i4x"}) {
+  for (const std::string_view descr : {"<c8", "|O", "<U5", "|S3", "<M8[ns]", "<c16", "|V8", "|u8",
+                                       "<f16", "|f4", "f", "", "<i4x"}) {
     const std::string message = load_error(
         npy_file("{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (1,), }",
                  raw<float>({0})));

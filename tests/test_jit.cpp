@@ -3,6 +3,10 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "meshvk/meshvk.hpp"
 #include "runtime/runtime_state.hpp"
@@ -276,4 +280,57 @@ TEST(Jit, NestedJitGradThroughJitAndOtherDevicesAreRightEveryCall) {
   EXPECT_EQ(r.sharding().device_ids(), (std::vector<int>{4, 5, 6, 7}));
   EXPECT_EQ(r.to_host<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_EQ(f.function().cache_size(), 2u);
+}
+
+// Issue 31.7.4: Lowered::collective_counts() returned a reference into the Lowered temporary,
+// so `for (auto& kv : f.lower(a, w).collective_counts())` read freed memory (AddressSanitizer:
+// heap-use-after-free). Accessors of the value classes return a copy when called on a temporary
+// and a reference otherwise.
+TEST(Jit, AccessorsOfTemporariesDoNotDangle) {
+  using LoweredT = mv::Lowered;
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<LoweredT>().collective_counts())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<LoweredT>().as_text())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<const LoweredT>().as_text())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<Array>().shape())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<Array>().sharding())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<mv::Mesh>().axis_names())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<mv::NamedSharding>().spec())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<mv::NamedSharding>().mesh())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<mv::PartitionSpec>().entries())>);
+  EXPECT_FALSE(std::is_reference_v<decltype(std::declval<mv::Sharding>().platform())>);
+  // On an lvalue they stay references: no copy.
+  EXPECT_TRUE(std::is_reference_v<decltype(std::declval<const LoweredT&>().collective_counts())>);
+  EXPECT_TRUE(std::is_reference_v<decltype(std::declval<const Array&>().shape())>);
+  EXPECT_TRUE(std::is_reference_v<decltype(std::declval<const mv::Mesh&>().axis_sizes())>);
+
+  const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  const auto a =
+      mv::device_put(mv::arange(64.f).reshape({8, 8}), mv::NamedSharding(mesh, P(mv::None, "a")));
+  const auto w =
+      mv::device_put(mv::arange(64.f).reshape({8, 8}), mv::NamedSharding(mesh, P("a", mv::None)));
+  const auto f = mv::jit([](const Array& x, const Array& y) { return mv::matmul(x, y); });
+  int collectives = 0;
+  for (auto& kv : f.lower(a, w).collective_counts()) collectives += kv.second.count;
+  EXPECT_EQ(collectives, [&] {
+    const mv::Lowered lowered = f.lower(a, w);
+    int n = 0;
+    for (const auto& kv : lowered.collective_counts()) n += kv.second.count;
+    return n;
+  }());
+  EXPECT_GT(collectives, 0);
+  const auto& text = f.lower(a, w).as_text();  // lifetime-extended copy
+  EXPECT_NE(text.find("all-reduce"), std::string::npos) << text;
+
+  std::vector<int64_t> dims;
+  for (const int64_t d : (a + 1.0f).shape()) dims.push_back(d);
+  EXPECT_EQ(dims, (std::vector<int64_t>{8, 8}));
+  std::vector<std::string> names;
+  for (const std::string& n : mv::make_mesh({4, 2}, {"a", "b"}).axis_names()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "b"}));
+  size_t entries = 0;
+  for (const auto& e : mv::NamedSharding(mesh, P("a", "b")).spec().entries())
+    entries += e.axes.size();
+  EXPECT_EQ(entries, 2u);
+  const auto& platform = (a * 2.0f).sharding().platform();
+  EXPECT_FALSE(platform.empty());
 }

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -681,4 +683,33 @@ TEST(Profile, TraceFlagIsTakenFromTheCommandLine) {
   EXPECT_EQ(argc, 3);
   EXPECT_EQ(std::string(argv[2]), "8");
   EXPECT_FALSE(prof::enabled());
+}
+
+// Issue 31.7.3: the README says MESHVK_PROFILE=1 prints summaries; it printed nothing. A sample
+// run with it prints profile::summarize() to stderr when its last runtime ends; without it,
+// nothing.
+TEST(Profile, EnvironmentVariablePrintsASummaryAtExit) {
+  const char* dir = std::getenv("MESHVK_BIN_DIR");
+  ASSERT_TRUE(dir && *dir) << "MESHVK_BIN_DIR is not set (ctest sets it)";
+  const std::string sample = std::string(dir) + "/sharding_basics";
+  ASSERT_TRUE(fs::exists(sample)) << sample;
+  // stderr only (stdout to /dev/null), so the sample's own output cannot match.
+  const auto stderr_of = [&](const std::string& env) {
+    const std::string command =
+        "env " + env + " timeout 120 " + sample + " --size 64 2>&1 >/dev/null";
+    FILE* p = popen(command.c_str(), "r");
+    std::string output;
+    if (!p) return output;
+    char buf[4096];
+    while (const size_t n = fread(buf, 1, sizeof buf, p)) output.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << command << "\n" << output;
+    return output;
+  };
+  const std::string with = stderr_of("MESHVK_PROFILE=1");
+  for (const char* part : {"meshvk profile (MESHVK_PROFILE=1)", "all events\n", "by kind", "kernel",
+                           "copy", "by kernel / copy", "\nevents "})
+    EXPECT_NE(with.find(part), std::string::npos) << part << " in:\n" << with;
+  EXPECT_GT(std::count(with.begin(), with.end(), '\n'), 5) << with;
+  const std::string without = stderr_of("MESHVK_PROFILE=0");
+  EXPECT_EQ(without.find("meshvk profile"), std::string::npos) << without;
 }

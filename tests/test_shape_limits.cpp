@@ -137,3 +137,30 @@ TEST(ShapeLimits, CliRejectsAnOverflowingMeshAtOnce) {
   EXPECT_NE(output.find("4096"), std::string::npos) << output;
   EXPECT_LT(seconds, 10.0) << output;
 }
+
+// Issue 31.7.1: this took 0.94 GB of memory and printed 164 MB; the picture is now refused at
+// once, naming its size, the limit and the options that shrink it.
+TEST(ShapeLimits, CliRefusesAPictureOverTheCharacterLimit) {
+  const char* dir = std::getenv("MESHVK_BIN_DIR");
+  ASSERT_TRUE(dir && *dir) << "MESHVK_BIN_DIR is not set (ctest sets it)";
+  const std::string command =
+      std::string("timeout 60 ") + dir +
+      "/meshvk visualize --shape 8192,8192 --mesh 4096 --spec \"P(None,'x')\" --min-width 10000"
+      " --max-width 10000 --scale 100 --platform CPU 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  FILE* p = popen(command.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string output;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) output.append(buf, n);
+  const int status = pclose(p);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(WIFEXITED(status)) << output.substr(0, 2000);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << output.substr(0, 2000);
+  EXPECT_LT(output.size(), 10000u);
+  for (const char* part :
+       {"the picture would be", "1000000 characters", "--scale", "scale (now 100)"})
+    EXPECT_NE(output.find(part), std::string::npos) << part << " in:\n" << output.substr(0, 2000);
+  EXPECT_LT(seconds, 10.0) << output.substr(0, 2000);
+}

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "meshvk/meshvk.hpp"
+#include "sharding/rich_table.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -407,6 +410,95 @@ TEST(Visualize, RejectsBadOptionsAndShapes) {
               meshvk::visualize_sharding({6, 8}, s, plain());
             }).find("divisible"),
             std::string::npos);
+}
+
+// Issue 31.7.1: `meshvk visualize --shape 8192,8192 --mesh 4096 --spec "P(None,'x')"
+// --min-width 10000 --max-width 10000 --scale 100` took 0.94 GB and printed 164 MB. A picture
+// over kVisualizeMaxCharacters is refused before it is drawn, naming its size, the limit and
+// the options that shrink it.
+TEST(Visualize, RefusesAPictureOverTheCharacterLimit) {
+  VisualizeOptions huge = plain();
+  huge.min_width = 10000;
+  huge.max_width = 10000;
+  huge.scale = 100;
+  const Sharding wide = named(Mesh({4096}, {"x"}), P(None, "x"));
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = error_of([&] {
+    meshvk::visualize_sharding({8192, 8192}, wide, huge);
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  for (const std::string& part :
+       {std::string("visualize_sharding: the picture would be "), std::string(" lines of "),
+        std::to_string(meshvk::kVisualizeMaxCharacters), std::string("scale (now 100)"),
+        std::string("max_width (now 10000)"), std::string("min_width (now 10000)")})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  huge.use_color = true;
+  EXPECT_NE(error_of([&] {
+              meshvk::visualize_sharding({8192, 8192}, wide, huge);
+            }).find("kVisualizeMaxCharacters"),
+            std::string::npos);
+
+  // A square picture 10000 lines high at the default width fits (scale 1000 stays usable) ...
+  VisualizeOptions tall = plain();
+  tall.scale = 1000;
+  const std::string picture =
+      meshvk::visualize_sharding({8, 8}, named(mesh_4x2(), P("a", "b")), tall);
+  EXPECT_GT(std::count(picture.begin(), picture.end(), '\n'), 9000);
+  EXPECT_LE(static_cast<int64_t>(columns(picture)), meshvk::kVisualizeMaxCharacters);
+  // ... but not as wide as 10000 columns.
+  tall.max_width = 10000;
+  tall.min_width = 10000;
+  EXPECT_NE(error_of([&] {
+              meshvk::visualize_sharding({8, 8}, named(mesh_4x2(), P("a", "b")), tall);
+            }).find("lines of"),
+            std::string::npos);
+}
+
+// The slices of a rank 3+ array share one limit: each fits alone, all of them together do not.
+TEST(Visualize, CharacterLimitCoversEverySliceOfARankThreeArray) {
+  VisualizeOptions options = plain();
+  options.scale = 40;  // 401 lines of 80 columns per slice: 32 KB
+  const Mesh mesh({64}, {"a"});
+  EXPECT_NO_THROW(meshvk::visualize_sharding({8, 8}, SingleDeviceSharding(0), options));
+  const std::string message = error_of([&] {
+    meshvk::visualize_sharding({64, 8, 8}, named(mesh, P("a")), options);
+  });
+  EXPECT_NE(message.find("slice pictures before it"), std::string::npos) << message;
+}
+
+// The size measured before drawing (what the limit is checked against) is the size drawn: as
+// many lines, and as wide as the widest line unless the console cropped it.
+TEST(Visualize, MeasuredTableSizeIsTheDrawnSize) {
+  std::mt19937 random(31);
+  const auto pick = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(random);
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int rows = pick(1, 4), cols = pick(1, 6);
+    std::vector<std::vector<meshvk::detail::RichCell>> table(rows);
+    for (auto& row : table) {
+      for (int c = 0; c < cols; ++c) {
+        meshvk::detail::RichCell cell;
+        cell.text =
+            pick(0, 1) ? "CPU " + std::to_string(pick(0, 4095)) : "GPU 0,1,2,3,4,5,6,7,8,9,10,11";
+        cell.top = pick(0, 6);
+        cell.bottom = pick(0, 6);
+        cell.left = pick(0, 12);
+        cell.right = pick(0, 12);
+        if (pick(0, 1)) cell.sgr = "38;2;255;255;255;48;2;57;59;121";
+        row.push_back(cell);
+      }
+    }
+    const meshvk::detail::RichTableOptions options{.boxed = pick(0, 1) == 1,
+                                                   .console_width = pick(1, 120)};
+    const meshvk::detail::RichTableSize size = meshvk::detail::measure_rich_table(table, options);
+    const std::vector<std::string> drawn = meshvk::detail::render_rich_table(table, options);
+    ASSERT_EQ(size.lines, static_cast<int64_t>(drawn.size())) << "trial " << trial;
+    size_t widest = 0;
+    for (const std::string& line : drawn) widest = std::max(widest, columns(strip_ansi(line)));
+    EXPECT_EQ(static_cast<int64_t>(widest), std::min<int64_t>(size.width, options.console_width))
+        << "trial " << trial;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ visualize options:
   --min-width N         narrowest cell, in columns (default 9)
   --max-width N         widest picture, in columns (default 80)
   --platform CPU|GPU    device label (default: the platform of the Vulkan runtime)
+  A picture may hold at most 1000000 characters (lines x columns, over every
+  slice); a larger one is refused: lower --scale, --max-width or --min-width.
 
 example:
   meshvk visualize --shape 8192,8192 --mesh 4x2 --axes a,b --spec "P('a', 'b')"

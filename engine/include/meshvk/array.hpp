@@ -42,11 +42,15 @@ class Array {
   explicit Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {}
 
   bool valid() const { return impl_ != nullptr; }
-  const Shape& shape() const;
+  // On a temporary Array, shape(), sharding() and impl() return copies (see Lowered in jit.hpp):
+  // `for (int64_t d : (x + 1).shape())` would otherwise read a destroyed array.
+  const Shape& shape() const&;
+  Shape shape() const&&;
   size_t ndim() const { return shape().size(); }
   int64_t size() const { return shape_size(shape()); }
   DType dtype() const;
-  const Sharding& sharding() const;
+  const Sharding& sharding() const&;
+  Sharding sharding() const&&;
   // Placed on purpose (device_put with a sharding); uncommitted arrays may be moved freely.
   bool committed() const;
   std::vector<int> devices() const { return sharding().device_ids(); }
@@ -136,7 +140,8 @@ class Array {
   // The values as numpy's str() prints them: "[[0. 1.]\n [2. 3.]]".
   std::string to_string() const;
 
-  const std::shared_ptr<const detail::ArrayImpl>& impl() const { return impl_; }
+  const std::shared_ptr<const detail::ArrayImpl>& impl() const& { return impl_; }
+  std::shared_ptr<const detail::ArrayImpl> impl() const&& { return impl_; }
 
  private:
   std::shared_ptr<const detail::ArrayImpl> impl_;
@@ -209,8 +214,16 @@ Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& s
 // Spelled type_of because `typeof` is a GNU keyword (CMake's default -std=gnu++20).
 std::string type_of(const Array& x);
 
-// numpy's .npy format (version 1.0-3.0, little-endian '<f4', '<i4' or '<u4', C order; '<f8', '<i8' and
-// other integer widths are converted). The loaded array is uncommitted on device 0.
+// numpy's .npy format, versions 1.0-3.0, C or Fortran order, either byte order ('<', '>', '=').
+// load_npy reads '<f4', '<i4', '<u4' and '|b1' as float32, int32, uint32 and bool, and converts:
+//   '<f8' -> float32, rounded to nearest as numpy's astype(np.float32); a finite value beyond
+//            float32's range (+-3.4028235e38, where astype gives inf) is an Error; inf/nan stay;
+//   '<f2' -> float32, exactly;
+//   '|i1', '<i2', '<i8' -> int32; '|u1', '<u2' -> int32 (every value fits);
+//   '<u8' -> uint32 (unsigned stays unsigned);
+// an '<i8' or '<u8' value outside int32 / uint32 is an Error naming the first such value and its
+// flat (C-order) index. Other dtypes (complex, structured, strings, '<f16') are an Error listing
+// these. save_npy writes '<f4', '<i4', '<u4' or '|b1'. The loaded array is uncommitted on device 0.
 Array load_npy(const std::string& path);
 void save_npy(const std::string& path, const Array& x);
 

@@ -48,15 +48,25 @@ struct CollectiveCount {
 };
 
 // A compiled program, as jax.jit(f).lower(args) gives it.
+//
+// Accessors of the public value classes (Lowered, Array, Mesh, PartitionSpec, NamedSharding,
+// Sharding, Runtime, ...) return a reference only when called on an lvalue; on a temporary they
+// return a copy, so `for (auto& kv : f.lower(x).collective_counts())` and
+// `const auto& s = (x + 1).shape();` hold the value rather than a reference into a destroyed
+// object.
 class Lowered {
  public:
   Lowered(std::string text, std::map<std::string, CollectiveCount> counts)
       : text_(std::move(text)), counts_(std::move(counts)) {}
   // The per-device program: local shapes, each op, every collective with its replica groups and
   // bytes (HLO's names: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute).
-  const std::string& as_text() const { return text_; }
+  const std::string& as_text() const& { return text_; }
+  std::string as_text() && { return std::move(text_); }
+  std::string as_text() const&& { return text_; }
   // Per collective kind, as DTensor's CommDebugMode counts them.
-  const std::map<std::string, CollectiveCount>& collective_counts() const { return counts_; }
+  const std::map<std::string, CollectiveCount>& collective_counts() const& { return counts_; }
+  std::map<std::string, CollectiveCount> collective_counts() && { return std::move(counts_); }
+  std::map<std::string, CollectiveCount> collective_counts() const&& { return counts_; }
 
  private:
   std::string text_;
@@ -143,7 +153,8 @@ class Jitted {
       return entry->fn->lower(leaves);
     }
   }
-  const JitFunction& function() const { return fn_; }
+  const JitFunction& function() const& { return fn_; }
+  JitFunction function() const&& { return fn_; }  // a temporary's: a copy (shares the cache)
 
  private:
   static std::vector<Array> call_with(const F& f, const std::vector<Array>& args) {

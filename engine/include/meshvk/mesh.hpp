@@ -18,11 +18,17 @@ class Mesh {
        std::vector<AxisType> axis_types = {}, std::vector<int> device_ids = {},
        std::string platform = "CPU");
 
-  const std::vector<int>& axis_sizes() const { return axis_sizes_; }
-  const std::vector<std::string>& axis_names() const { return axis_names_; }
-  const std::vector<AxisType>& axis_types() const { return axis_types_; }
-  const std::vector<int>& device_ids() const { return device_ids_; }
-  const std::string& platform() const { return platform_; }
+  // On a temporary Mesh these return copies (see Lowered in jit.hpp).
+  const std::vector<int>& axis_sizes() const& { return axis_sizes_; }
+  std::vector<int> axis_sizes() const&& { return axis_sizes_; }
+  const std::vector<std::string>& axis_names() const& { return axis_names_; }
+  std::vector<std::string> axis_names() const&& { return axis_names_; }
+  const std::vector<AxisType>& axis_types() const& { return axis_types_; }
+  std::vector<AxisType> axis_types() const&& { return axis_types_; }
+  const std::vector<int>& device_ids() const& { return device_ids_; }
+  std::vector<int> device_ids() const&& { return device_ids_; }
+  const std::string& platform() const& { return platform_; }
+  std::string platform() const&& { return platform_; }
   int ndim() const { return static_cast<int>(axis_sizes_.size()); }
   int size() const { return static_cast<int>(device_ids_.size()); }
 

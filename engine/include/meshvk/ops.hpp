@@ -33,7 +33,8 @@ class Operand {
   // a wider unsigned (size_t) past int32 throws, as a signed one does.
   template <std::integral I>
   Operand(I i) : v_(int32_of(i)) {}
-  const std::variant<Array, float, int32_t>& get() const { return v_; }
+  const std::variant<Array, float, int32_t>& get() const& { return v_; }
+  std::variant<Array, float, int32_t> get() const&& { return v_; }
 
  private:
   template <std::integral I>
@@ -250,7 +251,8 @@ class StartIndex {
   template <std::integral I>
   StartIndex(I i) : v_(static_cast<int64_t>(i)) {}
   StartIndex(const Array& a) : v_(a) {}
-  const std::variant<int64_t, Array>& get() const { return v_; }
+  const std::variant<int64_t, Array>& get() const& { return v_; }
+  std::variant<int64_t, Array> get() const&& { return v_; }
 
  private:
   std::variant<int64_t, Array> v_;

@@ -43,7 +43,8 @@ class PartitionSpec {
   static PartitionSpec parse(std::string_view text);
 
   size_t size() const { return entries_.size(); }
-  const std::vector<SpecEntry>& entries() const { return entries_; }
+  const std::vector<SpecEntry>& entries() const& { return entries_; }
+  std::vector<SpecEntry> entries() const&& { return entries_; }  // a temporary's: a copy
   // Entry for dimension `dim`; None past the end.
   const SpecEntry& operator[](size_t dim) const;
   // Every axis named anywhere in the spec, in order of appearance.

@@ -74,9 +74,12 @@ class Runtime {
   static Runtime& current();
 
   int num_devices() const;
-  const std::string& platform() const;
+  // On a temporary Runtime, platform(), adapter_name() and state() return copies.
+  const std::string& platform() const&;
+  std::string platform() const&& { return platform(); }
   // The first adapter's name (each device's is in devices()).
-  const std::string& adapter_name() const;
+  const std::string& adapter_name() const&;
+  std::string adapter_name() const&& { return adapter_name(); }
   std::vector<DeviceInfo> devices() const;
   // Waits until every virtual device has finished the work submitted to it.
   void synchronize();
@@ -86,7 +89,8 @@ class Runtime {
   static uint64_t validation_messages_in_process();
   bool validation_enabled() const;
 
-  const std::shared_ptr<detail::RuntimeState>& state() const { return state_; }
+  const std::shared_ptr<detail::RuntimeState>& state() const& { return state_; }
+  std::shared_ptr<detail::RuntimeState> state() const&& { return state_; }
 
  private:
   std::shared_ptr<detail::RuntimeState> state_;

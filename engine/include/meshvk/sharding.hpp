@@ -33,8 +33,11 @@ class NamedSharding {
   // Throws Error for an unknown mesh axis or an axis used twice.
   NamedSharding(Mesh mesh, PartitionSpec spec);
 
-  const Mesh& mesh() const { return mesh_; }
-  const PartitionSpec& spec() const { return spec_; }
+  // On a temporary NamedSharding these return copies (see Lowered in jit.hpp).
+  const Mesh& mesh() const& { return mesh_; }
+  Mesh mesh() const&& { return mesh_; }
+  const PartitionSpec& spec() const& { return spec_; }
+  PartitionSpec spec() const&& { return spec_; }
 
   // Number of pieces dimension `dim` is split into (product of its mesh axes).
   int num_shards(size_t dim) const;
@@ -57,7 +60,8 @@ class SingleDeviceSharding {
   explicit SingleDeviceSharding(int device, std::string platform = "CPU")
       : device_(device), platform_(std::move(platform)) {}
   int device() const { return device_; }
-  const std::string& platform() const { return platform_; }
+  const std::string& platform() const& { return platform_; }
+  std::string platform() const&& { return platform_; }  // a temporary's: a copy
   bool operator==(const SingleDeviceSharding& other) const = default;
   std::string to_string() const;
 
@@ -77,7 +81,8 @@ class Sharding {
 
   // The devices that hold a piece of the array, in mesh order.
   std::vector<int> device_ids() const;
-  const std::string& platform() const;
+  const std::string& platform() const&;
+  std::string platform() const&& { return platform(); }  // a temporary's: a copy
 
   // Throws Error when `shape` cannot be laid out this way: a spec longer than the rank, or a
   // dimension not divisible by the product of its mesh axes.

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -18,9 +19,18 @@ struct VisualizeOptions {
   int max_width = 80;  // 1 to 10000
 };
 
+// The most characters a picture may hold: its lines times its width (before max_width crops
+// it), over every slice of a rank 3+ array, and at least one per cell. Drawing costs time and
+// memory in proportion (in colour, each cell's line also carries its escape codes). A request
+// for more (scale 100 with 10000-column cells drew 164 MB) is an Error naming the size it would
+// be; a smaller scale, max_width or min_width makes it fit. 1,000,000 is 1000 lines of 1000
+// columns, and holds scale 1000 at the default max_width (80).
+inline constexpr int64_t kVisualizeMaxCharacters = 1'000'000;
+
 // The text jax.debug.visualize_array_sharding prints for an array of `shape` laid out by
 // `sharding`. Rank 1 and 2 match JAX exactly; rank 0 is one cell, and rank 3+ is a labelled grid
-// of 2-D slices over the leading dimensions.
+// of 2-D slices over the leading dimensions. Throws Error for a picture larger than
+// kVisualizeMaxCharacters.
 std::string visualize_sharding(const Shape& shape, const Sharding& sharding,
                                const VisualizeOptions& options = {});
 std::string visualize_array_sharding(const Array& array, const VisualizeOptions& options = {});

@@ -137,9 +137,19 @@ bool detail::on_every_process(const Array& x) {
          single->device() == a.runtime->first_local_device();
 }
 
-const Shape& Array::shape() const { return impl_of(*this).value.shape; }
+const Shape& Array::shape() const& {
+  return impl_of(*this).value.shape;
+}
+Shape Array::shape() const&& {
+  return impl_of(*this).value.shape;
+}
 DType Array::dtype() const { return impl_of(*this).value.dtype; }
-const Sharding& Array::sharding() const { return impl_of(*this).value.sharding; }
+const Sharding& Array::sharding() const& {
+  return impl_of(*this).value.sharding;
+}
+Sharding Array::sharding() const&& {
+  return impl_of(*this).value.sharding;
+}
 bool Array::committed() const { return impl_of(*this).committed; }
 
 void Array::copy_to_host(void* dst, DType expected) const {

@@ -108,8 +108,9 @@ DeviceProfiler::~DeviceProfiler() {
                  e.what());
   }
   Recorder& rec = Recorder::get();
-  rec.remove_runtime(this);
+  const bool last = rec.remove_runtime(this);
   rec.write_trace_if_asked();
+  if (last) rec.print_summary_if_asked();
   // Slices give their pools back to the lanes, so they go first.
   std::lock_guard lock(mutex_);
   staged_.reset();

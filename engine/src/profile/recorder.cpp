@@ -133,9 +133,10 @@ int Recorder::add_runtime(DeviceProfiler* profiler, RuntimeLanes lanes) {
   return lanes_.back().runtime;
 }
 
-void Recorder::remove_runtime(DeviceProfiler* profiler) {
+bool Recorder::remove_runtime(DeviceProfiler* profiler) {
   std::lock_guard live(live_mutex_);
   live_.erase(std::remove(live_.begin(), live_.end(), profiler), live_.end());
+  return live_.empty();
 }
 
 void Recorder::set_clock(int runtime, const std::string& clock) {
@@ -190,6 +191,28 @@ void Recorder::start_from_environment() {
     environment_trace_ = trace ? trace : "";
   }
   if (profile || (trace && *trace)) start(Options{});
+  if (profile) {
+    std::lock_guard info(info_mutex_);
+    environment_summary_ = true;
+  }
+}
+
+void Recorder::print_summary_if_asked() {
+  const Ring* ring = ring_.load(std::memory_order_acquire);
+  if (!ring) return;
+  const uint64_t head = ring->head();
+  {
+    std::lock_guard info(info_mutex_);
+    if (!environment_summary_ || head == summarized_head_ || head == first_ticket_.load()) return;
+    summarized_head_ = head;
+  }
+  try {
+    const std::string text = summarize().to_string();
+    std::fprintf(stderr, "meshvk profile (MESHVK_PROFILE=1), at the last runtime's end:\n%s",
+                 text.c_str());
+  } catch (const std::exception& e) {  // it runs in a destructor
+    std::fprintf(stderr, "meshvk profile: summarizing at shutdown: %s\n", e.what());
+  }
 }
 
 }  // namespace meshvk::profile

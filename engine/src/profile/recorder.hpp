@@ -66,7 +66,8 @@ class Recorder {
 
   // Runtimes register their profiler; flush() and poll() reach them through here.
   int add_runtime(DeviceProfiler* profiler, RuntimeLanes lanes);
-  void remove_runtime(DeviceProfiler* profiler);
+  // Returns whether it was the last live one.
+  bool remove_runtime(DeviceProfiler* profiler);
   void set_clock(int runtime, const std::string& clock);
   std::vector<RuntimeLanes> lanes() const;
   void for_each_profiler(const std::function<void(DeviceProfiler&)>& fn);
@@ -80,6 +81,9 @@ class Recorder {
   std::string trace_error() const;
   // MESHVK_PROFILE / MESHVK_TRACE, read once when the first runtime is created.
   void start_from_environment();
+  // With MESHVK_PROFILE=1: summarize() to stderr, when the last live runtime has been destroyed
+  // and events came in since the previous summary.
+  void print_summary_if_asked();
 
  private:
   Recorder() = default;
@@ -102,6 +106,8 @@ class Recorder {
   std::string trace_error_;
   std::string environment_trace_;  // MESHVK_TRACE: the trace path when start() names none
   bool environment_read_ = false;
+  bool environment_summary_ = false;  // MESHVK_PROFILE=1
+  uint64_t summarized_head_ = 0;      // the ring's head at the last summary printed
   int next_runtime_ = 1;
   std::vector<RuntimeLanes> lanes_;  // every runtime seen, alive or not
 };

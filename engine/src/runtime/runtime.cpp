@@ -43,8 +43,12 @@ Runtime& Runtime::current() {
 }
 
 int Runtime::num_devices() const { return state_->num_devices(); }
-const std::string& Runtime::platform() const { return state_->platform(); }
-const std::string& Runtime::adapter_name() const { return state_->adapter_name(); }
+const std::string& Runtime::platform() const& {
+  return state_->platform();
+}
+const std::string& Runtime::adapter_name() const& {
+  return state_->adapter_name();
+}
 std::vector<DeviceInfo> Runtime::devices() const {
   std::lock_guard lock(state_->mutex());
   return state_->devices();

@@ -358,20 +358,56 @@ std::string box_rule(const std::vector<int>& widths, std::string_view left, std:
   return rule + std::string(right);
 }
 
+// Box edges and the dividers between columns take cells from the console width.
+int border_width(size_t columns, const RichTableOptions& options) {
+  return options.boxed ? 2 + static_cast<int>(columns) - 1 : 0;
+}
+
+// The lines render_cell draws for `cell` in a column `width` cells wide, without drawing them.
+size_t cell_height(const RichCell& cell, int width) {
+  if (width < 1) return 0;
+  const int inner = std::max(0, width - cell.left - cell.right);
+  const size_t text_lines =
+      inner < 1 ? 0 : wrap_text(cell.text, std::min(cell_len(cell.text), inner)).size();
+  return static_cast<size_t>(cell.top) + text_lines + static_cast<size_t>(cell.bottom);
+}
+
 }  // namespace
+
+RichTableSize measure_rich_table(const std::vector<std::vector<RichCell>>& rows,
+                                 const RichTableOptions& options) {
+  if (rows.empty() || rows[0].empty()) return {1, 0};
+  const size_t columns = rows[0].size();
+  const int border = border_width(columns, options);
+  const std::vector<int> widths = column_widths(rows, columns, options.console_width - border);
+  RichTableSize size;
+  size.width = border;
+  for (const int w : widths) size.width += std::max(w, 1);
+  if (options.boxed) size.lines += static_cast<int64_t>(rows.size()) + 1;  // the rules
+  for (const auto& row : rows) {
+    size_t row_height = 1;
+    for (size_t c = 0; c < columns; ++c)
+      row_height = std::max(row_height, cell_height(row[c], widths[c]));
+    size.lines += static_cast<int64_t>(row_height);
+  }
+  return size;
+}
 
 std::vector<std::string> render_rich_table(const std::vector<std::vector<RichCell>>& rows,
                                            const RichTableOptions& options) {
   if (rows.empty() || rows[0].empty()) return {""};
   const size_t columns = rows[0].size();
-  // Box edges and the dividers between columns take cells from the console width.
-  const int border_width = options.boxed ? 2 + static_cast<int>(columns) - 1 : 0;
   const std::vector<int> widths =
-      column_widths(rows, columns, options.console_width - border_width);
+      column_widths(rows, columns, options.console_width - border_width(columns, options));
 
-  std::vector<Line> lines;
+  // The Console crops every line to its width. Each line is written out as soon as it is
+  // complete, so only one row's cells are held as segments at a time.
+  std::vector<std::string> out;
+  const auto emit = [&](Line line) {
+    out.push_back(to_ansi(fit_line(std::move(line), options.console_width, false)));
+  };
   const std::string vertical = "\u2502";
-  if (options.boxed) lines.push_back({{box_rule(widths, "\u250c", "\u252c", "\u2510"), ""}});
+  if (options.boxed) emit({{box_rule(widths, "\u250c", "\u252c", "\u2510"), ""}});
   for (size_t r = 0; r < rows.size(); ++r) {
     std::vector<std::vector<Line>> cells;
     size_t row_height = 1;
@@ -392,17 +428,12 @@ std::vector<std::string> render_rich_table(const std::vector<std::vector<RichCel
         line.insert(line.end(), cells[c][i].begin(), cells[c][i].end());
       }
       if (options.boxed) line.push_back({vertical, ""});
-      lines.push_back(std::move(line));
+      emit(std::move(line));
     }
     if (options.boxed && r + 1 < rows.size())
-      lines.push_back({{box_rule(widths, "\u251c", "\u253c", "\u2524"), ""}});
+      emit({{box_rule(widths, "\u251c", "\u253c", "\u2524"), ""}});
   }
-  if (options.boxed) lines.push_back({{box_rule(widths, "\u2514", "\u2534", "\u2518"), ""}});
-
-  // The Console crops every line to its width.
-  std::vector<std::string> out;
-  for (Line& line : lines)
-    out.push_back(to_ansi(fit_line(std::move(line), options.console_width, false)));
+  if (options.boxed) emit({{box_rule(widths, "\u2514", "\u2534", "\u2518"), ""}});
   return out;
 }
 

@@ -9,6 +9,7 @@
 // console. That part (shrinking, wrapping, ellipses) is rich's least stable behaviour: another
 // rich version may break a too-narrow cell differently, so treat it as an approximation of
 // whatever rich a given JAX install has. Pictures that fit the console do not depend on it.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,16 @@ struct RichTableOptions {
 // The lines the Console prints for a table of `rows` (all of equal length), without newlines.
 std::vector<std::string> render_rich_table(const std::vector<std::vector<RichCell>>& rows,
                                            const RichTableOptions& options);
+
+// The size of what render_rich_table would draw, found without drawing it: the lines it prints,
+// and the table's width in cells before the console crops it (a column narrower than one cell
+// counts as one, as drawing it still costs that much). Drawing takes time and memory in
+// proportion to lines * width.
+struct RichTableSize {
+  int64_t lines = 0;
+  int64_t width = 0;
+};
+RichTableSize measure_rich_table(const std::vector<std::vector<RichCell>>& rows,
+                                 const RichTableOptions& options);
 
 }  // namespace meshvk::detail

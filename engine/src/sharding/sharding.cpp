@@ -77,7 +77,7 @@ std::vector<int> Sharding::device_ids() const {
   return named()->mesh().device_ids();
 }
 
-const std::string& Sharding::platform() const {
+const std::string& Sharding::platform() const& {
   if (const auto* s = single()) return s->platform();
   return named()->mesh().platform();
 }

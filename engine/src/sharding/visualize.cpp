@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -174,10 +175,52 @@ std::string upper(std::string s) {
   return s;
 }
 
+// Characters drawn so far, across the slices of a rank 3+ array, against
+// kVisualizeMaxCharacters.
+struct Budget {
+  int64_t used = 0;
+  int pictures = 0;
+};
+
+[[noreturn]] void too_large(int64_t lines, int64_t width, const Budget& budget,
+                            const VisualizeOptions& options) {
+  std::string size;
+  if (lines >= 0) {
+    size = std::to_string(lines) + " lines of " + std::to_string(width) + " columns" +
+           (width > options.max_width ? " (before cropping to max_width)" : "");
+  } else {
+    size = std::to_string(width) + " cells, at least one character each";
+  }
+  std::string total;
+  if (budget.pictures > 0) {
+    total = " after " + std::to_string(budget.used) + " characters for the " +
+            std::to_string(budget.pictures) + " slice picture" + (budget.pictures > 1 ? "s" : "") +
+            " before it";
+  }
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%g", options.scale);
+  throw Error(
+      "visualize_sharding: the picture would be " + size + total + ", more than the " +
+      std::to_string(kVisualizeMaxCharacters) +
+      " characters a picture may hold (kVisualizeMaxCharacters); use a smaller scale (now " +
+      scale + "), max_width (now " + std::to_string(options.max_width) + ") or min_width (now " +
+      std::to_string(options.min_width) + "), or a layout with fewer pieces");
+}
+
+// Adds a picture of `lines` x `width` to the budget, or throws when it does not fit.
+void charge(Budget& budget, int64_t lines, int64_t width, const VisualizeOptions& options) {
+  int64_t size = 0;
+  if (__builtin_mul_overflow(lines, width, &size) || size > kVisualizeMaxCharacters - budget.used) {
+    too_large(lines, width, budget, options);
+  }
+  budget.used += size;
+  ++budget.pictures;
+}
+
 // The picture of a rank-1 or rank-2 array: jax/_src/debugging.py visualize_sharding.
 std::vector<std::string> render_picture(const Shape& shape, const std::vector<DeviceIndex>& map,
                                         const std::string& kind, const VisualizeOptions& options,
-                                        bool use_color) {
+                                        bool use_color, Budget& budget) {
   const int64_t base_height = static_cast<int64_t>(10 * options.scale);
   const bool has_zero_size = shape[0] == 0 || (shape.size() == 2 && shape[1] == 0);
   const double aspect_ratio = has_zero_size
@@ -194,6 +237,9 @@ std::vector<std::string> render_picture(const Shape& shape, const std::vector<De
     num_rows = std::max(num_rows, key.first + 1);
     num_cols = std::max(num_cols, key.second + 1);
   }
+  // Every cell takes at least one character: refused before the cells are even made.
+  if (num_rows * num_cols > kVisualizeMaxCharacters - budget.used)
+    too_large(-1, num_rows * num_cols, budget, options);
   const std::vector<Rgb> colors = jax_cell_colors(static_cast<int>(num_rows * num_cols));
 
   std::vector<std::vector<detail::RichCell>> rows;
@@ -232,7 +278,10 @@ std::vector<std::string> render_picture(const Shape& shape, const std::vector<De
     }
     rows.push_back(std::move(row));
   }
-  return detail::render_rich_table(rows, {.boxed = !use_color, .console_width = options.max_width});
+  const detail::RichTableOptions table{.boxed = !use_color, .console_width = options.max_width};
+  const detail::RichTableSize size = detail::measure_rich_table(rows, table);
+  charge(budget, size.lines, size.width, options);
+  return detail::render_rich_table(rows, table);
 }
 
 // "[0:2, :, :]": the leading slices of a rank >= 3 array, then ':' for the two drawn dimensions.
@@ -250,7 +299,8 @@ std::string leading_header(const Shape& shape, const Index& leading) {
 std::vector<std::string> render_leading_slices(const Shape& shape,
                                                const std::vector<DeviceIndex>& map,
                                                const std::string& kind,
-                                               const VisualizeOptions& options, bool use_color) {
+                                               const VisualizeOptions& options, bool use_color,
+                                               Budget& budget) {
   const size_t lead = shape.size() - 2;
   const Shape last_two(shape.end() - 2, shape.end());
   auto starts = [&](const Index& index) {
@@ -269,7 +319,8 @@ std::vector<std::string> render_leading_slices(const Shape& shape,
   for (const auto& [key, group] : groups) {
     if (!lines.empty()) lines.emplace_back();
     lines.push_back(leading_header(shape, group.first));
-    for (std::string& line : render_picture(last_two, group.second, kind, options, use_color))
+    for (std::string& line :
+         render_picture(last_two, group.second, kind, options, use_color, budget))
       lines.push_back(std::move(line));
   }
   return lines;
@@ -310,14 +361,15 @@ std::string visualize_sharding(const Shape& shape, const Sharding& sharding,
   std::vector<DeviceIndex> map = sharding.devices_indices_map(shape);
 
   std::vector<std::string> lines;
+  Budget budget;
   if (shape.empty()) {
     // A scalar: every device holds the single element of a rank-1 array of one.
     for (DeviceIndex& entry : map) entry.index = {{0, 1}};
-    lines = render_picture({1}, map, kind, options, use_color);
+    lines = render_picture({1}, map, kind, options, use_color, budget);
   } else if (shape.size() <= 2) {
-    lines = render_picture(shape, map, kind, options, use_color);
+    lines = render_picture(shape, map, kind, options, use_color, budget);
   } else {
-    lines = render_leading_slices(shape, map, kind, options, use_color);
+    lines = render_leading_slices(shape, map, kind, options, use_color, budget);
   }
   std::string out;
   for (const std::string& line : lines) out += line + "\n";
