@@ -14,6 +14,11 @@
 #                      Xvfb, written to assets/inspector*.png (the README shows them)
 #   ./meshvk.sh exhaustive [function...]   the math library over all 2^32 float32 inputs (host
 #                      copy against long double libm, then the kernels bit for bit): max-ulp table
+#   ./meshvk.sh tutorial-sizes   build the samples in Release and run each once at the tutorials'
+#                      sizes (8192x8192 arrays and matmul, the MLP's batch of 8192, ...), with the
+#                      wait timeout raised to 30 minutes: each sample's time, and a failure (an
+#                      out-of-memory error, say) ends it. Not part of `test`: about 45 minutes on
+#                      2 cores
 #   ./meshvk.sh fuzz [seconds]   build the libFuzzer harnesses (fuzz/) with clang in build-fuzz and
 #                      run each for `seconds` (default 60) from its seed corpus in fuzz/corpus/
 set -euo pipefail
@@ -187,7 +192,52 @@ screenshots() {
   ls -l assets/inspector*.png
 }
 
+# Every sample once at the tutorials' sizes (most are their defaults), timed.
+tutorial_sizes() {
+  local -a runs=(
+    "sharding_basics"                                # 8192x8192
+    "automatic_parallelism --matmul-size 8192 --golden $PWD/tests/data/golden"  # and matmul 8192x8192
+    "manual_parallelism --golden $PWD/tests/data/golden"
+    "learn_jax_distributed"
+    "mlp_training"                                   # batch 8192, 784-1024-1024-1024-10
+    "scaling_shard_map"                              # B, D, F = 1024, 2048, 8192
+    "scaling_book"
+    "sharded_matmul"
+  )
+  local run name times wall user sys rc summary="" targets=()
+  for run in "${runs[@]}"; do targets+=("${run%% *}"); done
+  # Only the samples are built.
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" > /dev/null
+  cmake --build build -j "$(nproc)" -t "${targets[@]}"
+  # Wall-clock and CPU seconds (user + system) of each: on a shared machine the two differ.
+  local TIMEFORMAT='%0R %0U %0S'
+  for run in "${runs[@]}"; do
+    name=${run%% *}
+    echo "=== $run"
+    rc=0
+    # A single-device 8192^3 matmul on lavapipe runs for minutes: longer than the default
+    # 2-minute wait timeout.
+    # shellcheck disable=SC2086  # the run's arguments
+    times=$( { time MESHVK_WAIT_TIMEOUT_MS="${MESHVK_WAIT_TIMEOUT_MS:-1800000}" \
+                 build/bin/$run > "build/tutorial-sizes-$name.log" 2>&1; } 2>&1 ) || rc=$?
+    read -r wall user sys <<< "$times"
+    summary+=$(printf '%-22s %6s s wall, %6s s CPU  %s' "$name" "$wall" $(( user + sys )) \
+                 "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")$'\n'
+    if [ $rc != 0 ]; then
+      tail -5 "build/tutorial-sizes-$name.log"
+      printf '%s' "$summary"
+      return 1
+    fi
+  done
+  printf '%s' "$summary"
+  echo "(outputs in build/tutorial-sizes-*.log)"
+}
+
 case "${1:-}" in
+  tutorial-sizes)
+    install_missing
+    tutorial_sizes
+    ;;
   screenshots)
     install_missing
     screenshots
@@ -240,7 +290,7 @@ case "${1:-}" in
       build/bin/mathlib_exhaustive "${device_flag[@]}" "${@:2}"
     ;;
   *)
-    echo "usage: ./meshvk.sh tour | test | consumer [BUILD_DIR] | tsan | fuzz [seconds] | screenshots | exhaustive [function...]" >&2
+    echo "usage: ./meshvk.sh tour | test | tutorial-sizes | consumer [BUILD_DIR] | tsan | fuzz [seconds] | screenshots | exhaustive [function...]" >&2
     exit 2
     ;;
 esac

@@ -95,8 +95,9 @@ void device_cell(App& app, int device, const std::string& coords, ImVec2 size) {
       ImGui::Text("queue family %d, queue %d", info->queue_family, info->queue_index);
       if (info->transfer_queue_index >= 0)
         ImGui::Text("transfer stream on queue %d", info->transfer_queue_index);
-      ImGui::Text("memory %s of %s", format_bytes(info->memory_used).c_str(),
-                  format_bytes(info->memory_budget).c_str());
+      ImGui::Text("memory %s of %s%s", format_bytes(info->memory_used).c_str(),
+                  format_bytes(info->memory_budget).c_str(),
+                  info->memory_shared ? " (shared by the adapter's devices)" : "");
     }
     if (app.picture_cache.name == app.selected_array) {
       for (const PictureTile& t : app.picture_cache.picture.tiles)

@@ -43,12 +43,12 @@ int run_devices() {
       std::cout << "  device " << d.id << ": " << d.repr() << ", platform " << d.platform
                 << (processes > 1 ? ", process " + std::to_string(d.process_index) : std::string())
                 << ", adapter " << (adapters > 1 ? std::to_string(d.adapter_index) + " " : "")
-                << d.adapter << ", queue family " << d.queue_family << " index "
-                << d.queue_index
+                << d.adapter << ", queue family " << d.queue_family << " index " << d.queue_index
                 << (d.transfer_queue_index >= 0
                         ? ", transfer stream on queue " + std::to_string(d.transfer_queue_index)
                         : std::string(", no transfer stream"))
-                << ", memory budget " << d.memory_budget / (1024 * 1024) << " MiB\n";
+                << ", memory budget " << d.memory_budget / (1024 * 1024) << " MiB"
+                << (d.memory_shared ? " shared by the adapter's devices" : " of its own") << "\n";
     }
     return 0;
   } catch (const std::exception& e) {

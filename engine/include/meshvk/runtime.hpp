@@ -26,8 +26,12 @@ struct RuntimeOptions {
   // first num_devices % adapters.size() adapters taking one more. Non-empty overrides `adapter`;
   // MESHVK_ADAPTERS=0,1 overrides both.
   std::vector<std::string> adapters;
-  // Memory budget of each virtual device in bytes; 0 means an equal share of the adapter's
-  // device-local heap (at most 4 GiB each).
+  // Memory budget of each virtual device in bytes. 0 (the default): no budget per device; the
+  // virtual devices of an adapter share its memory, as JAX's CPU devices share the host's: what
+  // they hold together stays within 90% of the adapter's device-local heap (a CPU adapter such as
+  // lavapipe: half of the machine's memory, if that is more), and any one of them may use all of
+  // it. MESHVK_MEMORY_PER_DEVICE (bytes, or with a KiB, MiB, GiB or TiB suffix: 512MiB, 2GiB)
+  // overrides it.
   uint64_t memory_per_device = 0;
   // Khronos validation layer; unset means MESHVK_VALIDATION=1.
   std::optional<bool> validation;
@@ -48,7 +52,10 @@ struct DeviceInfo {
   int queue_family = 0;
   int queue_index = 0;
   int transfer_queue_index = -1;  // the queue of its transfer stream; -1 when it has none
+  // What the device may hold: its own budget (RuntimeOptions::memory_per_device), or, when
+  // memory_shared, the budget its adapter's devices share (what the others hold counts too).
   uint64_t memory_budget = 0;
+  bool memory_shared = false;
   uint64_t memory_used = 0;
   std::string repr() const;  // "CpuDevice(id=0)", as JAX prints a device
 };

@@ -34,6 +34,42 @@ std::optional<uint64_t> env_unsigned(const char* name, uint64_t min, uint64_t ma
   return value;
 }
 
+std::optional<uint64_t> env_bytes(const char* name, uint64_t min) {
+  const auto text = env_text(name);
+  if (!text) return std::nullopt;
+  auto invalid = [&] {
+    return Error(std::string(name) + "=" + *text +
+                 " is not a number of bytes; give digits, optionally followed by KiB, MiB, GiB "
+                 "or TiB (e.g. " +
+                 name + "=512MiB or " + name + "=2GiB), at least " + std::to_string(min >> 20) +
+                 "MiB");
+  };
+  size_t digits = 0;
+  uint64_t value = 0;
+  for (; digits < text->size() && (*text)[digits] >= '0' && (*text)[digits] <= '9'; ++digits) {
+    const uint64_t digit = static_cast<uint64_t>((*text)[digits] - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) throw invalid();
+    value = value * 10 + digit;
+  }
+  if (digits == 0) throw invalid();
+  const std::string suffix = text->substr(digits);
+  int shift = 0;
+  if (suffix == "KiB")
+    shift = 10;
+  else if (suffix == "MiB")
+    shift = 20;
+  else if (suffix == "GiB")
+    shift = 30;
+  else if (suffix == "TiB")
+    shift = 40;
+  else if (!suffix.empty())
+    throw invalid();
+  if (value > (std::numeric_limits<uint64_t>::max() >> shift)) throw invalid();
+  value <<= shift;
+  if (value < min) throw invalid();
+  return value;
+}
+
 std::optional<bool> env_switch(const char* name) {
   const auto text = env_text(name);
   if (!text) return std::nullopt;

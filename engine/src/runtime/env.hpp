@@ -15,6 +15,10 @@ std::optional<std::string> env_text(const char* name);
 std::optional<uint64_t> env_unsigned(const char* name, uint64_t min, uint64_t max,
                                      const char* unit);
 
+// A number of bytes: digits, optionally followed by KiB, MiB, GiB or TiB (powers of 1024; no
+// space, sign or fraction: 1073741824, 512MiB, 2GiB), at least `min` bytes; nullopt when unset.
+std::optional<uint64_t> env_bytes(const char* name, uint64_t min);
+
 // 0 or 1; nullopt when unset.
 std::optional<bool> env_switch(const char* name);
 

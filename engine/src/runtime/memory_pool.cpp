@@ -4,23 +4,30 @@
 
 namespace meshvk::runtime {
 
-MemoryPool::MemoryPool(vk::Device& device, int device_id, uint64_t budget, bool exportable)
-    : device_(device), device_id_(device_id), exportable_(exportable), budget_(budget) {
+MemoryPool::MemoryPool(vk::Device& device, int device_id, uint64_t budget,
+                       std::shared_ptr<AdapterMemory> adapter, bool exportable)
+    : device_(device),
+      device_id_(device_id),
+      exportable_(exportable),
+      budget_(budget),
+      adapter_(std::move(adapter)) {
   const auto& limits = device.limits();
-  alignment_ = std::max<uint64_t>({256, limits.minStorageBufferOffsetAlignment,
-                                   limits.minTexelBufferOffsetAlignment});
+  alignment_ = std::max<uint64_t>(
+      {256, limits.minStorageBufferOffsetAlignment, limits.minTexelBufferOffsetAlignment});
   // Big enough to amortize vkAllocateMemory, small enough that eight devices do not reserve
   // gigabytes for a few small arrays.
   const uint64_t preferred = device.adapter().is_cpu() ? (64ull << 20) : (256ull << 20);
-  block_size_ = std::min(preferred, aligned(budget));
+  const uint64_t most = std::min(budget_, adapter_->limit);
+  block_size_ = most < preferred ? aligned(most) : preferred;
 }
 
-int MemoryPool::add_block(uint64_t bytes, bool dedicated) {
-  auto block = std::make_unique<Block>();
-  block->buffer = std::make_unique<vk::Buffer>(device_, bytes, vk::kDeviceBufferUsage,
-                                               device_.device_memory_type(), false, exportable_);
-  block->free_ranges[0] = bytes;
-  block->dedicated = dedicated;
+bool MemoryPool::fits(uint64_t bytes) const {
+  // Both sums stay within their limits, so the differences do not wrap.
+  return bytes <= budget_ - used_ - spare_bytes_ &&
+         bytes <= adapter_->limit - adapter_->used - adapter_->spare;
+}
+
+int MemoryPool::place(std::unique_ptr<Block> block) {
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (!blocks_[i]) {
       blocks_[i] = std::move(block);
@@ -29,6 +36,15 @@ int MemoryPool::add_block(uint64_t bytes, bool dedicated) {
   }
   blocks_.push_back(std::move(block));
   return static_cast<int>(blocks_.size() - 1);
+}
+
+int MemoryPool::add_block(uint64_t bytes, bool dedicated) {
+  auto block = std::make_unique<Block>();
+  block->buffer = std::make_unique<vk::Buffer>(device_, bytes, vk::kDeviceBufferUsage,
+                                               device_.device_memory_type(), false, exportable_);
+  block->free_ranges[0] = bytes;
+  block->dedicated = dedicated;
+  return place(std::move(block));
 }
 
 std::optional<Allocation> MemoryPool::carve(int block_index, uint64_t bytes) {
@@ -40,30 +56,44 @@ std::optional<Allocation> MemoryPool::carve(int block_index, uint64_t bytes) {
     b.free_ranges.erase(it);
     if (rest) b.free_ranges[offset + bytes] = rest;
     used_ += bytes;
+    adapter_->used += bytes;
     return Allocation{b.buffer->handle(), offset, bytes, block_index};
   }
   return std::nullopt;
 }
 
+void MemoryPool::drop_oldest_spare() {
+  const uint64_t bytes = spare_.front()->buffer->size();
+  spare_bytes_ -= bytes;
+  adapter_->spare -= bytes;
+  spare_.erase(spare_.begin());
+}
+
+bool MemoryPool::release_spares() {
+  const bool any = !spare_.empty();
+  while (!spare_.empty()) drop_oldest_spare();
+  return any;
+}
+
 std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
   bytes = aligned(bytes);
-  if (bytes > budget_ - used_) return std::nullopt;
-  if (bytes * 2 >= block_size_) {
+  const bool dedicated = bytes * 2 >= block_size_;
+  if (dedicated) {
+    // A spare of this size is already held: it changes from spare to used.
     for (auto it = spare_.begin(); it != spare_.end(); ++it) {
       if ((*it)->buffer->size() != bytes) continue;
       std::unique_ptr<Block> block = std::move(*it);
       spare_.erase(it);
       spare_bytes_ -= bytes;
+      adapter_->spare -= bytes;
       block->free_ranges.clear();
       block->free_ranges[0] = bytes;
-      size_t slot = 0;
-      while (slot < blocks_.size() && blocks_[slot]) ++slot;
-      if (slot == blocks_.size()) blocks_.emplace_back();
-      blocks_[slot] = std::move(block);
-      return carve(static_cast<int>(slot), bytes);
+      return carve(place(std::move(block)), bytes);
     }
-    return carve(add_block(bytes, true), bytes);
   }
+  while (!fits(bytes) && !spare_.empty()) drop_oldest_spare();
+  if (!fits(bytes)) return std::nullopt;
+  if (dedicated) return carve(add_block(bytes, true), bytes);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (!blocks_[i] || blocks_[i]->dedicated) continue;
     if (auto a = carve(static_cast<int>(i), bytes)) return a;
@@ -84,14 +114,16 @@ VkBuffer MemoryPool::view_on(const Allocation& a, const vk::Device& importer) {
 void MemoryPool::free(const Allocation& a) {
   Block& b = *blocks_[a.block];
   used_ -= a.size;
+  adapter_->used -= a.size;
   if (b.dedicated) {
-    // Kept while the spares stay within a quarter of the budget (the oldest go first).
-    spare_bytes_ += b.buffer->size();
+    // Kept while this pool's spares stay within a quarter of its budget and the adapter's within
+    // a quarter of its limit (the oldest go first).
+    const uint64_t bytes = b.buffer->size();
+    spare_bytes_ += bytes;
+    adapter_->spare += bytes;
     spare_.push_back(std::move(blocks_[a.block]));
-    while (spare_bytes_ > budget_ / 4 && !spare_.empty()) {
-      spare_bytes_ -= spare_.front()->buffer->size();
-      spare_.erase(spare_.begin());
-    }
+    while (!spare_.empty() && (spare_bytes_ > budget_ / 4 || adapter_->spare > adapter_->limit / 4))
+      drop_oldest_spare();
     return;
   }
   auto [it, inserted] = b.free_ranges.emplace(a.offset, a.size);

@@ -1,14 +1,18 @@
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "vk/device.hpp"
 #include "vk/external_memory.hpp"
 
 namespace meshvk::runtime {
+
+constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
 
 // A piece of one of a pool's blocks. Every block is one VkBuffer, so a piece is (buffer, offset).
 struct Allocation {
@@ -18,27 +22,50 @@ struct Allocation {
   int block = -1;
 };
 
-// One virtual device's memory: a budget, sub-allocated first-fit from a few large
-// VkDeviceMemory blocks; requests of half a block or more get a block of their own.
+// What the pools of one adapter (VkDevice) hold together. By default its virtual devices share
+// its memory, as JAX's CPU devices share the host's: `limit` bounds their sum and no device has a
+// budget of its own. With a budget per device (RuntimeOptions::memory_per_device,
+// MESHVK_MEMORY_PER_DEVICE) each pool's budget bounds it and `limit` is kUnbounded; the sum is
+// still counted, for errors.
+struct AdapterMemory {
+  uint64_t limit = kUnbounded;
+  std::string limit_origin;  // how `limit` was chosen ("90% of its 8.00 GiB device-local heap")
+  uint64_t used = 0;         // by arrays, over the adapter's pools
+  uint64_t spare = 0;        // released dedicated blocks the pools keep for reuse
+  int devices = 0;           // this process's virtual devices drawing on it
+};
+
+// One virtual device's memory, sub-allocated first-fit from a few large VkDeviceMemory blocks;
+// requests of half a block or more get a block of their own. What it holds (arrays and spare
+// blocks) stays within its own budget and, with the other pools of its adapter, within the
+// adapter's limit.
 class MemoryPool {
  public:
   // `exportable`: blocks are allocated exportable as opaque fds, so that other VkDevices of the
-  // runtime can read and write them (view_on).
-  MemoryPool(vk::Device& device, int device_id, uint64_t budget, bool exportable = false);
+  // runtime can read and write them (view_on). `budget`: kUnbounded when the device shares the
+  // adapter's memory.
+  MemoryPool(vk::Device& device, int device_id, uint64_t budget,
+             std::shared_ptr<AdapterMemory> adapter, bool exportable = false);
 
-  // Nothing when the request does not fit the budget; throws Error when the adapter itself
-  // refuses the memory.
+  // Nothing when the request does not fit the budget or the adapter's limit (after letting go
+  // of this pool's spare blocks); throws Error when the adapter itself refuses the memory.
   std::optional<Allocation> try_allocate(uint64_t bytes);
   void free(const Allocation& allocation);
+  // Frees the spare blocks kept for reuse; returns whether there were any.
+  bool release_spares();
   // The allocation's block as a buffer of `importer`, another VkDevice of the same physical
   // device (vk::can_share_opaque_fd): the same bytes at the same offset. Imported on first use
   // and kept with the block, so it lives as long as any allocation in it.
   VkBuffer view_on(const Allocation& allocation, const vk::Device& importer);
 
+  // Its own budget; kUnbounded when it shares the adapter's (adapter().limit).
   uint64_t budget() const { return budget_; }
+  const AdapterMemory& adapter() const { return *adapter_; }
   uint64_t used() const { return used_; }
   uint64_t alignment() const { return alignment_; }
-  uint64_t aligned(uint64_t bytes) const { return (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_; }
+  uint64_t aligned(uint64_t bytes) const {
+    return (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_;
+  }
 
  private:
   struct Block {
@@ -49,17 +76,23 @@ class MemoryPool {
   };
   std::optional<Allocation> carve(int block_index, uint64_t bytes);
   int add_block(uint64_t bytes, bool dedicated);
+  int place(std::unique_ptr<Block> block);
+  // Whether `bytes` more fit both limits, counting spare blocks as held.
+  bool fits(uint64_t bytes) const;
+  void drop_oldest_spare();
 
   vk::Device& device_;
   int device_id_;
   bool exportable_;
   uint64_t budget_;
+  std::shared_ptr<AdapterMemory> adapter_;
   uint64_t used_ = 0;
   uint64_t alignment_;
   uint64_t block_size_;
   std::vector<std::unique_ptr<Block>> blocks_;  // null where a dedicated block was released
   // Released dedicated blocks kept for the next request of their size: a 64 MiB array freed and
-  // made again (every jit replay's outputs) must not pay for fresh pages each time.
+  // made again (every jit replay's outputs) must not pay for fresh pages each time. They count
+  // as held, and go first when a request would not fit otherwise.
   std::vector<std::unique_ptr<Block>> spare_;
   uint64_t spare_bytes_ = 0;
 };

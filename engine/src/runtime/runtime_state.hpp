@@ -276,8 +276,9 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // Serializes every use of the runtime's Vulkan objects by meshvk's entry points.
   std::recursive_mutex& mutex() { return mutex_; }
 
-  // A buffer of `bytes` on `device`; throws Error naming the device, the request, what is free
-  // and the budget when it does not fit, after waiting for memory still in use by the GPU.
+  // A buffer of `bytes` on `device`; throws Error naming the device, the request, what the device
+  // and its adapter's devices hold, the budget in force and how to raise it when it does not
+  // fit, after waiting for memory still in use by the GPU and letting go of spare blocks.
   std::shared_ptr<DeviceBuffer> allocate(int device, uint64_t bytes);
 
   // A recording on the device's compute stream, or on its transfer stream (the compute stream
@@ -371,6 +372,18 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   void reclaim(bool block);
   void recycle(Stream& stream);
   std::string budget_error(int device, uint64_t bytes);
+  // Device memory (runtime/device_memory.cpp). The budget each device has of its own, if any:
+  // MESHVK_MEMORY_PER_DEVICE, else RuntimeOptions::memory_per_device; 0 when the devices of an
+  // adapter share its memory (the default).
+  struct MemorySetting {
+    uint64_t per_device = 0;
+    std::string origin;  // "MESHVK_MEMORY_PER_DEVICE=2GiB" or "RuntimeOptions::memory_per_device"
+  };
+  static MemorySetting memory_setting(const RuntimeOptions& options);
+  // A pool per virtual device, drawing on its adapter's AdapterMemory; `local_devices`: per
+  // adapter, how many of this process's devices it holds.
+  void open_pools(const MemorySetting& setting, const std::vector<int>& local_devices,
+                  bool exportable);
 
   std::recursive_mutex mutex_;
   std::unique_ptr<vk::Instance> instance_;
@@ -426,6 +439,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::string platform_;
   int num_devices_ = 0;
   std::vector<std::unique_ptr<runtime::MemoryPool>> pools_;
+  std::string memory_origin_;  // MemorySetting::origin
   std::vector<std::unique_ptr<Stream>> streams_;
   struct Retired {
     int device;

@@ -1,0 +1,279 @@
+// Recording and submitting work: each stream's command buffers, jit captures (what a trace
+// records for replay, and the activity that names a submission in errors), and the
+// vkQueueSubmit of a recording or of captured command buffers, with its timeline waits.
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "meshvk/error.hpp"
+#include "profile/hooks.hpp"
+#include "runtime/runtime_state.hpp"
+#include "vk/check.hpp"
+
+namespace meshvk::detail {
+
+Stream::Stream(vk::Device& device, vk::Queue& q, int virtual_device, bool is_transfer, int on_adapter)
+    : queue(q),
+      device(virtual_device),
+      transfer(is_transfer),
+      adapter(on_adapter),
+      pool(device.handle(), q.family),
+      semaphore(device.handle()) {}
+
+namespace {
+// The calling thread's jit captures, one per runtime it traces on (a trace's body may use
+// another runtime's arrays, which are then not captured, as before).
+struct ThreadCapture {
+  const RuntimeState* runtime;
+  Capture* capture;
+};
+std::vector<ThreadCapture>& thread_captures() {
+  thread_local std::vector<ThreadCapture> captures;
+  return captures;
+}
+}  // namespace
+
+Capture* RuntimeState::capture() const {
+  for (const ThreadCapture& c : thread_captures())
+    if (c.runtime == this) return c.capture;
+  return nullptr;
+}
+
+const char*& current_activity() {
+  thread_local const char* activity = nullptr;
+  return activity;
+}
+
+const char* intern_activity(const std::string& text) {
+  // Few distinct texts (a collective's phases and steps), each kept for the process's life:
+  // recordings, captured programs and error messages keep pointers to them.
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> texts;
+  std::lock_guard lock(mutex);
+  return texts.insert(text).first->c_str();
+}
+
+void Capture::retain(std::shared_ptr<DeviceBuffer> buffer) {
+  for (const auto& b : buffers)
+    if (b == buffer) return;
+  buffers.push_back(std::move(buffer));
+}
+
+void RuntimeState::recycle(Stream& s) {
+  const uint64_t reached = s.semaphore.value();
+  while (!s.in_flight.empty() && s.in_flight.front().value <= reached) {
+    vk::check(vkResetCommandBuffer(s.in_flight.front().cb, 0), "vkResetCommandBuffer");
+    s.idle.push_back(s.in_flight.front().cb);
+    s.in_flight.pop_front();
+  }
+}
+
+Recording RuntimeState::begin(int device) {
+  return begin_on(device);
+}
+
+Recording RuntimeState::begin_transfer(int device) {
+  return begin_on(transfer_timeline(device));
+}
+
+Recording RuntimeState::begin_on(int timeline) {
+  std::lock_guard lock(mutex_);
+  Stream& s = *streams_[timeline];
+  Recording r;
+  r.device = s.device;
+  r.timeline = timeline;
+  if (s.remote) {
+    r.remote = true;
+    r.captured = capture() != nullptr;
+    return r;
+  }
+  recycle(s);
+  if (s.idle.empty()) {
+    r.cb = s.pool.allocate();
+  } else {
+    r.cb = s.idle.back();
+    s.idle.pop_back();
+  }
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  r.captured = capture() != nullptr;
+  // Captured buffers are submitted again on replay, possibly while the previous one is pending.
+  begin.flags = r.captured ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  vk::check(vkBeginCommandBuffer(r.cb, &begin), "vkBeginCommandBuffer");
+  if (profile::on() && s.adapter == 0) r.profile = profiler_->begin(timeline, r.cb);  // profile hook
+  return r;
+}
+
+Fence RuntimeState::submit(Recording&& r) {
+  std::lock_guard lock(mutex_);
+  Capture* const capturing = r.captured ? capture() : nullptr;
+  if (r.remote) {
+    // Only a peer timeline's count matters here: it is what this process waits for.
+    if (!is_peer_timeline(r.timeline)) return Fence{};
+    const Fence f = submit_command_buffer(r.timeline, VK_NULL_HANDLE, r.waits, current_activity());
+    if (capturing)
+      capturing->submissions.push_back({r.timeline, VK_NULL_HANDLE, r.waits, f.value, current_activity()});
+    return f;
+  }
+  if (r.profile) profiler_->close(r.profile, capturing != nullptr);  // profile hook
+  vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
+  const Fence f = submit_command_buffer(r.timeline, r.cb, r.waits, current_activity());
+  if (capturing) {
+    capturing->submissions.push_back({r.timeline, r.cb, r.waits, f.value, current_activity()});
+    for (auto& k : r.keep_alive) capturing->keep_alive.push_back(std::move(k));
+  } else {
+    streams_[r.timeline]->in_flight.push_back({f.value, r.cb, std::move(r.keep_alive)});
+  }
+  return f;
+}
+
+Fence RuntimeState::resubmit(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits) {
+  std::lock_guard lock(mutex_);
+  return submit_command_buffer(timeline, cb, waits, nullptr);
+}
+
+std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
+                                                const std::vector<Resubmission>& entries) {
+  std::lock_guard lock(mutex_);
+  if (host_holds()) {
+    // One by one: each may have to be held until what it waits for on another VkDevice is there.
+    std::vector<Fence> fences;
+    for (const Resubmission& e : entries)
+      fences.push_back(submit_command_buffer(timeline, e.cb, e.waits, e.activity));
+    return fences;
+  }
+  Stream& s = *streams_[timeline];
+  const size_t count = entries.size();
+  // Storage the VkSubmitInfos point into, sized up front so nothing moves.
+  std::vector<std::vector<VkSemaphore>> semaphores(count);
+  std::vector<std::vector<uint64_t>> values(count);
+  std::vector<std::vector<VkPipelineStageFlags>> stages(count);
+  std::vector<uint64_t> signals(count);
+  std::vector<VkTimelineSemaphoreSubmitInfo> timelines(count);
+  std::vector<VkSubmitInfo> submits(count);
+  std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
+  const VkSemaphore signal_semaphore = s.semaphore.handle();
+  std::vector<Fence> fences;
+  for (size_t i = 0; i < count; ++i) {
+    std::vector<uint64_t> need(streams_.size(), 0);
+    for (const Fence& f : entries[i].waits)
+      if (!f.none()) need[f.timeline] = std::max(need[f.timeline], f.value);
+    for (size_t d = 0; d < need.size(); ++d) {
+      if (!need[d]) continue;
+      semaphores[i].push_back(streams_[d]->semaphore.handle());
+      values[i].push_back(need[d]);
+      stages[i].push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+    }
+    signals[i] = s.last_submitted + 1 + i;
+    hooks.emplace_back(*profiler_, timeline, entries[i].cb, signals[i], need);
+    timelines[i] = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    timelines[i].waitSemaphoreValueCount = static_cast<uint32_t>(values[i].size());
+    timelines[i].pWaitSemaphoreValues = values[i].data();
+    timelines[i].signalSemaphoreValueCount = 1;
+    timelines[i].pSignalSemaphoreValues = &signals[i];
+    submits[i] = {VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    submits[i].pNext = &timelines[i];
+    submits[i].waitSemaphoreCount = static_cast<uint32_t>(semaphores[i].size());
+    submits[i].pWaitSemaphores = semaphores[i].data();
+    submits[i].pWaitDstStageMask = stages[i].data();
+    submits[i].commandBufferCount = entries[i].cb ? 1 : 0;
+    submits[i].pCommandBuffers = &entries[i].cb;
+    submits[i].signalSemaphoreCount = 1;
+    submits[i].pSignalSemaphores = &signal_semaphore;
+    fences.push_back(Fence{timeline, signals[i]});
+  }
+  if (count) {
+    std::lock_guard queue_lock(s.queue.submit_mutex);
+    vk::check(vkQueueSubmit(s.queue.handle, static_cast<uint32_t>(count), submits.data(), VK_NULL_HANDLE), "vkQueueSubmit");
+  }
+  s.last_submitted += count;
+  s.queued = s.last_submitted;
+  for (size_t i = 0; i < count; ++i) remember(s, signals[i], entries[i].activity, entries[i].waits);
+  return fences;
+}
+
+void RuntimeState::release_command_buffer(int timeline, VkCommandBuffer cb) {
+  std::lock_guard lock(mutex_);
+  profiler_->release(cb);  // profile hook
+  streams_[timeline]->pool.free(cb);
+}
+
+void RuntimeState::begin_capture(Capture* c) {
+  std::lock_guard lock(mutex_);
+  if (capture()) throw Error("internal: a jit trace began inside another on the same thread");
+  c->start_values.clear();
+  for (const auto& s : streams_) c->start_values.push_back(s->last_submitted);
+  thread_captures().push_back({this, c});
+}
+
+void RuntimeState::end_capture() {
+  auto& captures = thread_captures();
+  std::erase_if(captures, [&](const ThreadCapture& c) { return c.runtime == this; });
+}
+
+Fence RuntimeState::submit_command_buffer(int timeline, VkCommandBuffer cb,
+                                          const std::vector<Fence>& waits, const char* activity) {
+  Stream& s = *streams_[timeline];
+  // One wait per timeline, on the highest value needed from it.
+  std::vector<uint64_t> need(streams_.size(), 0);
+  for (const Fence& f : waits)
+    if (!f.none()) need[f.timeline] = std::max(need[f.timeline], f.value);
+  const uint64_t signal = s.last_submitted + 1;
+  if (s.remote) {
+    // Another process submits it; this one only counts it.
+    s.last_submitted = signal;
+    return Fence{timeline, signal};
+  }
+  {
+    const profile::SubmitHook profiled(*profiler_, timeline, cb, signal, need);  // profile hook
+    if (!host_holds()) {
+      queue_submit(s, cb, need, signal);
+      s.queued = signal;
+    } else {
+      enqueue(s, cb, std::move(need), signal);
+    }
+  }
+  s.last_submitted = signal;
+  remember(s, signal, activity, waits);
+  return Fence{timeline, signal};
+}
+
+void RuntimeState::queue_submit(Stream& s, VkCommandBuffer cb, const std::vector<uint64_t>& need,
+                                uint64_t signal) {
+  // Waits on the stream's own VkDevice only: what it needs from other adapters was reached on
+  // the host before it came here.
+  std::vector<VkSemaphore> wait_semaphores;
+  std::vector<uint64_t> wait_values;
+  std::vector<VkPipelineStageFlags> wait_stages;
+  for (size_t d = 0; d < need.size(); ++d) {
+    if (!need[d] || streams_[d]->adapter != s.adapter || streams_[d]->remote) continue;
+    wait_semaphores.push_back(streams_[d]->semaphore.handle());
+    wait_values.push_back(need[d]);
+    wait_stages.push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+  }
+  const VkSemaphore signal_semaphore = s.semaphore.handle();
+  VkTimelineSemaphoreSubmitInfo timeline_info{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  timeline_info.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
+  timeline_info.pWaitSemaphoreValues = wait_values.data();
+  timeline_info.signalSemaphoreValueCount = 1;
+  timeline_info.pSignalSemaphoreValues = &signal;
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.pNext = &timeline_info;
+  submit.waitSemaphoreCount = static_cast<uint32_t>(wait_semaphores.size());
+  submit.pWaitSemaphores = wait_semaphores.data();
+  submit.pWaitDstStageMask = wait_stages.data();
+  submit.commandBufferCount = cb ? 1 : 0;
+  submit.pCommandBuffers = &cb;
+  submit.signalSemaphoreCount = 1;
+  submit.pSignalSemaphores = &signal_semaphore;
+  std::lock_guard queue_lock(s.queue.submit_mutex);
+  vk::check(vkQueueSubmit(s.queue.handle, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
+}
+
+void RuntimeState::remember(Stream& s, uint64_t value, const char* activity,
+                            const std::vector<Fence>& waits) {
+  constexpr size_t kRecent = 256;
+  if (s.recent.size() == kRecent) s.recent.pop_front();
+  s.recent.push_back({value, activity, waits});
+}
+}  // namespace meshvk::detail
