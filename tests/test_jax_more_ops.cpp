@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshvk/meshvk.hpp"
+#include "gradient_check.hpp"
 #include "test_support.hpp"
 
 namespace mv = meshvk;
@@ -39,26 +40,6 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
-// d/dx_i of sum(f(x) * w) by central differences, against grad.
-void expect_gradient(const std::function<Array(const Array&)>& f, const std::vector<float>& x,
-                     const char* what) {
-  const mv::Shape out = f(host_array(x)).shape();
-  int64_t n = 1;
-  for (const int64_t d : out) n *= d;
-  const Array w = host_array(random_floats(static_cast<size_t>(n), 99), out);
-  const auto loss = [&](const Array& a) { return mv::sum(f(a) * w); };
-  const auto g = mv::grad(loss)(host_array(x)).to_host<float>();
-  for (size_t i = 0; i < x.size(); ++i) {
-    auto up = x, down = x;
-    const float h = 1e-2f;
-    up[i] += h;
-    down[i] -= h;
-    const double numeric = (static_cast<double>(loss(host_array(up)).to_host<float>()[0]) -
-                            loss(host_array(down)).to_host<float>()[0]) /
-                           (2.0 * h);
-    EXPECT_NEAR(g[i], numeric, 2e-3 * (1.0 + std::abs(numeric))) << what << " at " << i;
-  }
-}
 
 TEST(JaxMoreOps, TakeAlongAxisAsNumpy) {
   // x (3, 5), indices (3, 4) along axis 1, negatives from the end, 7 and -6 out of range (fill).

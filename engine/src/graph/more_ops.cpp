@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshvk/autodiff.hpp"
+#include "graph/shape_op_support.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/nn.hpp"
 #include "meshvk/ops.hpp"
@@ -28,13 +29,6 @@ void require_valid(const char* op, std::initializer_list<const Array*> arrays) {
     if (!a->valid()) throw Error(std::string(op) + ": an operand is an empty meshvk::Array");
 }
 
-int axis_of(const char* op, int axis, int ndim) {
-  if (axis < -ndim || axis >= ndim)
-    throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for " +
-                std::to_string(ndim) + " dimensions; give one in [" + std::to_string(-ndim) + ", " +
-                std::to_string(ndim) + ")");
-  return axis < 0 ? axis + ndim : axis;
-}
 
 void require_int32_indices(const char* op, const char* what, const Array& indices) {
   if (indices.dtype() != DType::int32)
@@ -146,7 +140,7 @@ Array prod(const Array& x, std::vector<int> axes, bool keepdims) {
   const int nd = static_cast<int>(x.ndim());
   std::vector<bool> reduce(static_cast<size_t>(nd), axes.empty());
   for (const int a : axes) {
-    const int ax = axis_of("prod", a, nd);
+    const int ax = detail::normalize_axis(a, static_cast<size_t>(nd), "prod");
     if (reduce[static_cast<size_t>(ax)])
       throw Error("prod: axis " + std::to_string(a) + " is given twice");
     reduce[static_cast<size_t>(ax)] = true;
@@ -171,7 +165,7 @@ Array take_along_axis(const Array& x, const Array& indices, int axis) {
                 std::to_string(x.ndim()) + " (shape " + shape_to_string(x.shape()) +
                 "); give indices as many dimensions as x, as numpy requires");
   const int nd = static_cast<int>(x.ndim());
-  const int a = axis_of("take_along_axis", axis, nd);
+  const int a = detail::normalize_axis(axis, static_cast<size_t>(nd), "take_along_axis");
   const auto ua = static_cast<size_t>(a);
   // The other dimensions broadcast against each other.
   Shape xs = x.shape(), is = indices.shape();
@@ -375,7 +369,7 @@ Array categorical(const Array& key, const Array& logits, int axis) {
   if (logits.dtype() != DType::float32)
     throw Error("categorical: logits must be float32, got " + std::string(dtype_name(logits.dtype())));
   if (logits.ndim() == 0) throw Error("categorical: logits is 0-d; give at least one axis of categories");
-  const int a = axis_of("categorical", axis, static_cast<int>(logits.ndim()));
+  const int a = detail::normalize_axis(axis, logits.ndim(), "categorical");
   const Array u = uniform_for(key, logits.shape(), placed_like(logits),
                               std::numeric_limits<float>::min(), 1.0f);
   const Array gumbel = -log(-log(u));

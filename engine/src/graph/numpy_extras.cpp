@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "graph/shape_op_support.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 
@@ -12,13 +13,6 @@ namespace meshvk {
 
 namespace {
 
-int normalised_axis(const char* op, int axis, int ndim) {
-  if (axis < -ndim || axis >= ndim)
-    throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for " +
-                std::to_string(ndim) + " dimensions; give one in [" + std::to_string(-ndim) + ", " +
-                std::to_string(ndim) + ")");
-  return axis < 0 ? axis + ndim : axis;
-}
 
 // True where column - row <= k (tril) or >= k (triu), as an (n, m) bool array.
 Array band(const char* op, int64_t n, int64_t m, int k, bool lower) {
@@ -62,7 +56,7 @@ Array eye(int64_t n, int64_t m, int k, DType dtype) {
 
 Array expand_dims(const Array& x, int axis) {
   const int ndim = x.ndim() + 1;
-  const int a = normalised_axis("expand_dims", axis, ndim);
+  const int a = detail::normalize_axis(axis, static_cast<size_t>(ndim), "expand_dims");
   Shape shape = x.shape();
   shape.insert(shape.begin() + a, 1);
   return reshape(x, shape);
@@ -75,7 +69,7 @@ Array squeeze(const Array& x, std::vector<int> axes) {
     for (int d = 0; d < ndim; ++d) drop[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] == 1;
   } else {
     for (const int axis : axes) {
-      const int a = normalised_axis("squeeze", axis, ndim);
+      const int a = detail::normalize_axis(axis, static_cast<size_t>(ndim), "squeeze");
       if (x.shape()[static_cast<size_t>(a)] != 1)
         throw Error("squeeze: axis " + std::to_string(axis) + " of shape " +
                     shape_to_string(x.shape()) + " has size " +
@@ -153,7 +147,7 @@ Array full_like(const Array& x, double value) {
 }
 
 Array cumsum(const Array& x, int axis) {
-  const int a = normalised_axis("cumsum", axis, x.ndim());
+  const int a = detail::normalize_axis(axis, x.ndim(), "cumsum");
   Array r = x.dtype() == DType::bool_ ? astype(x, DType::int32) : x;
   const int64_t n = x.shape()[static_cast<size_t>(a)];
   // Hillis-Steele: after the step of shift s each element holds the sum of the 2s before it.
