@@ -101,6 +101,24 @@ TEST(WaitTimeout, ReadBackThatTimesOutKeepsItsStagingUntilTheCopiesRan) {
   rt.reset();
 }
 
+// A kernel that runs longer than the timeout on a CPU adapter is not a hang: lavapipe computes in
+// this process, which keeps the CPU busy, so the wait goes on (the tutorial's 8192^3 matmul on
+// one device took ~3 minutes against the default 2-minute timeout and failed).
+TEST(WaitTimeout, LongKernelOnTheCpuIsWaitedFor) {
+  std::optional<mv::Runtime> rt;
+  {
+    const ScopedEnv timeout("MESHVK_WAIT_TIMEOUT_MS", "20");
+    rt.emplace();
+  }
+  if (rt->platform() != "cpu" && rt->platform() != "CPU") GTEST_SKIP() << "not a CPU adapter";
+  // 17 GFLOP on one device: over 100 ms on lavapipe, 5 timeouts and more.
+  const mv::Array a = mv::ones({2048, 2048});
+  const auto c = mv::matmul(a, a).to_host<float>();
+  EXPECT_EQ(c[0], 2048.0f);
+  EXPECT_EQ(c.back(), 2048.0f);
+  rt.reset();
+}
+
 // A jit program destroyed while a device still runs it (its wait timed out) hands what its
 // command buffers use over to the runtime instead of freeing it.
 TEST(WaitTimeout, JitProgramReleasedWhileItsDeviceIsStalled) {

@@ -5,6 +5,8 @@
 #include <string>
 #include <thread>
 
+#include <time.h>
+
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
 #include "runtime/process_group.hpp"
@@ -34,6 +36,16 @@ Fence RuntimeState::signal_from_host(int timeline) {
   return Fence{timeline, s.last_submitted};
 }
 
+namespace {
+
+uint64_t process_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
+}  // namespace
+
 bool RuntimeState::reached(const Fence& f) {
   return f.none() || timeline_value(f.timeline) >= f.value;
 }
@@ -53,7 +65,22 @@ void RuntimeState::wait(const Fence& f, const std::string& during) {
   const Stream& s = *streams_[f.timeline];
   const profile::WaitHook profiled(*profiler_, f.timeline, f.value);  // profile hook
   if (processes_ > 1) return wait_across_processes(f, during);
-  if (s.semaphore.wait(f.value, wait_timeout_ns_)) return;
+  // A CPU adapter (lavapipe) computes in this process's threads: a window of the timeout in
+  // which they kept half a core busy or more is a long kernel (a tutorial-sized matmul takes
+  // minutes), not a hang, so the wait goes on for another window. A stalled queue blocks
+  // without using the CPU, and so still times out.
+  const bool on_cpu = device_for(s.device).adapter().is_cpu();
+  for (uint64_t before = process_cpu_ns();;) {
+    const auto start = std::chrono::steady_clock::now();
+    if (s.semaphore.wait(f.value, wait_timeout_ns_)) return;
+    const auto wall = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+            .count());
+    const uint64_t now = process_cpu_ns();
+    const bool busy = on_cpu && now - before >= wall / 2;
+    before = now;
+    if (!busy) break;
+  }
   std::string ended;
   {
     std::lock_guard held_lock(held_mutex_);
