@@ -107,15 +107,15 @@ TEST(WaitTimeout, ReadBackThatTimesOutKeepsItsStagingUntilTheCopiesRan) {
 TEST(WaitTimeout, LongKernelOnTheCpuIsWaitedFor) {
   std::optional<mv::Runtime> rt;
   {
-    const ScopedEnv timeout("MESHVK_WAIT_TIMEOUT_MS", "20");
+    const ScopedEnv timeout("MESHVK_WAIT_TIMEOUT_MS", "100");
     rt.emplace();
   }
   if (rt->platform() != "cpu" && rt->platform() != "CPU") GTEST_SKIP() << "not a CPU adapter";
-  // 17 GFLOP on one device: over 100 ms on lavapipe, 5 timeouts and more.
-  const mv::Array a = mv::ones({2048, 2048});
+  // 137 GFLOP on one device: over a second on lavapipe, ten timeouts and more.
+  const mv::Array a = mv::ones({4096, 4096});
   const auto c = mv::matmul(a, a).to_host<float>();
-  EXPECT_EQ(c[0], 2048.0f);
-  EXPECT_EQ(c.back(), 2048.0f);
+  EXPECT_EQ(c[0], 4096.0f);
+  EXPECT_EQ(c.back(), 4096.0f);
   rt.reset();
 }
 
