@@ -434,14 +434,15 @@ TEST(NpyParse, ConvertsUint64AndFloat16) {
     EXPECT_EQ(array.shape, (Shape{2, 2}));
     EXPECT_EQ(values_of<uint32_t>(array), (std::vector<uint32_t>{0, 1, 2147483648u, 4294967295u}));
   }
-  // '<f2' is float32, exactly: normal, largest, smallest subnormal, signed zero, inf.
+  // '<f2' is float16 (held as float32 words), exactly: normal, largest, smallest subnormal,
+  // signed zero, inf.
   const std::vector<uint16_t> halves = {0x3c00, 0xc000, 0x7bff, 0x0001,
                                         0x03ff, 0x8000, 0x7c00, 0x3555};
   const std::vector<float> floats = {1.0f,         -2.0f, 65504.0f, 0x1p-24f,
                                      0x1.ff8p-15f, -0.0f, kInf,     0x1.554p-2f};
   for (const bool big : {false, true}) {
     const HostArray array = load(big ? ">f2" : "<f2", raw<uint16_t>(halves, big), "(8,)");
-    EXPECT_EQ(array.dtype, DType::float32);
+    EXPECT_EQ(array.dtype, DType::float16);
     const std::vector<float> got = values_of<float>(array);
     ASSERT_EQ(got.size(), floats.size());
     for (size_t i = 0; i < got.size(); ++i)
@@ -490,7 +491,7 @@ TEST(NpyParse, ValuesOutsideTheLoadedDtypeNameTheValue) {
   expect_contains(load_error(npy_file("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
                                       raw<float>({1, 2}))),
                   {"unsupported dtype descr '<c8'", "'<u8' (converted to uint32)",
-                   "'<f2' (converted to float32)"});
+                   "'<f8' (converted to float32)", "'<f2'", "float16"});
 }
 
 // load_npy itself (a file on disk) gives the converted dtype.

@@ -34,7 +34,7 @@ int int_axis(I axis, const char* op, size_t ndim) {
 }  // namespace detail
 struct Shard;
 
-// An immutable float32 or int32 array whose pieces live on virtual devices, laid out by a
+// An immutable array (float32, bfloat16, float16, int32, bool, uint32) whose pieces live on virtual devices, laid out by a
 // Sharding (jax.Array). Copies of an Array share its device buffers.
 class Array {
  public:
@@ -180,6 +180,19 @@ inline Array array(std::initializer_list<int32_t> values, Shape shape) {
 Array scalar(float value);
 Array scalar(int32_t value);
 
+// bfloat16 / float16 host values (meshvk/dtype.hpp: 16 bits each), on device 0 or laid out as
+// `sharding`; read back with to_host<bfloat16>() / to_host<float16>().
+Array array(std::span<const bfloat16> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const float16> values, std::optional<Shape> shape = std::nullopt);
+inline Array array(std::span<const bfloat16> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+inline Array array(std::span<const float16> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+Array device_put(std::span<const bfloat16> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const float16> values, Shape shape, const Sharding& sharding);
+
 // uint32 host values (JAX's raw random keys and bits), on device 0 or laid out as `sharding`.
 Array array(std::span<const uint32_t> values, std::optional<Shape> shape = std::nullopt);
 inline Array array(std::span<const uint32_t> values, Shape shape) {
@@ -215,15 +228,17 @@ Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& s
 std::string type_of(const Array& x);
 
 // numpy's .npy format, versions 1.0-3.0, C or Fortran order, either byte order ('<', '>', '=').
-// load_npy reads '<f4', '<i4', '<u4' and '|b1' as float32, int32, uint32 and bool, and converts:
+// load_npy reads '<f4', '<f2', '<i4', '<u4' and '|b1' as float32, float16, int32, uint32 and bool,
+// and converts:
 //   '<f8' -> float32, rounded to nearest as numpy's astype(np.float32); a finite value beyond
 //            float32's range (+-3.4028235e38, where astype gives inf) is an Error; inf/nan stay;
-//   '<f2' -> float32, exactly;
 //   '|i1', '<i2', '<i8' -> int32; '|u1', '<u2' -> int32 (every value fits);
 //   '<u8' -> uint32 (unsigned stays unsigned);
 // an '<i8' or '<u8' value outside int32 / uint32 is an Error naming the first such value and its
 // flat (C-order) index. Other dtypes (complex, structured, strings, '<f16') are an Error listing
-// these. save_npy writes '<f4', '<i4', '<u4' or '|b1'. The loaded array is uncommitted on device 0.
+// these. save_npy writes '<f4', '<f2', '<i4', '<u4' or '|b1'; a bfloat16 array is an Error naming
+// astype (numpy has no bfloat16: ml_dtypes saves raw '<V2' bytes, which read back as void). The
+// loaded array is uncommitted on device 0.
 Array load_npy(const std::string& path);
 void save_npy(const std::string& path, const Array& x);
 

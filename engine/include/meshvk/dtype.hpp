@@ -1,4 +1,5 @@
 #pragma once
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,10 +13,103 @@ namespace meshvk {
 // indexing, transpose, concatenate, take, copies, collectives that move data), printing, .npy
 // '<u4', to_host<uint32_t>, the random ops and astype to and from the other dtypes; other ops on
 // it throw Error naming astype as the way to compute with it.
-enum class DType { float32, int32, bool_, uint32 };
+//
+// bfloat16 and float16 have JAX's semantics: every value is one of the 16-bit format's (each
+// conversion and each op's result is rounded to nearest even, overflows to inf as the format
+// does, keeps NaN; float16 has its subnormals), arithmetic is done in float32 and rounded after
+// every op (as XLA on CPU does, also inside a fused chain), sums, means and matmuls accumulate in
+// float32 and round their result. STORAGE: for now each 16-bit element is stored in a 32-bit
+// word as the float32 bit pattern of its (rounded) value, so dtype_size() is 4 for them too and
+// they take as much device memory as float32; their values, printing, .npy files and host types
+// (meshvk::bfloat16, meshvk::float16 below: 2 bytes each) are the 16-bit format's.
+enum class DType { float32, int32, bool_, uint32, bfloat16, float16 };
 
-std::string_view dtype_name(DType dtype);  // "float32", "int32", "bool", "uint32"
+// "float32", "int32", "bool", "uint32", "bfloat16", "float16"
+std::string_view dtype_name(DType dtype);
+// Bytes per element on the device (every dtype is one 32-bit word for now; see above).
 constexpr size_t dtype_size(DType) { return 4; }
+// float32, bfloat16 and float16 (jnp.issubdtype(dtype, jnp.floating)).
+constexpr bool is_floating(DType dtype) {
+  return dtype == DType::float32 || dtype == DType::bfloat16 || dtype == DType::float16;
+}
+
+// Conversions between float32 and the 16-bit formats' bits, rounding to nearest even (ties to
+// the even significand), as numpy's astype(np.float16) and ml_dtypes' bfloat16 do: values past
+// the largest finite one round to inf (float16: |x| >= 65520; bfloat16: >= 3.3961776e38), NaN
+// stays NaN (quiet, sign kept), float16's subnormals (down to 2^-24) are exact.
+constexpr uint16_t bfloat16_bits(float value) {
+  uint32_t u = std::bit_cast<uint32_t>(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+constexpr float bfloat16_to_float(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+constexpr uint16_t float16_bits(float value) {
+  const uint32_t u = std::bit_cast<uint32_t>(value);
+  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // 65520 and up: inf
+  if (a >= 0x38800000u) {                                               // 2^-14 and up: normal
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+    return static_cast<uint16_t>(sign | ((r - 0x38000000u) >> 13));
+  }
+  const uint32_t e = a >> 23;
+  if (e < 102) return sign;  // below 2^-25: rounds to zero
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126 - e;  // 14..24: m * 2^-shift units of 2^-24
+  uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return static_cast<uint16_t>(sign | q);  // q == 0x400 is 2^-14, the smallest normal
+}
+constexpr float float16_to_float(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t e = (bits >> 10) & 0x1fu, m = bits & 0x3ffu;
+  if (e == 0) {
+    const float f = static_cast<float>(m) * 0x1p-24f;
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | sign);
+  }
+  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
+  return std::bit_cast<float>(sign | ((e + 112) << 23) | (m << 13));
+}
+
+// Host values of the 16-bit dtypes (ml_dtypes.bfloat16, numpy.float16): the 16 bits, made from
+// a float by rounding to nearest even. to_host<bfloat16>(), array(span<const float16>), ...
+struct bfloat16 {
+  uint16_t bits = 0;
+  constexpr bfloat16() = default;
+  constexpr bfloat16(float value) : bits(bfloat16_bits(value)) {}  // NOLINT: as ml_dtypes
+  static constexpr bfloat16 from_bits(uint16_t b) {
+    bfloat16 h;
+    h.bits = b;
+    return h;
+  }
+  constexpr explicit operator float() const { return bfloat16_to_float(bits); }
+  constexpr float to_float() const { return bfloat16_to_float(bits); }
+};
+struct float16 {
+  uint16_t bits = 0;
+  constexpr float16() = default;
+  constexpr float16(float value) : bits(float16_bits(value)) {}  // NOLINT: as numpy.float16
+  static constexpr float16 from_bits(uint16_t b) {
+    float16 h;
+    h.bits = b;
+    return h;
+  }
+  constexpr explicit operator float() const { return float16_to_float(bits); }
+  constexpr float to_float() const { return float16_to_float(bits); }
+};
+static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2);
+
+// float32 rounded to the dtype's values (a float32 unchanged; ints and bool: not floating).
+constexpr float round_to(DType dtype, float value) {
+  if (dtype == DType::bfloat16) return bfloat16_to_float(bfloat16_bits(value));
+  if (dtype == DType::float16) return float16_to_float(float16_bits(value));
+  return value;
+}
 
 template <class T>
 constexpr DType dtype_of();
@@ -25,6 +119,10 @@ template <>
 constexpr DType dtype_of<int32_t>() { return DType::int32; }
 template <>
 constexpr DType dtype_of<uint32_t>() { return DType::uint32; }
+template <>
+constexpr DType dtype_of<bfloat16>() { return DType::bfloat16; }
+template <>
+constexpr DType dtype_of<float16>() { return DType::float16; }
 
 // A global or per-shard array shape, row-major.
 using Shape = std::vector<int64_t>;

@@ -226,6 +226,14 @@ Array einsum(const std::string& subscripts, const Array& a, const Array& b);
 Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding);
 Array einsum(const std::string& subscripts, const Array& a, const Array& b, const std::optional<Sharding>& out_sharding);
 Array einsum(const std::string& subscripts, const Array& a);
+// JAX's preferred_element_type (jnp.matmul(a, b, preferred_element_type=jnp.float32)): the
+// result's dtype. With floating operands the products are summed in float32 and the result is
+// rounded to it, so bfloat16 operands give a float32 result that was never rounded to bfloat16.
+// Without it, bfloat16 @ bfloat16 is bfloat16 (summed in float32, then rounded, as XLA on CPU).
+// An integer type for floating operands is an Error, as in JAX.
+Array matmul(const Array& a, const Array& b, DType preferred_element_type);
+Array dot(const Array& a, const Array& b, DType preferred_element_type);
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, DType preferred_element_type);
 
 }  // namespace meshvk
 
@@ -297,6 +305,8 @@ namespace meshvk {
 // operands are contracted two at a time, the pair with the smallest result first. Bad subscripts
 // throw Error naming what is wrong. out_sharding lays out the result, as JAX's.
 Array einsum(const std::string& subscripts, const std::vector<Array>& operands,
+             const std::optional<Sharding>& out_sharding = std::nullopt);
+Array einsum(const std::string& subscripts, const std::vector<Array>& operands, DType preferred_element_type,
              const std::optional<Sharding>& out_sharding = std::nullopt);
 template <class... A>
   requires(sizeof...(A) >= 1 && (std::same_as<A, Array> && ...))

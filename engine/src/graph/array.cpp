@@ -73,8 +73,16 @@ Array made(std::shared_ptr<detail::RuntimeState> rt, exec::ShardedValue value) {
   return detail::make_array(std::move(rt), std::move(value), manual);
 }
 
+// bfloat16 / float16 host values as the device stores them: one float32 word each.
 template <class T>
-Array from_host(std::span<const T> values, std::optional<Shape> shape) {
+std::vector<float> widened(std::span<const T> values) {
+  std::vector<float> words(values.size());
+  for (size_t i = 0; i < values.size(); ++i) words[i] = values[i].to_float();
+  return words;
+}
+
+template <class T>
+Array from_host(std::span<const T> values, std::optional<Shape> shape, DType dtype = dtype_of<T>()) {
   const Shape s = shape.value_or(Shape{static_cast<int64_t>(values.size())});
   const int64_t size = checked_size(s, "array");
   if (size != static_cast<int64_t>(values.size()))
@@ -84,7 +92,7 @@ Array from_host(std::span<const T> values, std::optional<Shape> shape) {
   std::lock_guard lock(rt->mutex());
   const detail::PartOpScope op_scope("array");  // profile hook
   const Mesh* mesh = constant_mesh();
-  auto value = exec::upload(*rt, values.data(), s, dtype_of<T>(),
+  auto value = exec::upload(*rt, values.data(), s, dtype,
                             mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
   return made(rt, std::move(value));
 }
@@ -152,15 +160,37 @@ Sharding Array::sharding() const&& {
 }
 bool Array::committed() const { return impl_of(*this).committed; }
 
+static void read_words(const Array& x, void* dst);
+
 void Array::copy_to_host(void* dst, DType expected) const {
   const ArrayImpl& a = impl_of(*this);
   if (a.value.dtype != expected)
     throw Error("to_host<" + std::string(dtype_name(expected)) + ">: the array is " +
                 std::string(dtype_name(a.value.dtype)) + "; ask for to_host<" +
-                (a.value.dtype == DType::float32  ? "float"
-                 : a.value.dtype == DType::uint32 ? "uint32_t"
-                                                  : "int32_t") +
+                (a.value.dtype == DType::float32    ? "float"
+                 : a.value.dtype == DType::uint32   ? "uint32_t"
+                 : a.value.dtype == DType::bfloat16 ? "meshvk::bfloat16"
+                 : a.value.dtype == DType::float16  ? "meshvk::float16"
+                                                    : "int32_t") +
                 ">()");
+  if (detail::is_16bit_float(expected)) {
+    // Stored as float32 words (dtype.hpp): read those, hand out the 16-bit values.
+    std::vector<float> words(static_cast<size_t>(shape_size(a.value.shape)));
+    if (!dst && !words.empty())
+      throw Error("copy_to_host: the destination is a null pointer; give room for " + std::to_string(words.size()) +
+                  " elements of " + std::string(dtype_name(expected)) + " (or use to_host<T>())");
+    read_words(*this, words.data());
+    auto* out = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < words.size(); ++i)
+      out[i] = expected == DType::bfloat16 ? bfloat16_bits(words[i]) : float16_bits(words[i]);
+    return;
+  }
+  read_words(*this, dst);
+}
+
+// The array's 32-bit words, one per element (bfloat16 and float16: their float32 values).
+static void read_words(const Array& x, void* dst) {
+  const ArrayImpl& a = impl_of(x);
   if (!dst && shape_size(a.value.shape) > 0)
     throw Error("copy_to_host: the destination is a null pointer; give room for " +
                 std::to_string(shape_size(a.value.shape)) + " elements of " +
@@ -177,7 +207,7 @@ void Array::copy_to_host(void* dst, DType expected) const {
   // processes collectively (every process runs the same to_host); one that initialized
   // meshvk::distributed itself gets JAX's error and reads it with process_allgather.
   const detail::ProcessGroup* group = detail::ProcessGroup::get();
-  exec::download(*a.runtime, detail::materialized(*this), dst,
+  exec::download(*a.runtime, detail::materialized(x), dst,
                  !(group && group->initialized_by_user));
 }
 
@@ -289,7 +319,7 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
 
 std::string Array::to_string() const {
   io::HostArray h{shape(), dtype(), std::vector<std::byte>(static_cast<size_t>(size()) * 4)};
-  copy_to_host(h.bytes.data(), dtype());
+  read_words(*this, h.bytes.data());
   return io::format_array(h);
 }
 
@@ -302,6 +332,14 @@ Array array(std::initializer_list<float> values, std::optional<Shape> shape) {
 }
 Array array(std::initializer_list<int32_t> values, std::optional<Shape> shape) {
   return from_host(std::span<const int32_t>(values.begin(), values.size()), shape);
+}
+Array array(std::span<const bfloat16> values, std::optional<Shape> shape) {
+  const std::vector<float> words = widened(values);
+  return from_host(std::span<const float>(words), std::move(shape), DType::bfloat16);
+}
+Array array(std::span<const float16> values, std::optional<Shape> shape) {
+  const std::vector<float> words = widened(values);
+  return from_host(std::span<const float>(words), std::move(shape), DType::float16);
 }
 Array scalar(float value) { return array({value}, Shape{}); }
 Array scalar(int32_t value) { return array({value}, Shape{}); }
@@ -317,7 +355,7 @@ Array zeros(Shape shape, DType dtype) {
 Array ones(Shape shape, DType dtype) {
   detail::check_dtype("ones", dtype);
   return filled("ones", std::move(shape), dtype,
-                dtype == DType::float32 ? bits(1.0f) : bits(int32_t{1}));
+                is_floating(dtype) ? bits(1.0f) : bits(int32_t{1}));
 }
 Array full(Shape shape, float value) {
   return filled("full", std::move(shape), DType::float32, bits(value));
@@ -369,7 +407,7 @@ static Array filled_like(const char* op, const Array& x, uint32_t word) {
 Array zeros_like(const Array& x) { return filled_like("zeros_like", x, 0); }
 Array ones_like(const Array& x) {
   const DType dtype = impl_of(x).value.dtype;
-  return filled_like("ones_like", x, dtype == DType::float32 ? bits(1.0f) : bits(int32_t{1}));
+  return filled_like("ones_like", x, is_floating(dtype) ? bits(1.0f) : bits(int32_t{1}));
 }
 
 Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt);
@@ -408,7 +446,7 @@ Array device_put_untaped(const Array& x, const Sharding& sharding, const detail:
 }
 
 template <class T>
-Array put_host(std::span<const T> values, Shape shape, const Sharding& sharding) {
+Array put_host(std::span<const T> values, Shape shape, const Sharding& sharding, DType dtype = dtype_of<T>()) {
   if (checked_size(shape, "device_put") != static_cast<int64_t>(values.size()))
     throw Error("device_put: " + std::to_string(values.size()) + " values cannot fill shape " +
                 shape_to_string(shape));
@@ -416,7 +454,7 @@ Array put_host(std::span<const T> values, Shape shape, const Sharding& sharding)
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
   const detail::PartOpScope op_scope("device_put");  // profile hook: an upload, no line
-  auto value = exec::upload(*rt, values.data(), shape, dtype_of<T>(), sharding);
+  auto value = exec::upload(*rt, values.data(), shape, dtype, sharding);
   return detail::make_array(rt, std::move(value), true);
 }
 
@@ -425,6 +463,14 @@ Array device_put(std::span<const float> values, Shape shape, const Sharding& sha
 }
 Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& sharding) {
   return put_host(values, std::move(shape), sharding);
+}
+Array device_put(std::span<const bfloat16> values, Shape shape, const Sharding& sharding) {
+  const std::vector<float> words = widened(values);
+  return put_host(std::span<const float>(words), std::move(shape), sharding, DType::bfloat16);
+}
+Array device_put(std::span<const float16> values, Shape shape, const Sharding& sharding) {
+  const std::vector<float> words = widened(values);
+  return put_host(std::span<const float>(words), std::move(shape), sharding, DType::float16);
 }
 // uint32 goes through the same checks (checked_size: overflow-safe shapes) as the other dtypes.
 Array array(std::span<const uint32_t> values, std::optional<Shape> shape) {
@@ -456,8 +502,8 @@ std::string type_of(const Array& x) {
 
 Array load_npy(const std::string& path) {
   const io::HostArray h = io::read_npy(path);
-  if (h.dtype == DType::float32)
-    return array(std::span(reinterpret_cast<const float*>(h.bytes.data()), h.bytes.size() / 4), h.shape);
+  if (is_floating(h.dtype))  // '<f2' holds float16 values as float32 words (host_array.hpp)
+    return from_host(std::span(reinterpret_cast<const float*>(h.bytes.data()), h.bytes.size() / 4), h.shape, h.dtype);
   if (h.dtype == DType::uint32)
     return array(std::span(reinterpret_cast<const uint32_t*>(h.bytes.data()), h.bytes.size() / 4), h.shape);
   const Array ints = array(
@@ -466,8 +512,13 @@ Array load_npy(const std::string& path) {
 }
 
 void save_npy(const std::string& path, const Array& x) {
+  if (x.valid() && x.dtype() == DType::bfloat16)
+    throw Error("save_npy: " + type_of(x) +
+                " has no .npy type (numpy has no bfloat16; ml_dtypes writes it as raw '<V2' bytes, which "
+                "numpy reads back as void); save astype(x, DType::float32) (exact: every bfloat16 is a "
+                "float32) or astype(x, DType::float16)");
   io::HostArray h{x.shape(), x.dtype(), std::vector<std::byte>(static_cast<size_t>(x.size()) * 4)};
-  x.copy_to_host(h.bytes.data(), x.dtype());
+  read_words(x, h.bytes.data());
   io::write_npy(path, h);
 }
 

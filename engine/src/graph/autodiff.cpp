@@ -99,9 +99,9 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
                                                             const std::vector<std::string>& names) {
   for (const int i : argnums) {
     if (!args[i].valid()) throw Error("grad: " + names[i] + " is an empty Array");
-    if (args[i].dtype() != DType::float32)
+    if (!is_floating(args[i].dtype()))
       throw Error("grad: " + names[i] + " is " + type_of(args[i]) +
-                  "; gradients are defined for float32 inputs (astype it, or leave it out of argnums)");
+                  "; gradients are defined for floating (float32, bfloat16, float16) inputs (astype it, or leave it out of argnums)");
   }
   detail::Tape tape;
   // Fresh identities for the differentiated arguments, so the tape tells them apart; under an
@@ -125,8 +125,8 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
     throw;
   }
   detail::active.pop_back();
-  if (!value.valid() || value.ndim() != 0 || value.dtype() != DType::float32)
-    throw Error("grad: the function must return a float32 scalar to differentiate, got " +
+  if (!value.valid() || value.ndim() != 0 || !is_floating(value.dtype()))
+    throw Error("grad: the function must return a floating (float32, bfloat16, float16) scalar to differentiate, got " +
                 (value.valid() ? type_of(value) : std::string("an empty Array")) +
                 "; reduce it (sum, mean) or differentiate each output separately");
 

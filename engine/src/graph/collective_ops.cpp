@@ -101,6 +101,9 @@ Array reduce_over(const char* op, const Array& input, const AxisNames& axes, col
   const detail::OpScope op_scope("all-reduce");  // profile hook
   const Mesh& mesh = bound_mesh(op, axes);
   detail::reject_uint32(op, input);
+  if (detail::is_16bit_float(input.dtype()))  // summed in float32, then rounded (exact for max, min)
+    return detail::convert_untaped(reduce_over(op, detail::convert_untaped(input, DType::float32), axes, kind),
+                                   input.dtype());
   const Array x = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
   const Groups g = groups_of(mesh, axes.names);
   const uint64_t count = static_cast<uint64_t>(x.size());
@@ -135,6 +138,9 @@ Array pmax(const Array& x, const AxisNames& axis_name) { return pextreme("pmax",
 Array pmin(const Array& x, const AxisNames& axis_name) { return pextreme("pmin", x, axis_name, collectives::Reduction::min); }
 
 Array pmean(const Array& x, const AxisNames& axis_name) {
+  // bfloat16 and float16 stay so: their psum, divided in their type (as jax.lax.pmean).
+  if (x.valid() && detail::is_16bit_float(x.dtype()))
+    return psum(x, axis_name) / static_cast<float>(axis_size(axis_name));
   return psum(astype(x, DType::float32), axis_name) / static_cast<float>(axis_size(axis_name));
 }
 
@@ -187,6 +193,10 @@ static Array psum_scatter_untaped(const Array& input, const AxisNames& axis_name
   const detail::OpScope op_scope("reduce-scatter");  // profile hook
   const Mesh& mesh = bound_mesh("psum_scatter", axis_name);
   detail::reject_uint32("psum_scatter", input);
+  if (detail::is_16bit_float(input.dtype()))  // summed in float32, then rounded
+    return detail::convert_untaped(
+        psum_scatter_untaped(detail::convert_untaped(input, DType::float32), axis_name, scatter_dimension, tiled),
+        input.dtype());
   const Array x0 = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
   const int rank = static_cast<int>(x0.ndim());
   const int dim = normalize(scatter_dimension, rank, "psum_scatter", "scatter_dimension");
@@ -355,7 +365,7 @@ static Array pextreme(const char* op, const Array& x, const AxisNames& axes, col
   if (!detail::differentiable(x)) return y;
   return detail::on_tape(y, {x}, [x, y, axes](const Array& ct) {
     const Array c = varies_over(ct, axes) ? psum(ct, axes) : ct;
-    const Array hit = astype(equal(x, y), DType::float32);
+    const Array hit = astype(equal(x, y), x.dtype());
     return std::vector<Array>{c * hit / psum(hit, axes)};
   });
 }

@@ -118,7 +118,7 @@ std::vector<float> process_allgather(const Array& x) {
   std::vector<float> out(static_cast<size_t>(x.size()));
   std::lock_guard lock(a.runtime->mutex());
   exec::download(*a.runtime, detail::materialized(x), out.data(), true);
-  if (x.dtype() != DType::float32) {
+  if (!is_floating(x.dtype())) {  // bfloat16 / float16 words hold their float32 values
     // int32 / uint32 bits to their float values, as numpy's astype would.
     for (float& v : out) {
       uint32_t bits;

@@ -11,10 +11,11 @@ namespace meshvk::detail {
 // printed as "unknown" and kernels that did not compile.
 inline void check_dtype(const char* op, DType dtype) {
   if (dtype == DType::float32 || dtype == DType::int32 || dtype == DType::bool_ ||
-      dtype == DType::uint32)
+      dtype == DType::uint32 || dtype == DType::bfloat16 || dtype == DType::float16)
     return;
   throw Error(std::string(op) + ": DType(" + std::to_string(static_cast<int>(dtype)) +
-              ") is not a dtype; use DType::float32, DType::int32, DType::bool_ or DType::uint32");
+              ") is not a dtype; use DType::float32, DType::bfloat16, DType::float16, DType::int32, "
+              "DType::bool_ or DType::uint32");
 }
 
 inline void reject_uint32(const char* op, const Array& x) {
@@ -26,5 +27,12 @@ inline void reject_uint32(const char* op, const Array& x) {
               "ops and astype. "
               "astype(x, DType::int32) (the same bits) or astype(x, DType::float32) first");
 }
+
+// bfloat16 and float16 (computed in float32 and rounded to them).
+constexpr bool is_16bit_float(DType dtype) { return dtype == DType::bfloat16 || dtype == DType::float16; }
+
+// astype without a tape entry (for ops whose own rule covers the conversion, such as psum
+// computing a bfloat16 sum in float32).
+Array convert_untaped(const Array& x, DType dtype);
 
 }  // namespace meshvk::detail

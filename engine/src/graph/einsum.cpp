@@ -301,6 +301,16 @@ Array einsum(const std::string& subscripts, const std::vector<Array>& operands,
   return out_sharding && !(r.sharding() == *out_sharding) ? device_put(r, *out_sharding) : r;
 }
 
+Array einsum(const std::string& subscripts, const std::vector<Array>& operands, DType preferred_element_type,
+             const std::optional<Sharding>& out_sharding) {
+  const auto ops = detail::for_preferred_type("einsum", operands, preferred_element_type);
+  return astype(einsum(subscripts, ops, out_sharding), preferred_element_type);
+}
+
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, DType preferred_element_type) {
+  return einsum(subscripts, std::vector<Array>{a, b}, preferred_element_type);
+}
+
 Array einsum(const std::string& subscripts, const Array& a) {
   return einsum(subscripts, std::vector<Array>{a});
 }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
@@ -59,12 +60,39 @@ OperandType type_of_operand(const Operand& o) {
   return {DType::int32, true};
 }
 
-// JAX's promotion restricted to meshvk's dtypes: any float makes float32; bool operands of
-// arithmetic count as int32.
+// JAX's promotion restricted to meshvk's dtypes: the floating dtype of the array operands when
+// they have one (bfloat16 + bfloat16 is bfloat16, bfloat16 + int32 or bool is bfloat16), float32
+// when they have two different ones (bfloat16 + float16 is float32, as in JAX) or when only a
+// weak float scalar is floating (2.5 * int32 is float32; 2.5 * bfloat16 stays bfloat16); int32
+// otherwise (bool operands of arithmetic count as int32).
 DType promote(std::initializer_list<OperandType> types) {
-  bool any_float = false;
-  for (const auto& t : types) any_float = any_float || t.dtype == DType::float32;
-  return any_float ? DType::float32 : DType::int32;
+  std::optional<DType> strong_float;
+  bool mixed = false, weak_float = false;
+  for (const auto& t : types) {
+    if (!is_floating(t.dtype)) continue;
+    if (t.weak) {
+      weak_float = true;
+    } else if (!strong_float) {
+      strong_float = t.dtype;
+    } else if (*strong_float != t.dtype) {
+      mixed = true;
+    }
+  }
+  if (mixed) return DType::float32;
+  if (strong_float) return *strong_float;
+  return weak_float ? DType::float32 : DType::int32;
+}
+
+// The value of a constant node as a float or an integer, and back in another dtype (folded casts).
+double constant_value(const EwNode& n) {
+  if (is_floating(n.dtype)) {
+    float f;
+    std::memcpy(&f, &n.bits, 4);
+    return f;
+  }
+  if (n.dtype == DType::uint32) return static_cast<double>(n.bits);
+  if (n.dtype == DType::bool_) return n.bits != 0 ? 1.0 : 0.0;
+  return static_cast<int32_t>(n.bits);
 }
 
 // Builds one fused program out of operands (arrays, pending or not, and scalars).
@@ -88,12 +116,15 @@ class ProgramBuilder {
     if (n.op == EwOp::constant) {  // fold casts of constants
       EwNode c = n;
       c.dtype = want;
-      if (n.dtype == DType::float32) {
+      if (is_floating(n.dtype) && !is_floating(want)) {
         float f;
         std::memcpy(&f, &n.bits, 4);
         c.bits = want == DType::int32 ? static_cast<uint32_t>(static_cast<int32_t>(f)) : (f != 0.0f);
-      } else if (want == DType::float32) {
-        c.bits = bits_of(static_cast<float>(static_cast<int32_t>(n.bits)));
+      } else if (is_floating(want)) {
+        // float32 of the value, then the 16-bit format's rounding (as a kernel's convert).
+        const float f = is_floating(n.dtype) ? static_cast<float>(constant_value(n))
+                                             : static_cast<float>(static_cast<int32_t>(n.bits));
+        c.bits = bits_of(round_to(want, f));
       } else {
         c.bits = n.bits != 0;
       }
@@ -338,7 +369,7 @@ bool is_float_op(EwOp op) {
 
 Array unary(const char* op, EwOp ew, const Array& x) {
   DType t = x.dtype() == DType::bool_ ? DType::int32 : x.dtype();
-  if (is_float_op(ew)) t = DType::float32;
+  if (is_float_op(ew) && !is_floating(t)) t = DType::float32;  // exp(bfloat16) stays bfloat16
   if (ew == EwOp::logical_not) t = DType::bool_;
   return elementwise(op, ew, {x}, t, t);
 }
@@ -492,9 +523,15 @@ namespace {
 
 using detail::on_tape;
 
+// A cotangent in its primal's dtype, as JAX's (bfloat16 + float32 gives a float32 cotangent
+// that the bfloat16 operand receives as bfloat16).
+Array in_dtype_of(const Array& ct, const Array& primal) {
+  return ct.valid() && ct.dtype() != primal.dtype() ? astype(ct, primal.dtype()) : ct;
+}
+
 // Records a unary op whose cotangent rule is ct -> rule(ct).
 Array taped(const Array& y, const Array& x, std::function<Array(const Array&)> rule) {
-  return on_tape(y, {x}, [rule](const Array& ct) { return std::vector<Array>{rule(ct)}; });
+  return on_tape(y, {x}, [rule, x](const Array& ct) { return std::vector<Array>{in_dtype_of(rule(ct), x)}; });
 }
 
 const Array* array_of(const Operand& o) { return std::get_if<Array>(&o.get()); }
@@ -511,8 +548,8 @@ Array taped(const Array& y, const Operand& a, const Operand& b, std::function<Ar
     std::vector<Array> out(2);
     const std::function<Array(const Array&)>* rules[] = {&rule_a, &rule_b};
     for (int k = 0; k < 2; ++k)
-      if (inputs[k].valid() && inputs[k].dtype() == DType::float32 && *rules[k])
-        out[k] = detail::unbroadcast((*rules[k])(ct), inputs[k].shape());
+      if (inputs[k].valid() && is_floating(inputs[k].dtype()) && *rules[k])
+        out[k] = in_dtype_of(detail::unbroadcast((*rules[k])(ct), inputs[k].shape()), inputs[k]);
     return out;
   });
 }
@@ -636,8 +673,20 @@ Array astype(const Array& x, DType dtype) {
   detail::check_dtype("astype", dtype);
   if (x.dtype() == dtype) return x;
   const Array y = elementwise("astype", EwOp::cast, {x}, x.dtype(), dtype);
-  if (x.dtype() != DType::float32 || dtype != DType::float32) return y;
+  // Between floating dtypes the cotangent converts back (ints and bools carry none).
+  if (!is_floating(x.dtype()) || !is_floating(dtype)) return y;
   return taped(y, x, [](const Array& ct) { return ct; });
+}
+
+Array detail::convert_untaped(const Array& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return elementwise("astype", EwOp::cast, {x}, x.dtype(), dtype);
+}
+
+// True division and arctan2: the operands' floating type, float32 for integers.
+static DType float_result(const Operand& a, const Operand& b) {
+  const DType t = promote({type_of_operand(a), type_of_operand(b)});
+  return is_floating(t) ? t : DType::float32;
 }
 
 Array add(const Operand& a, const Operand& b) {
@@ -661,12 +710,14 @@ Array multiply(const Operand& a, const Operand& b) {
 }
 Array arctan2(const Operand& a, const Operand& b) {
   // d atan2(a, b) = (b da - a db) / (a^2 + b^2)
-  return taped(elementwise("arctan2", EwOp::atan2, {a, b}, DType::float32, DType::float32), a, b,
+  const DType t = float_result(a, b);
+  return taped(elementwise("arctan2", EwOp::atan2, {a, b}, t, t), a, b,
                [a, b](const Array& ct) { return multiply(ct, b) / add(multiply(a, a), multiply(b, b)); },
                [a, b](const Array& ct) { return negative(multiply(ct, a)) / add(multiply(a, a), multiply(b, b)); });
 }
 Array divide(const Operand& a, const Operand& b) {
-  return taped(elementwise("divide", EwOp::div, {a, b}, DType::float32, DType::float32), a, b,
+  const DType t = float_result(a, b);
+  return taped(elementwise("divide", EwOp::div, {a, b}, t, t), a, b,
                [b](const Array& ct) { return divide(ct, b); },
                [a, b](const Array& ct) { return negative(multiply(ct, a)) / multiply(b, b); });
 }
@@ -679,7 +730,7 @@ Array power(const Operand& a, const Operand& b) {
   // As XLA does: a constant exponent of 2, 0.5, -0.5 or -1 becomes the exact operation.
   if (const auto* x = std::get_if<Array>(&a.get())) {
     if (const auto* e = std::get_if<float>(&b.get())) {
-      const Array f = astype(*x, DType::float32);
+      const Array f = is_floating(x->dtype()) ? *x : astype(*x, DType::float32);
       if (*e == 2.0f) return square(f);
       if (*e == 0.5f) return sqrt(f);
       if (*e == -0.5f) return rsqrt(f);
@@ -724,9 +775,10 @@ namespace {
 // numpy's bitwise ops: logical on two bools, bitwise on integers, a TypeError on floats.
 Array bitwise(const char* op, EwOp ew, EwOp on_bools, const Operand& a, const Operand& b) {
   const OperandType ta = type_of_operand(a), tb = type_of_operand(b);
-  if (ta.dtype == DType::float32 || tb.dtype == DType::float32)
-    throw Error(std::string(op) +
-                ": not defined for float32 operands (numpy and JAX raise a TypeError too); "
+  if (is_floating(ta.dtype) || is_floating(tb.dtype))
+    throw Error(std::string(op) + ": not defined for " +
+                std::string(dtype_name(is_floating(ta.dtype) ? ta.dtype : tb.dtype)) +
+                " operands (numpy and JAX raise a TypeError too); "
                 "use int32 or bool operands (astype first), or logical_and / logical_or / "
                 "logical_xor for truth values");
   if (ta.dtype == DType::bool_ && tb.dtype == DType::bool_)

@@ -43,7 +43,10 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   const detail::OpScope op_scope("dot_general");  // profile hook: the line this prints
   detail::reject_uint32("matmul", a0);
   detail::reject_uint32("matmul", b0);
-  const DType dtype = (a0.dtype() == DType::float32 || b0.dtype() == DType::float32) ? DType::float32 : DType::int32;
+  // The products are summed in float32 for floating operands (bfloat16 and float16 too, as XLA
+  // on CPU accumulates them) and the result rounded to the operands' promoted type.
+  const DType promoted = detail::matmul_result_dtype(a0, b0);
+  const DType dtype = is_floating(promoted) ? DType::float32 : DType::int32;
   Array a = astype(a0, dtype), b = astype(b0, dtype);
   const size_t ra = a.ndim(), rb = b.ndim();
   const size_t am = ta ? ra - 1 : ra - 2, ak = ta ? ra - 2 : ra - 1;
@@ -210,6 +213,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
                                 db.valid() ? detail::unbroadcast(db, b.shape()) : db};
     });
   }
+  if (promoted != dtype) r = astype(r, promoted);
   return out_sharding && apply_out ? device_put(r, *out_sharding) : r;
 }
 
@@ -253,6 +257,46 @@ Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_
   if (b.ndim() == 1) out.erase(out.end() - 1);
   r = out == r.shape() ? r : reshape(r, out);
   return squeeze && out_sharding ? device_put(r, *out_sharding) : r;
+}
+
+namespace detail {
+
+DType matmul_result_dtype(const Array& a, const Array& b) {
+  const DType ta = a.dtype(), tb = b.dtype();
+  if (is_floating(ta) && is_floating(tb)) return ta == tb ? ta : DType::float32;
+  if (is_floating(ta)) return ta;
+  if (is_floating(tb)) return tb;
+  return DType::int32;
+}
+
+std::vector<Array> for_preferred_type(const char* op, const std::vector<Array>& operands, DType preferred) {
+  check_dtype(op, preferred);
+  bool any_float = false;
+  for (const Array& x : operands) {
+    if (!x.valid()) throw Error(std::string(op) + ": an operand is an empty meshvk::Array");
+    reject_uint32(op, x);
+    any_float = any_float || is_floating(x.dtype());
+  }
+  if (any_float ? !is_floating(preferred) : !(is_floating(preferred) || preferred == DType::int32))
+    throw Error(std::string(op) + ": preferred_element_type " + std::string(dtype_name(preferred)) + " for " +
+                (any_float ? "floating" : "integer") + " operands; " +
+                (any_float ? "use DType::float32, DType::bfloat16 or DType::float16 (astype the operands to compute with integers)"
+                           : "use DType::int32 or a floating dtype"));
+  std::vector<Array> out;
+  for (const Array& x : operands) out.push_back(is_floating(preferred) ? astype(x, DType::float32) : x);
+  return out;
+}
+
+}  // namespace detail
+
+Array matmul(const Array& a, const Array& b, DType preferred_element_type) {
+  const auto ops = detail::for_preferred_type("matmul", {a, b}, preferred_element_type);
+  return astype(matmul(ops[0], ops[1]), preferred_element_type);
+}
+
+Array dot(const Array& a, const Array& b, DType preferred_element_type) {
+  const auto ops = detail::for_preferred_type("dot", {a, b}, preferred_element_type);
+  return astype(dot(ops[0], ops[1]), preferred_element_type);
 }
 
 Array dot(const Array& a, const Array& b) {

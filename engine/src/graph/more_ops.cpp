@@ -270,7 +270,7 @@ Array at_add(const Array& x, const Array& ids, const Operand& v) {
   const Scatter s = scatter_parts("at_add", x, ids, v);
   if (s.m == 0 || s.n == 0) return x;
   const Array onehot = one_hot(s.idx, static_cast<int>(s.n), x.dtype());  // out of range: a zero row
-  if (x.dtype() != DType::float32)
+  if (!is_floating(x.dtype()))
     return x + reshape(einsum("mn,mr->nr", onehot, s.v2), x.shape());
   // Finite values through the product; +inf / -inf counted per row beside them (NaN counts as
   // both), so a non-finite update does not turn the whole product NaN (0 * inf).
@@ -390,8 +390,8 @@ Array dropout(const Array& key, const Array& x, float rate) {
   if (!(rate >= 0.0f && rate <= 1.0f))
     throw Error("dropout: rate must be in [0, 1] (the probability of dropping); got " +
                 std::to_string(rate));
-  if (x.dtype() != DType::float32)
-    throw Error("dropout: x must be float32, got " + std::string(dtype_name(x.dtype())));
+  if (!is_floating(x.dtype()))
+    throw Error("dropout: x must be floating (float32, bfloat16, float16), got " + std::string(dtype_name(x.dtype())));
   if (rate == 0.0f) return x;
   if (rate == 1.0f) return zeros_like(x);
   const float keep = 1.0f - rate;

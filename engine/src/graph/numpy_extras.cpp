@@ -94,15 +94,15 @@ Array self_equal(const Array& x) {
 }  // namespace
 
 Array isnan(const Array& x) {
-  if (x.dtype() != DType::float32) return ~self_equal(x);  // all false
+  if (!is_floating(x.dtype())) return ~self_equal(x);  // all false
   return x != x;
 }
 Array isinf(const Array& x) {
-  if (x.dtype() != DType::float32) return ~self_equal(x);  // all false
+  if (!is_floating(x.dtype())) return ~self_equal(x);  // all false
   return abs(x) == std::numeric_limits<float>::infinity();
 }
 Array isfinite(const Array& x) {
-  if (x.dtype() != DType::float32) return self_equal(x);  // all true
+  if (!is_floating(x.dtype())) return self_equal(x);  // all true
   return abs(x) < std::numeric_limits<float>::infinity();  // NaN compares false
 }
 
@@ -130,6 +130,10 @@ Array full_like(const Array& x, double value) {
   if (x.dtype() == DType::float32)
     return x.committed() ? full(x.shape(), static_cast<float>(value), x.sharding())
                          : full(x.shape(), static_cast<float>(value));
+  if (is_floating(x.dtype())) {  // bfloat16 / float16: the value rounded to the format
+    const float rounded = round_to(x.dtype(), static_cast<float>(value));
+    return astype(x.committed() ? full(x.shape(), rounded, x.sharding()) : full(x.shape(), rounded), x.dtype());
+  }
   const Array z = x.committed() ? zeros(x.shape(), DType::int32, x.sharding()) : zeros(x.shape(), DType::int32);
   if (x.dtype() == DType::bool_) return astype(z + (value != 0 ? 1 : 0), x.dtype());
   if (x.dtype() == DType::uint32) {

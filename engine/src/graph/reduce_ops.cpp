@@ -52,6 +52,12 @@ Array spread(const Array& ct, const Array& x, const std::vector<bool>& reduced) 
 }
 
 Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims) {
+  if (input.valid() && detail::is_16bit_float(input.dtype())) {
+    // bfloat16 / float16: reduced in float32 (exact for max and min) and the result rounded, as
+    // XLA accumulates them; the conversions carry the gradient.
+    const Array y = reduce(op, kind, astype(input, DType::float32), reduced, keepdims);
+    return is_floating(y.dtype()) ? astype(y, input.dtype()) : y;
+  }
   const Array y = reduce_untaped(op, kind, input, reduced, keepdims);
   if (!detail::taping() || input.dtype() != DType::float32) return y;
   if (kind == kernels::ReduceOp::sum)
@@ -192,7 +198,10 @@ Array sum(const Array& x, std::vector<int> axes, bool keepdims) {
   return reduce("sum", kernels::ReduceOp::sum, x, reduced_axes("sum", std::move(axes), x.ndim()), keepdims);
 }
 
-Array mean(const Array& x, std::vector<int> axes, bool keepdims) {
+namespace {
+
+// The mean in float32 (of ints and bools too), as jnp.mean computes bfloat16 and float16.
+Array mean_f32(const Array& x, std::vector<int> axes, bool keepdims) {
   const auto reduced = reduced_axes("mean", axes, x.ndim());
   int64_t count = 1;
   for (size_t d = 0; d < x.ndim(); ++d)
@@ -201,9 +210,20 @@ Array mean(const Array& x, std::vector<int> axes, bool keepdims) {
   return total / static_cast<float>(count);  // numpy: mean of nothing is NaN
 }
 
+// bfloat16 and float16 results are rounded once, at the end; other dtypes give float32.
+Array in_float_dtype_of(const Array& r, const Array& x) {
+  return x.valid() && detail::is_16bit_float(x.dtype()) ? astype(r, x.dtype()) : r;
+}
+
+}  // namespace
+
+Array mean(const Array& x, std::vector<int> axes, bool keepdims) {
+  return in_float_dtype_of(mean_f32(x, std::move(axes), keepdims), x);
+}
+
 Array var(const Array& x, std::vector<int> axes, bool keepdims) {
-  const Array m = mean(x, axes, true);
-  return mean(square(astype(x, DType::float32) - m), axes, keepdims);
+  const Array m = mean_f32(x, axes, true);
+  return in_float_dtype_of(mean_f32(square(astype(x, DType::float32) - m), axes, keepdims), x);
 }
 
 Array std(const Array& x, std::vector<int> axes, bool keepdims) { return sqrt(var(x, std::move(axes), keepdims)); }

@@ -456,12 +456,14 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
         throw Error("concatenate: shapes " + shape_to_string(arrays[0].shape()) + " and " + shape_to_string(a.shape()) +
                     " differ outside axis " + std::to_string(axis));
     shape[axis] = checked_add(shape[axis], a.shape()[axis], "concatenate", "the joined length");
-    // The promotion of all operands in any order (bool < uint32 < int32 < float32), as JAX's
-    // without x64 (uint32 with int32 is int64 there, canonicalized to int32). A rank, so uint32
-    // cannot make the result depend on the operands' order.
+    // The promotion of all operands in any order (bool < uint32 < int32 < bfloat16, float16 <
+    // float32), as JAX's without x64 (uint32 with int32 is int64 there, canonicalized to int32;
+    // bfloat16 with float16 is float32). A rank, so uint32 cannot make the result depend on the
+    // operands' order.
     const auto rank_of = [](DType t) {
-      return t == DType::bool_ ? 0 : t == DType::uint32 ? 1 : t == DType::int32 ? 2 : 3;
+      return t == DType::bool_ ? 0 : t == DType::uint32 ? 1 : t == DType::int32 ? 2 : t == DType::float32 ? 4 : 3;
     };
+    if (rank_of(a.dtype()) == 3 && rank_of(dtype) == 3 && a.dtype() != dtype) dtype = DType::float32;
     if (rank_of(a.dtype()) > rank_of(dtype)) dtype = a.dtype();
   }
   checked_size(shape, "concatenate");
@@ -552,8 +554,12 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
   uint32_t word;
   switch (x.dtype()) {
     case DType::float32:
-      std::memcpy(&word, &value, 4);
+    case DType::bfloat16:
+    case DType::float16: {
+      const float rounded = round_to(x.dtype(), value);
+      std::memcpy(&word, &rounded, 4);
       break;
+    }
     case DType::bool_:
       word = value != 0.0f ? 1 : 0;  // bools are words of 0 or 1
       break;
@@ -712,16 +718,16 @@ Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> sto
 
 Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start) {
   const Array y = dynamic_update_slice_untaped(x, update, start);
-  if (!detail::taping() || x.dtype() != DType::float32) return y;
+  if (!detail::taping() || !is_floating(x.dtype())) return y;
   return detail::on_tape(y, {x, update}, [x, update, start](const Array& ct) {
-    return std::vector<Array>{dynamic_update_slice(ct, zeros(update.shape()), start),
+    return std::vector<Array>{dynamic_update_slice(ct, zeros(update.shape(), ct.dtype()), start),
                               dynamic_slice(ct, start, update.shape())};
   });
 }
 
 Array concatenate(const std::vector<Array>& arrays, int axis) {
   const Array y = concatenate_untaped(arrays, axis);
-  if (!detail::taping() || y.dtype() != DType::float32) return y;
+  if (!detail::taping() || !is_floating(y.dtype())) return y;
   const int ax = axis < 0 ? axis + static_cast<int>(y.ndim()) : axis;
   return detail::on_tape(y, arrays, [arrays, ax](const Array& ct) {
     std::vector<Array> out;
@@ -731,7 +737,8 @@ Array concatenate(const std::vector<Array>& arrays, int axis) {
       lo[ax] = at;
       hi[ax] = at + a.shape()[ax];
       at += a.shape()[ax];
-      out.push_back(slice(ct, lo, hi));
+      const Array piece = slice(ct, lo, hi);
+      out.push_back(is_floating(a.dtype()) && a.dtype() != piece.dtype() ? astype(piece, a.dtype()) : piece);
     }
     return out;
   });

@@ -112,7 +112,8 @@ Array argsort(const Array& x, int axis) {
     return transpose(argsort(transpose(x, perm), last), perm);
   }
   const int64_t n = x.shape()[last];
-  const Array keys = astype(x, x.dtype() == DType::bool_ ? DType::int32 : x.dtype());
+  // bfloat16 / float16 sort as their float32 values (exact).
+  const Array keys = astype(x, x.dtype() == DType::bool_ ? DType::int32 : is_floating(x.dtype()) ? DType::float32 : x.dtype());
   // Rows whole on each device (the sorted axis gathered first where it is split): each device
   // sorts its own rows.
   const Array whole = whole_along(keys, static_cast<size_t>(last));
@@ -136,7 +137,7 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
     return b;
   };
   if (!fill_value) {
-    if (dtype == DType::float32) return bits_of(std::numeric_limits<float>::quiet_NaN());
+    if (is_floating(dtype)) return bits_of(std::numeric_limits<float>::quiet_NaN());
     if (dtype == DType::bool_) return 1;
     // jnp.take: "the largest positive value for unsigned types" (keys and bits are uint32).
     if (dtype == DType::uint32) return std::numeric_limits<uint32_t>::max();
@@ -148,7 +149,7 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
         "take: fill_value must be a number (a static scalar, as in jnp.take), not an Array");
   const bool is_float = std::holds_alternative<float>(v);
   const float f = is_float ? std::get<float>(v) : static_cast<float>(std::get<int32_t>(v));
-  if (dtype == DType::float32) return bits_of(f);
+  if (is_floating(dtype)) return bits_of(round_to(dtype, f));  // bfloat16 / float16: rounded
   if (dtype == DType::bool_) return f != 0.0f ? 1 : 0;
   if (!is_float) return static_cast<uint32_t>(std::get<int32_t>(v));  // -1 wraps, as astype
   if (dtype == DType::uint32) {

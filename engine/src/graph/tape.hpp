@@ -19,9 +19,9 @@ using Vjp = std::function<std::vector<Array>(const Array& cotangent)>;
 // The rule returns one cotangent per input (an invalid Array where there is none).
 Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp);
 bool taping();
-// Whether an op on x records a rule: a tape is active and x is float32 (ints and bools carry no
+// Whether an op on x records a rule: a tape is active and x is floating (ints and bools carry no
 // gradient, as in JAX).
-inline bool differentiable(const Array& x) { return taping() && x.dtype() == DType::float32; }
+inline bool differentiable(const Array& x) { return taping() && is_floating(x.dtype()); }
 
 // Inside a rule during the backward pass: whether input k needs a cotangent (rules skip the
 // work for inputs nobody differentiates, such as a matmul's data operand).

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -69,10 +70,29 @@ Digits parse_scientific(std::string_view text) {
   return out;
 }
 
+// Whether `value` (a double read back from digits) rounds to the float16 `half` (a non-negative
+// float16 value as a float): inside the rounding interval around it, ties to the even one.
+bool reads_back_as_half(double value, float half) {
+  const uint16_t bits = float16_bits(half);
+  const double h = half;
+  const double below = bits == 0 ? -h : static_cast<double>(float16_to_float(static_cast<uint16_t>(bits - 1)));
+  const double above = bits == 0x7bff ? 65536.0 : static_cast<double>(float16_to_float(static_cast<uint16_t>(bits + 1)));
+  const double lo = (below + h) / 2, hi = (h + above) / 2;  // exact: halves are few bits
+  const bool even = (bits & 1u) == 0;
+  return (value > lo || (value == lo && even)) && (value < hi || (value == hi && even));
+}
+
 // Dragon4's unique digits: the shortest that read back as this float32 (ties to the digits nearest
-// the exact value), which is std::to_chars's shortest round trip.
-Digits shortest_digits(float magnitude) {
+// the exact value), which is std::to_chars's shortest round trip; for a float16 value the shortest
+// that read back as that float16 (numpy's Dragon4 with float16's precision).
+Digits shortest_digits(float magnitude, DType dtype = DType::float32) {
   char text[64];
+  if (dtype == DType::float16 && std::isfinite(magnitude) && magnitude != 0) {
+    for (int significant = 1; significant <= 5; ++significant) {
+      std::snprintf(text, sizeof text, "%.*e", significant - 1, static_cast<double>(magnitude));
+      if (reads_back_as_half(std::strtod(text, nullptr), magnitude)) return parse_scientific(text);
+    }
+  }
   const auto result =
       std::to_chars(text, text + sizeof text, magnitude, std::chars_format::scientific);
   return parse_scientific(std::string_view(text, static_cast<size_t>(result.ptr - text)));
@@ -91,8 +111,8 @@ void trim_trailing_zeros(std::string& digits, size_t keep) {
 
 // Scientific digits as numpy's dragon4_scientific(unique=True) picks them: the unique digits, cut
 // at `max_fraction` digits after the point, or extended to `min_fraction` digits (-1: none).
-Digits scientific_digits(float magnitude, int max_fraction, int min_fraction) {
-  Digits digits = shortest_digits(magnitude);
+Digits scientific_digits(float magnitude, int max_fraction, int min_fraction, DType dtype) {
+  Digits digits = shortest_digits(magnitude, dtype);
   const int fraction = static_cast<int>(digits.digits.size()) - 1;
   if (fraction > max_fraction) {
     digits = rounded_digits(magnitude, max_fraction + 1);
@@ -131,8 +151,8 @@ Positional to_positional(const Digits& digits) {
 // unique digits, cut at `max_fraction` digits after the point. `through_units` is numpy's
 // min_digits=0, which makes Dragon4 print exact digits down to the units place: integers above
 // 2^24 whose unique digits end in zeros (16777217 -> "16777216.", 99999992 -> "99999992.").
-Positional positional_digits(float magnitude, int max_fraction, bool through_units) {
-  const Digits shortest = shortest_digits(magnitude);
+Positional positional_digits(float magnitude, int max_fraction, bool through_units, DType dtype) {
+  const Digits shortest = shortest_digits(magnitude, dtype);
   const int fraction_needed = static_cast<int>(shortest.digits.size()) - 1 - shortest.exponent;
   char text[128];  // enough for FLT_MAX with 8 fraction digits
   if (fraction_needed > max_fraction) {
@@ -162,10 +182,10 @@ std::string pad_left(std::string text, int64_t width) {
 // ---------------------------------------------------------------------------------------------
 // Element formatters: one width for all elements, from the elements that will be printed.
 
-// numpy's FloatingFormat for floatmode 'maxprec', sign '-'.
+// numpy's FloatingFormat for floatmode 'maxprec', sign '-', of float32 or float16 values.
 class FloatFormatter {
  public:
-  explicit FloatFormatter(const std::vector<float>& sample) {
+  explicit FloatFormatter(const std::vector<float>& sample, DType dtype = DType::float32) : dtype_(dtype) {
     std::vector<float> finite;
     bool has_negative_inf = false;
     for (const float value : sample) {
@@ -193,11 +213,11 @@ class FloatFormatter {
     const std::string sign = std::signbit(value) ? "-" : "";
     const float magnitude = std::fabs(value);
     if (scientific_) {
-      const Digits digits = scientific_digits(magnitude, fraction_digits_, fraction_digits_);
+      const Digits digits = scientific_digits(magnitude, fraction_digits_, fraction_digits_, dtype_);
       return pad_left(sign + digits.digits[0], pad_left_) + "." + digits.digits.substr(1) +
              exponent_text(digits.exponent, exponent_digits_);
     }
-    const Positional digits = positional_digits(magnitude, kPrecision, true);
+    const Positional digits = positional_digits(magnitude, kPrecision, true, dtype_);
     std::string text = pad_left(sign + digits.whole, pad_left_) + "." + digits.fraction;
     text.append(static_cast<size_t>(std::max<int64_t>(
                     0, pad_right_ - static_cast<int64_t>(digits.fraction.size()))),
@@ -206,7 +226,7 @@ class FloatFormatter {
   }
 
  private:
-  static bool needs_scientific(const std::vector<float>& finite) {
+  bool needs_scientific(const std::vector<float>& finite) const {
     float max_abs = 0;
     float min_abs = std::numeric_limits<float>::infinity();
     for (const float value : finite) {
@@ -216,14 +236,16 @@ class FloatFormatter {
     }
     if (max_abs == 0) return false;  // no nonzero finite values
     // The ratio is a float32 division, as in numpy; it may overflow to inf, which counts.
-    return max_abs >= kSciAtLeast || min_abs < kSciBelow || max_abs / min_abs > kSciRatio;
+    // float16 data compares in float16 (NEP 50): the bounds and the ratio are rounded to it.
+    return max_abs >= round_to(dtype_, kSciAtLeast) || min_abs < round_to(dtype_, kSciBelow) ||
+           round_to(dtype_, max_abs / min_abs) > kSciRatio;
   }
 
   // First pass of dragon4_scientific(precision=8, unique=True, trim='.'): the widest mantissa
   // fraction becomes every element's digit count.
   void measure_scientific(const std::vector<float>& finite) {
     for (const float value : finite) {
-      const Digits digits = scientific_digits(std::fabs(value), kPrecision, -1);
+      const Digits digits = scientific_digits(std::fabs(value), kPrecision, -1, dtype_);
       fraction_digits_ = std::max(fraction_digits_, static_cast<int>(digits.digits.size()) - 1);
       pad_left_ = std::max(pad_left_, std::signbit(value) ? 2 : 1);
       const int exponent = digits.exponent < 0 ? -digits.exponent : digits.exponent;
@@ -235,18 +257,40 @@ class FloatFormatter {
   // First pass of dragon4_positional(precision=8, unique=True, trim='.').
   void measure_positional(const std::vector<float>& finite) {
     for (const float value : finite) {
-      const Positional digits = positional_digits(std::fabs(value), kPrecision, false);
+      const Positional digits = positional_digits(std::fabs(value), kPrecision, false, dtype_);
       const int whole = static_cast<int>(digits.whole.size()) + (std::signbit(value) ? 1 : 0);
       pad_left_ = std::max(pad_left_, whole);
       pad_right_ = std::max(pad_right_, static_cast<int>(digits.fraction.size()));
     }
   }
 
+  DType dtype_;
   bool scientific_ = false;
   int pad_left_ = 0;   // characters left of the point, sign included
   int pad_right_ = 0;  // positional: digits right of the point; scientific: only sizes nan/inf
   int fraction_digits_ = 0;
   size_t exponent_digits_ = 2;
+};
+
+class HalfFormatter : public FloatFormatter {
+ public:
+  explicit HalfFormatter(const std::vector<float>& sample) : FloatFormatter(sample, DType::float16) {}
+};
+
+// bfloat16 (ml_dtypes): numpy prints a dtype it does not know through each element's repr(),
+// unpadded, and ml_dtypes' repr is C++'s `ostream << float` (printf's %g: 6 significant digits)
+// with NaN printed as "nan": [1 2.5 3.14062 -inf nan].
+std::string bfloat16_text(float value) {
+  if (std::isnan(value)) return "nan";
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+  return text;
+}
+
+class Bfloat16Formatter {
+ public:
+  explicit Bfloat16Formatter(const std::vector<float>&) {}
+  std::string operator()(float value) const { return bfloat16_text(value); }
 };
 
 // numpy's IntegerFormat: right-aligned to the longer of str(max) and str(min).
@@ -291,12 +335,12 @@ class BoolFormatter {
 
 // str() of a float32 scalar, which is what numpy prints for a 0-d array: the unique digits, no
 // precision cut, "3.0" rather than "3." and "1e-05" rather than "1.e-05".
-std::string scalar_text(float value) {
+std::string scalar_text(float value, DType dtype = DType::float32) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
   const std::string sign = std::signbit(value) ? "-" : "";
   const float magnitude = std::fabs(value);
-  const Digits digits = shortest_digits(magnitude);
+  const Digits digits = shortest_digits(magnitude, dtype);
   const auto wide = static_cast<double>(magnitude);
   if (magnitude == 0 || (wide >= kScalarPositionalFrom && wide < kScalarPositionalBelow)) {
     const Positional positional = to_positional(digits);
@@ -450,6 +494,8 @@ std::string format_array(const HostArray& array) {
   if (array.shape.empty()) {
     if (array.dtype == DType::bool_) return element_at<int32_t>(array, 0) ? "True" : "False";
     if (array.dtype == DType::uint32) return std::to_string(element_at<uint32_t>(array, 0));
+    if (array.dtype == DType::bfloat16) return bfloat16_text(element_at<float>(array, 0));
+    if (array.dtype == DType::float16) return scalar_text(element_at<float>(array, 0), DType::float16);
     return array.dtype == DType::float32 ? scalar_text(element_at<float>(array, 0))
                                          : std::to_string(element_at<int32_t>(array, 0));
   }
@@ -462,6 +508,10 @@ std::string format_array(const HostArray& array) {
       return format_elements<int32_t, BoolFormatter>(array, layout);
     case DType::uint32:
       return format_elements<uint32_t, UintFormatter>(array, layout);
+    case DType::bfloat16:
+      return format_elements<float, Bfloat16Formatter>(array, layout);
+    case DType::float16:
+      return format_elements<float, HalfFormatter>(array, layout);
     case DType::int32:
       break;
   }

@@ -49,6 +49,7 @@ std::string errno_text(int error) {
 std::string header_dict(const HostArray& array) {
   // bool is numpy's one-byte '|b1', as np.save writes a bool array (meshvk holds 32-bit words).
   const std::string_view descr = array.dtype == DType::float32  ? "<f4"
+                                 : array.dtype == DType::float16 ? "<f2"
                                  : array.dtype == DType::bool_  ? "|b1"
                                  : array.dtype == DType::uint32 ? "<u4"
                                                                 : "<i4";
@@ -153,6 +154,18 @@ std::vector<std::byte> encode_npy(const HostArray& array) {
     }
     return out;
   }
+  if (array.dtype == DType::float16) {  // float32 words of float16 values -> '<f2'
+    for (size_t i = 0; i < array.bytes.size(); i += 4) {
+      float value;
+      std::memcpy(&value, array.bytes.data() + i, 4);
+      const uint16_t bits = float16_bits(value);
+      out.push_back(static_cast<std::byte>(bits & 0xff));
+      out.push_back(static_cast<std::byte>(bits >> 8));
+    }
+    return out;
+  }
+  if (array.dtype == DType::bfloat16)
+    throw Error("encode_npy: numpy has no bfloat16 type; convert to float32 or float16 first");
   out.insert(out.end(), array.bytes.begin(), array.bytes.end());
   // The file is little-endian ('<f4', '<i4'); HostArray bytes are native.
   if constexpr (std::endian::native == std::endian::big) {

@@ -1,7 +1,7 @@
 // The elements of a .npy file converted to the 32-bit dtypes meshvk holds. The rule, also in
 // array.hpp and the README:
 //   '<f4' float32, '<i4' int32, '<u4' uint32, '|b1' bool: loaded as they are;
-//   '<f2' -> float32: exact (every half is a float);
+//   '<f2' -> float16 (held as the float32 words of its values, as the device stores it);
 //   '<f8' -> float32: rounded to nearest as numpy's astype(float32); a finite value beyond
 //          float32's range (which astype would turn into inf) is an Error; inf and nan stay;
 //   '|i1', '<i2', '<i8' -> int32, and '|u1', '<u2' -> int32 (every value of those fits);
@@ -130,7 +130,7 @@ std::array<std::byte, 4> convert(const std::byte* p, const Descr& descr, int64_t
 DType loaded_dtype(const Descr& descr) {
   switch (descr.kind) {
     case ElementKind::floating:
-      return DType::float32;
+      return descr.size == 2 ? DType::float16 : DType::float32;
     case ElementKind::boolean:
       return DType::bool_;
     case ElementKind::unsigned_int:

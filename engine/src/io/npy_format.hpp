@@ -25,8 +25,8 @@ constexpr int64_t kLoadedElementBytes = 4;
 
 // The descrs load_npy reads and what each becomes: the text of "supported: ..." in errors.
 constexpr std::string_view kSupportedDescrs =
-    "'<f4', '<i4', '<u4' and '|b1' (loaded as float32, int32, uint32 and bool); '<f8' and '<f2' "
-    "(converted to float32), '<i8', '<i2', '|i1', '<u2' and '|u1' (converted to int32), '<u8' "
+    "'<f4', '<f2', '<i4', '<u4' and '|b1' (loaded as float32, float16, int32, uint32 and bool); "
+    "'<f8' (converted to float32), '<i8', '<i2', '|i1', '<u2' and '|u1' (converted to int32), '<u8' "
     "(converted to uint32); multi-byte ones may also be big-endian ('>f4') or native ('=f4')";
 
 // "load_npy(what): message" as a meshvk::Error.

@@ -37,7 +37,7 @@ std::string EwProgram::to_string(const std::vector<std::string>& input_names) co
       text[i] = k < input_names.size() && !input_names[k].empty() ? input_names[k]
                                                                   : "in" + std::to_string(n.input);
     } else if (n.op == EwOp::constant) {
-      if (n.dtype == DType::float32) {
+      if (is_floating(n.dtype)) {
         float f;
         std::memcpy(&f, &n.bits, 4);
         std::ostringstream s;
@@ -163,9 +163,41 @@ float mv_tanh(float x) {
 vec4 mv_tanh(vec4 x) { return vec4(mv_tanh(x.x), mv_tanh(x.y), mv_tanh(x.z), mv_tanh(x.w)); }
 )";
 
+// Rounding a float32 to the nearest bfloat16 / float16 value (ties to even, overflow to inf, NaN
+// kept and quiet), as a float32: integer arithmetic on the bits, the same as meshvk/dtype.hpp's
+// host conversions, so the result does not depend on how the adapter converts or flushes.
+const char* kRound16 = R"(
+float mv_bf16(float x) {
+  uint u = floatBitsToUint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uintBitsToFloat((u | 0x00400000u) & 0xffff0000u);
+  u += 0x7fffu + ((u >> 16u) & 1u);
+  return uintBitsToFloat(u & 0xffff0000u);
+}
+vec4 mv_bf16(vec4 x) { return vec4(mv_bf16(x.x), mv_bf16(x.y), mv_bf16(x.z), mv_bf16(x.w)); }
+float mv_f16(float x) {
+  const uint u = floatBitsToUint(x);
+  const uint s = u & 0x80000000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uintBitsToFloat((u | 0x00400000u) & 0xffffe000u);
+  if (a >= 0x477ff000u) return uintBitsToFloat(s | 0x7f800000u);
+  if (a >= 0x38800000u) return uintBitsToFloat(s | ((a + 0xfffu + ((a >> 13u) & 1u)) & 0xffffe000u));
+  const uint e = a >> 23u;
+  if (e < 102u) return uintBitsToFloat(s);
+  const uint m = (a & 0x7fffffu) | 0x800000u;
+  const uint sh = 126u - e;
+  uint q = m >> sh;
+  const uint rem = m & ((1u << sh) - 1u), mid = 1u << (sh - 1u);  // `half` is reserved in GLSL
+  if (rem > mid || (rem == mid && (q & 1u) != 0u)) q += 1u;
+  if (q == 0u) return uintBitsToFloat(s);
+  return uintBitsToFloat(s | (floatBitsToUint(float(q)) - (24u << 23u)));
+}
+vec4 mv_f16(vec4 x) { return vec4(mv_f16(x.x), mv_f16(x.y), mv_f16(x.z), mv_f16(x.w)); }
+)";
+
 std::string type_name(DType dtype, int width) {
   switch (dtype) {
     case DType::float32:
+    case DType::bfloat16:
+    case DType::float16:
       return width == 4 ? "vec4" : "float";
     case DType::int32:
       return width == 4 ? "ivec4" : "int";
@@ -181,6 +213,8 @@ std::string type_name(DType dtype, int width) {
 std::string decode(const std::string& raw, DType dtype, int width) {
   switch (dtype) {
     case DType::float32:
+    case DType::bfloat16:
+    case DType::float16:
       return "uintBitsToFloat(" + raw + ")";
     case DType::int32:
       return type_name(dtype, width) + "(" + raw + ")";
@@ -194,7 +228,7 @@ std::string decode(const std::string& raw, DType dtype, int width) {
 
 std::string encode(const std::string& v, DType dtype, int width) {
   const std::string u = width == 4 ? "uvec4" : "uint";
-  if (dtype == DType::float32) return "floatBitsToUint(" + v + ")";
+  if (is_floating(dtype)) return "floatBitsToUint(" + v + ")";
   return u + "(" + v + ")";
 }
 
@@ -265,7 +299,7 @@ struct MathMode {
 std::string library_functions(const EwProgram& p, MathMode math) {
   std::vector<std::string> names;
   for (const EwNode& n : p.nodes)
-    if (n.op != EwOp::input && n.op != EwOp::constant && n.dtype == DType::float32)
+    if (n.op != EwOp::input && n.op != EwOp::constant && is_floating(n.dtype))
       if (const char* f = library_function(n.op, math.float64); f && (!math.fast_math || library_only(n.op)))
         names.push_back(f);
   return mathlib::glsl_functions(names);
@@ -275,7 +309,7 @@ std::string library_functions(const EwProgram& p, MathMode math) {
 bool calls_float64_trig(const EwProgram& p, MathMode math) {
   return math.float64 && !math.fast_math &&
          std::any_of(p.nodes.begin(), p.nodes.end(), [](const EwNode& n) {
-           return n.dtype == DType::float32 &&
+           return is_floating(n.dtype) &&
                   (n.op == EwOp::sin || n.op == EwOp::cos || n.op == EwOp::tan);
          });
 }
@@ -287,7 +321,7 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
   const std::string b = n.b >= 0 ? "v" + std::to_string(n.b) : "";
   const std::string c = n.c >= 0 ? "v" + std::to_string(n.c) : "";
   const DType in = n.a >= 0 ? p.nodes[n.a].dtype : n.dtype;
-  if ((!math.fast_math || library_only(n.op)) && n.dtype == DType::float32 && n.op != EwOp::input && n.op != EwOp::constant)
+  if ((!math.fast_math || library_only(n.op)) && is_floating(n.dtype) && n.op != EwOp::input && n.op != EwOp::constant)
     if (const char* f = library_function(n.op, math.float64)) {
       std::string call = std::string(f) + "(" + a;
       if (n.b >= 0) call += ", " + b;
@@ -299,7 +333,7 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
     case EwOp::constant: {
       // A float +0.0 is read from the push constants (always 0): llvmpipe folds a literal zero
       // operand away (x * 0 -> 0 for inf and NaN too, x / 0 -> undefined), which numpy does not.
-      const std::string s = n.dtype == DType::float32 ? (n.bits == 0 ? std::string("uintBitsToFloat(pc.zero)")
+      const std::string s = is_floating(n.dtype) ? (n.bits == 0 ? std::string("uintBitsToFloat(pc.zero)")
                                                                      : "uintBitsToFloat(" + std::to_string(n.bits) + "u)")
                             : n.dtype == DType::int32 ? "int(" + std::to_string(n.bits) + "u)"
                                                       : (n.bits ? "true" : "false");
@@ -307,7 +341,7 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
     }
     case EwOp::neg: return "(-" + a + ")";
     case EwOp::abs: return "abs(" + a + ")";
-    case EwOp::sign: return n.dtype == DType::float32 ? "mv_sign(" + a + ")" : "sign(" + a + ")";
+    case EwOp::sign: return is_floating(n.dtype) ? "mv_sign(" + a + ")" : "sign(" + a + ")";
     case EwOp::exp: return "exp(" + a + ")";
     case EwOp::log: return "log(" + a + ")";
     case EwOp::sqrt: return "sqrt(" + a + ")";
@@ -322,7 +356,7 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
     case EwOp::erf: case EwOp::erfinv: return "";  // always the library's (library_only)
     case EwOp::tanh: return "mv_tanh(" + a + ")";
     case EwOp::sigmoid: return "(" + T + "(1.0) / (" + T + "(1.0) + exp(-" + a + ")))";
-    case EwOp::relu: return n.dtype == DType::float32 ? "mv_max(" + a + ", " + T + "(0.0))" : "max(" + a + ", " + T + "(0))";
+    case EwOp::relu: return is_floating(n.dtype) ? "mv_max(" + a + ", " + T + "(0.0))" : "max(" + a + ", " + T + "(0))";
     case EwOp::square: return "(" + a + " * " + a + ")";
     case EwOp::reciprocal: return "(" + T + "(1.0) / " + a + ")";
     case EwOp::expm1: return "(exp(" + a + ") - " + T + "(1.0))";
@@ -346,8 +380,8 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
     case EwOp::floordiv: return "mv_floordiv(" + a + ", " + b + ")";
     case EwOp::mod: return "mv_mod(" + a + ", " + b + ")";
     case EwOp::pow: return "mv_pow(" + a + ", " + b + ")";
-    case EwOp::maximum: return in == DType::float32 ? "mv_max(" + a + ", " + b + ")" : "max(" + a + ", " + b + ")";
-    case EwOp::minimum: return in == DType::float32 ? "mv_min(" + a + ", " + b + ")" : "min(" + a + ", " + b + ")";
+    case EwOp::maximum: return is_floating(in) ? "mv_max(" + a + ", " + b + ")" : "max(" + a + ", " + b + ")";
+    case EwOp::minimum: return is_floating(in) ? "mv_min(" + a + ", " + b + ")" : "min(" + a + ", " + b + ")";
     case EwOp::eq: case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
       return compare(n.op, a, b, width);
     case EwOp::logical_and:
@@ -362,6 +396,24 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
       return width == 4 ? "mix(" + c + ", " + b + ", " + a + ")" : "(" + a + " ? " + b + " : " + c + ")";
   }
   return "";
+}
+
+// A node's value: a bfloat16 or float16 result is computed in float32 and rounded to its format
+// right away, so a fused chain rounds after every op as XLA does (inputs and constants already are
+// values of the format).
+std::string rounded_expr(const EwProgram& p, size_t i, int width, MathMode math) {
+  const EwNode& n = p.nodes[i];
+  std::string e = node_expr(p, i, width, math);
+  if (n.op == EwOp::input || n.op == EwOp::constant) return e;
+  if (n.dtype == DType::bfloat16) return "mv_bf16(" + e + ")";
+  if (n.dtype == DType::float16) return "mv_f16(" + e + ")";
+  return e;
+}
+
+bool rounds_16bit(const EwProgram& p) {
+  return std::any_of(p.nodes.begin(), p.nodes.end(), [](const EwNode& n) {
+    return n.dtype == DType::bfloat16 || n.dtype == DType::float16;
+  });
 }
 
 constexpr int kWorkgroup = 64;
@@ -393,7 +445,7 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uvec4 o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << library_functions(p, math);
+  g << kHelpers << (rounds_16bit(p) ? kRound16 : "") << library_functions(p, math);
   g << "void main() {\n  const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;\n";
   g << "  for (uint u = 0u; u < " << per_invocation << "u; ++u) {\n";
   g << "    const uint i = (wg * " << per_invocation << "u + u) * " << kWorkgroup << "u + gl_LocalInvocationID.x;\n";
@@ -408,7 +460,7 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
         << decode("texelFetch(in" + std::to_string(k) + ", pc.off[" + std::to_string(k) + "]).x", inputs[k].dtype, 1) << ");\n";
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
-    g << "    precise const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << node_expr(p, i, 4, math) << ";\n";
+    g << "    precise const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << rounded_expr(p, i, 4, math) << ";\n";
   g << "    o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 4) << ";\n  }\n}\n";
   return g.str();
 }
@@ -423,7 +475,7 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uint o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << library_functions(p, math);
+  g << kHelpers << (rounds_16bit(p) ? kRound16 : "") << library_functions(p, math);
   g << "void main() {\n  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * " << kWorkgroup
     << "u + gl_LocalInvocationID.x;\n  if (i >= pc.n) return;\n  uint rest = pc.base + i;\n";
   for (size_t d = shape.size(); d-- > 0;) {
@@ -444,7 +496,7 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
       << decode("texelFetch(in" + std::to_string(k) + ", " + index + ").x", inputs[k].dtype, 1) << ";\n";
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
-    g << "  precise const " << type_name(p.nodes[i].dtype, 1) << " v" << i << " = " << node_expr(p, i, 1, math) << ";\n";
+    g << "  precise const " << type_name(p.nodes[i].dtype, 1) << " v" << i << " = " << rounded_expr(p, i, 1, math) << ";\n";
   g << "  o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 1) << ";\n}\n";
   return g.str();
 }

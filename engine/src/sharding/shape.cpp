@@ -15,6 +15,10 @@ std::string_view dtype_name(DType dtype) {
       return "bool";
     case DType::uint32:
       return "uint32";
+    case DType::bfloat16:
+      return "bfloat16";
+    case DType::float16:
+      return "float16";
   }
   return "unknown";
 }
