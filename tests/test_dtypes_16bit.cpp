@@ -5,12 +5,12 @@
 // uint32 arithmetic (round to nearest even), computed in float32 then rounded, op by op.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <random>
-#include <unistd.h>
 
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
@@ -24,7 +24,9 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-Array f32(const std::vector<float>& v) { return mv::array(std::span<const float>(v)); }
+Array f32(const std::vector<float>& v) {
+  return mv::array(std::span<const float>(v));
+}
 
 std::vector<uint16_t> bits_of(const std::vector<mv::bfloat16>& v) {
   std::vector<uint16_t> b;
@@ -37,24 +39,30 @@ std::vector<uint16_t> bits_of(const std::vector<mv::float16>& v) {
   return b;
 }
 std::vector<uint16_t> bits16(const Array& x) {
-  return x.dtype() == DType::bfloat16 ? bits_of(x.to_host<mv::bfloat16>()) : bits_of(x.to_host<mv::float16>());
+  return x.dtype() == DType::bfloat16 ? bits_of(x.to_host<mv::bfloat16>())
+                                      : bits_of(x.to_host<mv::float16>());
 }
 
-Array bf16(const std::vector<float>& v) { return mv::astype(f32(v), DType::bfloat16); }
-Array f16(const std::vector<float>& v) { return mv::astype(f32(v), DType::float16); }
+Array bf16(const std::vector<float>& v) {
+  return mv::astype(f32(v), DType::bfloat16);
+}
+Array f16(const std::vector<float>& v) {
+  return mv::astype(f32(v), DType::float16);
+}
 
 // Values that exercise every rounding case of both formats.
 std::vector<float> awkward_values() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, std::nanf(""), -std::nanf(""),
-                          std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
-                          std::numeric_limits<float>::denorm_min(), 0x1p-130f,
-                          // bfloat16 ties: to even down (1 + 2^-8) and up (1 + 3 * 2^-8)
-                          1.00390625f, 1.01171875f, -1.00390625f, 0x1.fep127f, 0x1.ff0p127f,
-                          // float16 ties, its largest finite value and the overflow boundary
-                          1.00048828125f, 1.00146484375f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65536.0f,
-                          // float16 subnormals: 2^-24, 2^-25 (ties to 0), 1.5 * 2^-24 (ties up to 2^-23)
-                          0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.8p-25f, 0x1.000002p-25f, 0x1.ffcp-15f, 0x1.ffep-15f,
-                          0x1p-14f, 6.1e-5f, 0.1f, 1.0f / 3.0f, 3.14159265f, 1e10f, -2.5e-7f};
+  std::vector<float> v = {
+      0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, std::nanf(""), -std::nanf(""),
+      std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
+      std::numeric_limits<float>::denorm_min(), 0x1p-130f,
+      // bfloat16 ties: to even down (1 + 2^-8) and up (1 + 3 * 2^-8)
+      1.00390625f, 1.01171875f, -1.00390625f, 0x1.fep127f, 0x1.ff0p127f,
+      // float16 ties, its largest finite value and the overflow boundary
+      1.00048828125f, 1.00146484375f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65536.0f,
+      // float16 subnormals: 2^-24, 2^-25 (ties to 0), 1.5 * 2^-24 (ties up to 2^-23)
+      0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.8p-25f, 0x1.000002p-25f, 0x1.ffcp-15f, 0x1.ffep-15f,
+      0x1p-14f, 6.1e-5f, 0.1f, 1.0f / 3.0f, 3.14159265f, 1e10f, -2.5e-7f};
   std::mt19937 rng(7);
   for (int i = 0; i < 20000; ++i) {
     const uint32_t u = rng();
@@ -68,7 +76,8 @@ std::vector<float> awkward_values() {
 
 bool same_value(uint16_t a, uint16_t b, DType t) {
   const auto nan = [t](uint16_t h) {
-    return t == DType::bfloat16 ? ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) : ((h & 0x7c00) == 0x7c00 && (h & 0x3ff));
+    return t == DType::bfloat16 ? ((h & 0x7f80) == 0x7f80 && (h & 0x7f))
+                                : ((h & 0x7c00) == 0x7c00 && (h & 0x3ff));
   };
   return a == b || (nan(a) && nan(b) && (a & 0x8000) == (b & 0x8000));
 }
@@ -77,8 +86,10 @@ bool same_value(uint16_t a, uint16_t b, DType t) {
 
 TEST(Dtypes16, HostConversionsMatchNumpy) {
   // numpy: np.array([...], np.float32).astype(np.float16).view(np.uint16)
-  const std::vector<float> in = {0.1f, 65504.0f, 65520.0f, 0x1p-25f, 0x1.8p-24f, 1.00048828125f, -2.5e-7f, 1e-3f};
-  const std::vector<uint16_t> want = {0x2e66, 0x7bff, 0x7c00, 0x0000, 0x0002, 0x3c00, 0x8004, 0x1419};
+  const std::vector<float> in = {0.1f,       65504.0f,       65520.0f, 0x1p-25f,
+                                 0x1.8p-24f, 1.00048828125f, -2.5e-7f, 1e-3f};
+  const std::vector<uint16_t> want = {0x2e66, 0x7bff, 0x7c00, 0x0000,
+                                      0x0002, 0x3c00, 0x8004, 0x1419};
   for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(mv::float16_bits(in[i]), want[i]) << in[i];
   EXPECT_EQ(mv::bfloat16_bits(1.00390625f), 0x3f80);   // tie to even (down)
   EXPECT_EQ(mv::bfloat16_bits(1.01171875f), 0x3f82);   // tie to even (up)
@@ -107,8 +118,8 @@ TEST(Dtypes16, DeviceRoundingMatchesHostBitForBit) {
                        (std::isnan(back[i]) && std::isnan(want_f)));
       if (!ok) {
         ++bad;
-        ADD_FAILURE() << mv::dtype_name(t) << " of " << std::hexfloat << v[i] << ": got 0x" << std::hex << got[i]
-                      << " want 0x" << want;
+        ADD_FAILURE() << mv::dtype_name(t) << " of " << std::hexfloat << v[i] << ": got 0x"
+                      << std::hex << got[i] << " want 0x" << want;
       }
     }
   }
@@ -119,7 +130,8 @@ TEST(Dtypes16, DeviceRoundingMatchesHostBitForBit) {
             (std::vector<uint16_t>{0x4b80, 0xc040, 0x4380}));
   EXPECT_EQ(mv::astype(bf16({2.75f, -2.75f, 300.0f}), DType::int32).to_host<int32_t>(),
             (std::vector<int32_t>{2, -2, 300}));
-  EXPECT_EQ(mv::astype(mv::astype(f16({0.0f, 0.5f, -0.0f}), DType::bool_), DType::int32).to_host<int32_t>(),
+  EXPECT_EQ(mv::astype(mv::astype(f16({0.0f, 0.5f, -0.0f}), DType::bool_), DType::int32)
+                .to_host<int32_t>(),
             (std::vector<int32_t>{0, 1, 0}));
 }
 
@@ -152,7 +164,8 @@ TEST(Dtypes16, PromotionFollowsJax) {
 }
 
 TEST(Dtypes16, ElementwiseRoundsAfterEveryOpAsNumpy) {
-  const std::vector<float> xv = {0.1f, 0.2f, 0.7f, 1.1f, 3.3f}, yv = {3.0f, -1.0f, 2.5f, 0.3f, 7.0f};
+  const std::vector<float> xv = {0.1f, 0.2f, 0.7f, 1.1f, 3.3f},
+                           yv = {3.0f, -1.0f, 2.5f, 0.3f, 7.0f};
   // numpy float16
   const Array hx = f16(xv), hy = f16(yv);
   EXPECT_EQ(bits16(hx * hy), (std::vector<uint16_t>{13516, 45670, 16128, 13639, 19911}));
@@ -167,7 +180,8 @@ TEST(Dtypes16, ElementwiseRoundsAfterEveryOpAsNumpy) {
   EXPECT_EQ(bits16(mv::exp(bx)), (std::vector<uint16_t>{16269, 16284, 16385, 16449, 16856}));
   // A fused chain rounds after each op (XLA), not once at the end (which would give
   // {16506, 16410, 16644, 16512, 17040}).
-  EXPECT_EQ(bits16((bx * by + 1.0f) * 3.0f), (std::vector<uint16_t>{16505, 16410, 16644, 16511, 17041}));
+  EXPECT_EQ(bits16((bx * by + 1.0f) * 3.0f),
+            (std::vector<uint16_t>{16505, 16410, 16644, 16511, 17041}));
   // Overflow to inf in the format; NaN stays.
   EXPECT_EQ(bits16(f16({300.0f}) * 300.0f), (std::vector<uint16_t>{0x7c00}));
   EXPECT_EQ(bits16(bf16({3e38f}) * 2.0f), (std::vector<uint16_t>{0x7f80}));
@@ -176,9 +190,36 @@ TEST(Dtypes16, ElementwiseRoundsAfterEveryOpAsNumpy) {
   EXPECT_EQ(bits16(f16({0x1p-14f}) / 3.0f), (std::vector<uint16_t>{0x0155}));
   // maximum / minimum / comparisons / where on the values of the format
   EXPECT_EQ(bits16(mv::maximum(bx, by)), bits16(bf16({3.0f, 0.2f, 2.5f, 1.1f, 7.0f})));
-  EXPECT_EQ(mv::astype(bx > by, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{0, 1, 0, 1, 0}));
-  EXPECT_EQ(mv::astype(mv::isnan(mv::astype(f32({std::nanf(""), 1.0f}), DType::bfloat16)), DType::int32).to_host<int32_t>(),
-            (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(mv::astype(bx > by, DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(
+      mv::astype(mv::isnan(mv::astype(f32({std::nanf(""), 1.0f}), DType::bfloat16)), DType::int32)
+          .to_host<int32_t>(),
+      (std::vector<int32_t>{1, 0}));
+}
+
+TEST(Dtypes16, BroadcastingAndMadeArraysKeepTheFormat) {
+  // A broadcast operand takes the strided kernel; each result still rounds.
+  std::vector<float> mv_(6), row = {0.1f, 1.7f, -3.3f};
+  for (size_t i = 0; i < mv_.size(); ++i) mv_[i] = 0.37f * static_cast<float>(i) - 1.0f;
+  for (const DType t : {DType::bfloat16, DType::float16}) {
+    const Array m = mv::astype(f32(mv_).reshape(2, 3), t), r = mv::astype(f32(row), t);
+    std::vector<uint16_t> want;
+    for (size_t i = 0; i < 6; ++i) {
+      const float p = mv::round_to(t, mv::round_to(t, mv_[i]) * mv::round_to(t, row[i % 3]));
+      const float v = mv::round_to(t, p - 0.25f);
+      want.push_back(t == DType::bfloat16 ? mv::bfloat16_bits(v) : mv::float16_bits(v));
+    }
+    EXPECT_EQ(bits16(m * r - 0.25f), want) << mv::dtype_name(t);
+    EXPECT_EQ(mv::ones_like(m).dtype(), t);
+    EXPECT_EQ(bits16(mv::ones({2}, t)), bits16(mv::astype(f32({1, 1}), t)));
+    EXPECT_EQ(bits16(mv::full_like(m, 0.1)),
+              std::vector<uint16_t>(6, bits16(mv::astype(f32({0.1f}), t))[0]));
+    EXPECT_EQ(bits16(mv::pad(r, {{1, 0}}, 0.1f))[0], bits16(mv::astype(f32({0.1f}), t))[0]);
+    EXPECT_EQ(mv::one_hot(mv::array({1, 0}), 3, t).dtype(), t);
+    EXPECT_TRUE(
+        std::isnan(mv::astype(mv::take(r, mv::array({5})), DType::float32).to_host<float>()[0]));
+  }
 }
 
 TEST(Dtypes16, ReductionsAccumulateInFloat32) {
@@ -197,7 +238,8 @@ TEST(Dtypes16, ReductionsAccumulateInFloat32) {
   EXPECT_EQ(bits16(mv::min(m)), bits16(bf16({-7.5f})));
   EXPECT_EQ(mv::argmax(m, 0).to_host<int32_t>(), (std::vector<int32_t>{1, 1}));
   EXPECT_EQ(mv::var(m).dtype(), DType::bfloat16);
-  EXPECT_EQ(mv::argsort(bf16({3.0f, -1.0f, 2.0f})).to_host<int32_t>(), (std::vector<int32_t>{1, 2, 0}));
+  EXPECT_EQ(mv::argsort(bf16({3.0f, -1.0f, 2.0f})).to_host<int32_t>(),
+            (std::vector<int32_t>{1, 2, 0}));
 }
 
 TEST(Dtypes16, MatmulWithPreferredElementType) {
@@ -220,8 +262,10 @@ TEST(Dtypes16, MatmulWithPreferredElementType) {
   EXPECT_EQ(mv::dot(a2, b2, DType::float32).dtype(), DType::float32);
   EXPECT_EQ(mv::einsum("ij,jk->ik", a2, b2, DType::float32).dtype(), DType::float32);
   EXPECT_EQ(mv::einsum("ij,jk->ik", a2, b2).dtype(), DType::bfloat16);
-  EXPECT_EQ(mv::matmul(mv::astype(a2, DType::float16), mv::astype(b2, DType::float16)).dtype(), DType::float16);
-  expect_error([&] { (void)mv::matmul(a, b, DType::int32); }, "preferred_element_type int32 for floating operands");
+  EXPECT_EQ(mv::matmul(mv::astype(a2, DType::float16), mv::astype(b2, DType::float16)).dtype(),
+            DType::float16);
+  expect_error([&] { (void)mv::matmul(a, b, DType::int32); },
+               "preferred_element_type int32 for floating operands");
 }
 
 TEST(Dtypes16, ShardedUnderJitAndShardMap) {
@@ -229,7 +273,8 @@ TEST(Dtypes16, ShardedUnderJitAndShardMap) {
   std::vector<float> v(64);
   for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i) - 2.0f;
   std::vector<mv::bfloat16> hv(v.begin(), v.end());
-  const Array x = mv::device_put(std::span<const mv::bfloat16>(hv), {8, 8}, mv::NamedSharding(mesh, P("x", "y")));
+  const Array x = mv::device_put(std::span<const mv::bfloat16>(hv), {8, 8},
+                                 mv::NamedSharding(mesh, P("x", "y")));
   EXPECT_EQ(x.dtype(), DType::bfloat16);
   EXPECT_EQ(bits_of(x.to_host<mv::bfloat16>()), bits_of(hv));
   const auto f = mv::jit([](const Array& a) { return mv::sum(a * 2.0f + 1.0f, {0}); });
@@ -239,25 +284,34 @@ TEST(Dtypes16, ShardedUnderJitAndShardMap) {
   std::vector<uint16_t> want;
   for (int c = 0; c < 8; ++c) {
     float s = 0;
-    for (int r = 0; r < 8; ++r) s += mv::round_to(DType::bfloat16, mv::round_to(DType::bfloat16, hv[r * 8 + c].to_float() * 2.0f) + 1.0f);
+    for (int r = 0; r < 8; ++r)
+      s += mv::round_to(DType::bfloat16,
+                        mv::round_to(DType::bfloat16, hv[r * 8 + c].to_float() * 2.0f) + 1.0f);
     want.push_back(mv::bfloat16_bits(s));
   }
   EXPECT_EQ(bits16(y), want);
   // Data movement keeps the bits: transpose, reshape, slice, concatenate, take, reshard.
   EXPECT_EQ(bits16(mv::transpose(x).T()), bits_of(hv));
-  EXPECT_EQ(bits16(mv::device_put(x, mv::NamedSharding(mesh, P("y", "x"))).reshape(64)), bits_of(hv));
-  EXPECT_EQ(bits16(mv::take(x.reshape(64), mv::array({3, 0}))), (std::vector<uint16_t>{hv[3].bits, hv[0].bits}));
+  EXPECT_EQ(bits16(mv::device_put(x, mv::NamedSharding(mesh, P("y", "x"))).reshape(64)),
+            bits_of(hv));
+  EXPECT_EQ(bits16(mv::take(x.reshape(64), mv::array({3, 0}))),
+            (std::vector<uint16_t>{hv[3].bits, hv[0].bits}));
   // psum of bfloat16 inside shard_map: summed in float32, rounded once.
-  const auto psum_f = mv::shard_map([](const Array& a) { return mv::psum(a, "x"); }, mesh, {P("x", "y")}, P(mv::None, "y"));
+  const auto psum_f = mv::shard_map([](const Array& a) { return mv::psum(a, "x"); }, mesh,
+                                    {P("x", "y")}, P(mv::None, "y"));
   const Array ps = psum_f(x);
   EXPECT_EQ(ps.dtype(), DType::bfloat16);
   std::vector<uint16_t> want_ps;
   for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 8; ++c) want_ps.push_back(mv::bfloat16_bits(hv[r * 8 + c].to_float() + hv[(r + 4) * 8 + c].to_float()));
+    for (int c = 0; c < 8; ++c)
+      want_ps.push_back(
+          mv::bfloat16_bits(hv[r * 8 + c].to_float() + hv[(r + 4) * 8 + c].to_float()));
   EXPECT_EQ(bits16(ps), want_ps);
-  const auto pmean_f = mv::shard_map([](const Array& a) { return mv::pmean(a, "y"); }, mesh, {P("x", "y")}, P("x"));
+  const auto pmean_f =
+      mv::shard_map([](const Array& a) { return mv::pmean(a, "y"); }, mesh, {P("x", "y")}, P("x"));
   EXPECT_EQ(pmean_f(x).dtype(), DType::bfloat16);
-  const auto gather_f = mv::shard_map([](const Array& a) { return mv::all_gather(a, "y", 1, true); }, mesh, {P("x", "y")}, P("x"));
+  const auto gather_f = mv::shard_map(
+      [](const Array& a) { return mv::all_gather(a, "y", 1, true); }, mesh, {P("x", "y")}, P("x"));
   EXPECT_EQ(bits16(gather_f(x)), bits_of(hv));
 }
 
@@ -265,7 +319,8 @@ TEST(Dtypes16, GradThroughBfloat16) {
   // loss = sum(x * x * 3): d/dx = 6x in bfloat16 (cotangents in the primal's dtype, as JAX).
   const std::vector<float> xv = {0.1f, -1.3f, 2.7f, 5.0f};
   const Array x = bf16(xv);
-  const auto [value, g] = mv::value_and_grad([](const Array& a) { return mv::sum(a * a * 3.0f); })(x);
+  const auto [value, g] =
+      mv::value_and_grad([](const Array& a) { return mv::sum(a * a * 3.0f); })(x);
   EXPECT_EQ(value.dtype(), DType::bfloat16);
   EXPECT_EQ(g.dtype(), DType::bfloat16);
   const auto xs = x.to_host<mv::bfloat16>();
@@ -277,10 +332,13 @@ TEST(Dtypes16, GradThroughBfloat16) {
   }
   EXPECT_EQ(bits16(g), want);
   // A bfloat16 input used in float32 math gets a bfloat16 cotangent.
-  const auto g2 = mv::grad([](const Array& a) { return mv::sum(mv::astype(a, DType::float32) * 2.0f); })(x);
+  const auto g2 =
+      mv::grad([](const Array& a) { return mv::sum(mv::astype(a, DType::float32) * 2.0f); })(x);
   EXPECT_EQ(g2.dtype(), DType::bfloat16);
   EXPECT_EQ(bits16(g2), bits16(bf16({2.0f, 2.0f, 2.0f, 2.0f})));
-  const auto g3 = mv::grad([](const Array& a) { return mv::sum(mv::matmul(a.reshape(2, 2), a.reshape(2, 2))); })(f16(xv));
+  const auto g3 = mv::grad([](const Array& a) {
+    return mv::sum(mv::matmul(a.reshape(2, 2), a.reshape(2, 2)));
+  })(f16(xv));
   EXPECT_EQ(g3.dtype(), DType::float16);
 }
 
@@ -298,7 +356,8 @@ TEST(Dtypes16, PrintsAsNumpyAndMlDtypes) {
   // ml_dtypes' bfloat16: each element's repr (C++'s ostream << float, 6 digits), unpadded.
   EXPECT_EQ((bf16({0.1f, 0.2f, 0.7f, 1.1f, 3.3f}) * bf16({3, -1, 2.5f, 0.3f, 7})).to_string(),
             "[0.300781 -0.200195 1.75 0.332031 23.125]");
-  EXPECT_EQ(bf16({1, 2, 3, 0x1p32f, -kInf, std::nanf("")}).reshape(2, 3).to_string(), "[[1 2 3]\n [4.29497e+09 -inf nan]]");
+  EXPECT_EQ(bf16({1, 2, 3, 0x1p32f, -kInf, std::nanf("")}).reshape(2, 3).to_string(),
+            "[[1 2 3]\n [4.29497e+09 -inf nan]]");
   EXPECT_EQ(mv::astype(mv::scalar(2.5f), DType::bfloat16).to_string(), "2.5");
 }
 
@@ -332,7 +391,10 @@ TEST(Dtypes16, ErrorsNameTheWayOut) {
   expect_error([&] { (void)f16({1.0f}).to_host<mv::bfloat16>(); }, "to_host<meshvk::float16>");
   expect_error([&] { (void)(b & b); }, "bitwise_and: not defined for bfloat16");
   expect_error([&] { (void)mv::astype(b, static_cast<DType>(9)); }, "DType::bfloat16");
-  expect_error([&] { (void)mv::grad([](const Array& a) { return mv::astype(mv::sum(a), DType::int32); })(b); },
-               "floating (float32, bfloat16, float16) scalar");
+  expect_error(
+      [&] {
+        (void)mv::grad([](const Array& a) { return mv::astype(mv::sum(a), DType::int32); })(b);
+      },
+      "floating (float32, bfloat16, float16) scalar");
   expect_runtime_usable();
 }
