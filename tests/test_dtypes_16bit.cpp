@@ -238,6 +238,10 @@ TEST(Dtypes16, ReductionsAccumulateInFloat32) {
   EXPECT_EQ(bits16(mv::min(m)), bits16(bf16({-7.5f})));
   EXPECT_EQ(mv::argmax(m, 0).to_host<int32_t>(), (std::vector<int32_t>{1, 1}));
   EXPECT_EQ(mv::var(m).dtype(), DType::bfloat16);
+  // prod and cumsum too: in float32, each result rounded once.
+  EXPECT_EQ(bits16(mv::prod(bf16({1.015625f, 1.015625f, 1.015625f}))),
+            (std::vector<uint16_t>{mv::bfloat16_bits(1.015625f * 1.015625f * 1.015625f)}));
+  EXPECT_EQ(bits16(mv::cumsum(b, 0)).back(), 0x4120);
   EXPECT_EQ(mv::argsort(bf16({3.0f, -1.0f, 2.0f})).to_host<int32_t>(),
             (std::vector<int32_t>{1, 2, 0}));
 }

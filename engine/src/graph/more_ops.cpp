@@ -145,6 +145,8 @@ Array prod(const Array& x, std::vector<int> axes, bool keepdims) {
       throw Error("prod: axis " + std::to_string(a) + " is given twice");
     reduce[static_cast<size_t>(ax)] = true;
   }
+  if (x.dtype() == DType::bfloat16 || x.dtype() == DType::float16)  // multiplied in float32, rounded once (as jnp.prod)
+    return astype(prod(astype(x, DType::float32), std::move(axes), keepdims), x.dtype());
   Array r = x.dtype() == DType::bool_ ? astype(x, DType::int32) : x;
   Shape kept;
   for (int d = 0; d < nd; ++d) {
@@ -391,7 +393,7 @@ Array dropout(const Array& key, const Array& x, float rate) {
     throw Error("dropout: rate must be in [0, 1] (the probability of dropping); got " +
                 std::to_string(rate));
   if (!is_floating(x.dtype()))
-    throw Error("dropout: x must be floating (float32, bfloat16, float16), got " + std::string(dtype_name(x.dtype())));
+    throw Error("dropout: x must be float32, bfloat16 or float16, got " + std::string(dtype_name(x.dtype())));
   if (rate == 0.0f) return x;
   if (rate == 1.0f) return zeros_like(x);
   const float keep = 1.0f - rate;

@@ -152,6 +152,8 @@ Array full_like(const Array& x, double value) {
 
 Array cumsum(const Array& x, int axis) {
   const int a = detail::normalize_axis(axis, x.ndim(), "cumsum");
+  if (x.dtype() == DType::bfloat16 || x.dtype() == DType::float16)  // summed in float32, each result rounded once
+    return astype(cumsum(astype(x, DType::float32), axis), x.dtype());
   Array r = x.dtype() == DType::bool_ ? astype(x, DType::int32) : x;
   const int64_t n = x.shape()[static_cast<size_t>(a)];
   // Hillis-Steele: after the step of shift s each element holds the sum of the 2s before it.
