@@ -355,6 +355,15 @@ TEST(Dtypes16, PrintsAsNumpyAndMlDtypes) {
   EXPECT_EQ(f16({1e-5f, 1, 60000}).to_string(), "[1.e-05 1.e+00 6.e+04]");
   EXPECT_EQ((f16({0.1f, 0.2f, 0.7f, 1.1f, 3.3f}) * f16({3, -1, 2.5f, 0.3f, 7})).to_string(),
             "[ 0.2998 -0.2     1.75    0.3298 23.11  ]");
+  EXPECT_EQ(f16({65504, 1, 2}).to_string(), "[6.55e+04 1.00e+00 2.00e+00]");
+  EXPECT_EQ(f16({0.333f, 0.6667f, 1e-4f}).to_string(), "[3.330e-01 6.665e-01 1.000e-04]");
+  EXPECT_EQ(f16({1.5e-7f, 6e-8f}).to_string(), "[2.e-07 6.e-08]");
+  EXPECT_EQ(f16({2049, 2051, 4097}).to_string(), "[2048. 2052. 4096.]");
+  EXPECT_EQ(f16({-kInf, std::nanf(""), 0.5f}).to_string(), "[-inf  nan  0.5]");
+  EXPECT_EQ(f16({1000.5f, 0.999f}).to_string(), "[1.0005e+03 9.9902e-01]");
+  EXPECT_EQ(mv::astype(mv::scalar(65504.0f), DType::float16).to_string(), "65500.0");
+  EXPECT_EQ(mv::astype(mv::scalar(1.0f / 3.0f), DType::float16).to_string(), "0.3333");
+  EXPECT_EQ(mv::astype(mv::scalar(1e5f), DType::float16).to_string(), "inf");
   EXPECT_EQ(mv::astype(mv::scalar(0.1f), DType::float16).to_string(), "0.1");
   EXPECT_EQ(mv::astype(mv::scalar(1e-5f), DType::float16).to_string(), "1e-05");
   // ml_dtypes' bfloat16: each element's repr (C++'s ostream << float, 6 digits), unpadded.
