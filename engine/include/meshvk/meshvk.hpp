@@ -10,6 +10,7 @@
 #include "meshvk/mesh_context.hpp"
 #include "meshvk/nn.hpp"
 #include "meshvk/ops.hpp"
+#include "meshvk/optax.hpp"
 #include "meshvk/partition_spec.hpp"
 #include "meshvk/random.hpp"
 #include "meshvk/runtime.hpp"

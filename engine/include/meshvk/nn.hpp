@@ -53,6 +53,9 @@ Array rms_norm(const Array& x, const Array& scale, float eps = 1e-6f);
 // rate 1 zeros; rate outside [0, 1] is an Error. x is float32.
 Array dropout(const Array& key, const Array& x, float rate);
 
+// meshvk/optax.hpp has these optimizers as optax's GradientTransformations (with momentum,
+// adamw, schedules, clipping and chain); optax::adam's steps equal nn::adam's.
+
 // optax.sgd: p - lr * g for every parameter (each keeps its sharding). grads has the params'
 // names and shapes (an Error names the first that differs).
 Params sgd(const Params& params, const Params& grads, float lr);

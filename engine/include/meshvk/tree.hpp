@@ -1,8 +1,9 @@
 #pragma once
 // Pytrees for jit: the argument and result structures jit flattens into Arrays (Array, Params,
-// std::vector, std::pair and std::tuple of them; nn.hpp adds nn::AdamState), the static
-// arguments that key its cache instead (ints, bools, floats, enums, strings), as jax.jit's
-// static_argnums, and the trees of shardings out_shardings gives for structured results.
+// std::vector, std::pair and std::tuple of them; nn.hpp adds nn::AdamState, optax.hpp
+// optax::OptState), the static arguments that key its cache instead (ints, bools, floats, enums,
+// strings), as jax.jit's static_argnums, and the trees of shardings out_shardings gives for
+// structured results.
 #include <algorithm>
 #include <bit>
 #include <cstdint>

@@ -8,6 +8,7 @@
 
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
+#include "meshvk/optax.hpp"
 #include "meshvk/random.hpp"
 
 namespace meshvk::nn {
@@ -128,26 +129,6 @@ Params sgd(const Params& params, const Params& grads, float lr) {
 }
 
 namespace {
-// The whole of a parameter's mesh (replicated), or its device.
-Sharding replicated_over(const Sharding& s) {
-  if (const NamedSharding* n = s.named()) return NamedSharding(n->mesh(), PartitionSpec());
-  return s;
-}
-
-// Where the step count goes: with the params when they are all committed to one mesh or device,
-// so that no step moves it to them (nor, under jit, broadcasts it from device 0); otherwise
-// uncommitted, free to go to each parameter as optax's jnp.zeros([], int32) does in JAX.
-Array count_for(const Params& params) {
-  std::optional<Sharding> home;
-  for (const auto& [name, p] : params) {
-    if (!p.committed()) return zeros({}, DType::int32);
-    const Sharding here = replicated_over(p.sharding());
-    if (home && !(*home == here)) return zeros({}, DType::int32);
-    home = here;
-  }
-  return home ? zeros({}, DType::int32, *home) : zeros({}, DType::int32);
-}
-
 // The count from adam_init: an int32 scalar, checked before the state changes.
 void require_count(const AdamState& state) {
   if (!state.count.valid())
@@ -164,7 +145,7 @@ AdamState adam_init(const Params& params) {
     s.m.emplace(name, zeros_like(p));
     s.v.emplace(name, zeros_like(p));
   }
-  s.count = count_for(params);
+  s.count = optax::detail::count_like(params);  // with the params, as optax's counts
   return s;
 }
 
