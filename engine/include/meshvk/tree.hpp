@@ -172,6 +172,19 @@ struct Tree<Params> {
   }
 };
 
+// None: a pytree without leaves (a scan without xs, or a body without ys).
+template <>
+struct Tree<std::nullopt_t> {
+  static constexpr bool leafy = true;
+  static void flatten(const std::nullopt_t&, std::vector<Array>&) {}
+  static void structure(const std::nullopt_t&, std::string& key) { key += "N"; }
+  static std::nullopt_t skeleton(const std::nullopt_t&) { return std::nullopt; }
+  static std::nullopt_t unflatten(const std::nullopt_t&, const std::vector<Array>&, size_t&) {
+    return std::nullopt;
+  }
+  static void shardings(const std::nullopt_t&, const ShardingTree&, LeafShardings&, const TreePlace&) {}
+};
+
 template <class T>
 requires Tree<T>::leafy struct Tree<std::vector<T>> {
   static constexpr bool leafy = true;
