@@ -31,6 +31,7 @@
 
 #include "meshvk/array.hpp"
 #include "meshvk/error.hpp"
+#include "meshvk/autodiff.hpp"
 #include "meshvk/tree.hpp"
 
 namespace meshvk {

@@ -3,6 +3,7 @@
 #include "meshvk/array.hpp"
 #include "meshvk/autodiff.hpp"
 #include "meshvk/control_flow.hpp"
+#include "meshvk/transforms.hpp"
 #include "meshvk/distributed.hpp"
 #include "meshvk/dtype.hpp"
 #include "meshvk/error.hpp"

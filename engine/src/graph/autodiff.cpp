@@ -250,7 +250,7 @@ namespace detail {
 void grad_argnum_error(int argnum, size_t arguments, bool in_range) {
   if (in_range)
     throw Error("grad: argnums has " + std::to_string(argnum) +
-                ", an argument that is neither an Array nor Params; only those can be differentiated (leave it out of argnums)");
+                ", an argument that is neither an Array nor Params nor another pytree of Arrays; only those can be differentiated (leave it out of argnums)");
   throw Error("grad: argnums has " + std::to_string(argnum) + " but the function was called with " + std::to_string(arguments) +
               " arguments" +
               (arguments ? "; valid argnums are 0.." + std::to_string(arguments - 1) : std::string("; there is nothing to differentiate")));

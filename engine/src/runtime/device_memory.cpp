@@ -49,6 +49,24 @@ void DeviceBuffer::used_by(const Fence& f) {
   for (Capture* c : runtime_->captures()) c->retain(shared_from_this());
 }
 
+RuntimeState::PoolStats RuntimeState::pool_stats(int device) {
+  if (device < 0 || device >= num_devices())
+    throw Error("memory_stats: no device " + std::to_string(device) + "; the runtime has devices 0.." +
+                std::to_string(num_devices() - 1));
+  std::lock_guard lock(mutex_);
+  if (!is_local(device)) return {};
+  reclaim(false);  // what finished commands no longer use is free
+  const runtime::MemoryPool& pool = *pools_[device];
+  return {pool.used(), pool.peak(), pool.budget()};
+}
+
+void RuntimeState::reset_peak_memory() {
+  std::lock_guard lock(mutex_);
+  reclaim(false);
+  for (auto& p : pools_)
+    if (p) p->reset_peak();
+}
+
 RuntimeState::MemorySetting RuntimeState::memory_setting(const RuntimeOptions& options) {
   const char* name = "MESHVK_MEMORY_PER_DEVICE";
   if (const auto bytes = env_bytes(name, 1ull << 20))

@@ -366,6 +366,12 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // what a waiter that gave up (a timeout) hands over instead of freeing what queued commands
   // still use. Released when a later call finds them reached, at the latest with the runtime.
   void keep_until(std::vector<uint64_t> values, std::vector<std::shared_ptr<const void>> objects);
+  // A device's pool usage: in use now, the most since the last reset_peak_memory, its budget.
+  struct PoolStats {
+    uint64_t in_use = 0, peak = 0, limit = 0;
+  };
+  PoolStats pool_stats(int device);
+  void reset_peak_memory();
   uint64_t last_submitted(int timeline) {
     std::lock_guard lock(mutex_);
     return streams_[timeline]->last_submitted;
