@@ -392,3 +392,26 @@ struct StructTree {
 #define MESHVK_REGISTER_PYTREE(Type, ...)                                   \
   template <>                                                               \
   struct meshvk::detail::Tree<Type> : meshvk::detail::StructTree<Type, __VA_ARGS__> {}
+
+namespace meshvk {
+
+[[noreturn]] void device_put_tree_error(const std::string& what);
+
+// jax.device_put(pytree, shardings): every Array of x laid out as `shardings` says, a sharding
+// for all of them or a tree shaped like x or a prefix of it (nullopt leaves an Array as it is).
+template <class T>
+  requires(detail::Tree<T>::leafy && !std::is_same_v<T, Array>)
+T device_put(const T& x, const ShardingTree& shardings) {
+  std::vector<Array> leaves;
+  detail::Tree<T>::flatten(x, leaves);
+  detail::LeafShardings placed;
+  const std::string name = "device_put";
+  detail::Tree<T>::shardings(x, shardings, placed, detail::TreePlace{name, "the value"});
+  if (placed.size() != leaves.size()) device_put_tree_error("the shardings do not cover every Array of the value");
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (placed[i]) leaves[i] = device_put(leaves[i], *placed[i]);
+  size_t pos = 0;
+  return detail::Tree<T>::unflatten(x, leaves, pos);
+}
+
+}  // namespace meshvk
