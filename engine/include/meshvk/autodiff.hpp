@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "meshvk/array.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/tree.hpp"
 
 namespace meshvk {
 
@@ -25,8 +27,6 @@ namespace lax {
 inline Array stop_gradient(const Array& x) { return ::meshvk::stop_gradient(x); }
 }  // namespace lax
 
-// A named collection of parameters in a fixed order: meshvk's pytree / state_dict.
-using Params = std::map<std::string, Array>;
 
 // Evaluates f(args) and the gradient of its scalar float32 result with respect to args[i] for
 // each i in argnums (every argument when argnums is empty). Throws Error for a non-scalar result,
@@ -49,8 +49,10 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
                                                             const std::vector<std::string>& names);
 [[noreturn]] void grad_argnum_error(int argnum, size_t arguments, bool differentiable);
 
+// Every pytree of Arrays can be differentiated (Array, Params, vectors, pairs, tuples,
+// registered structs); other arguments (ints, floats, ...) pass through.
 template <class T>
-inline constexpr bool is_differentiable_v = std::is_same_v<T, Array> || std::is_same_v<T, Params>;
+inline constexpr bool is_differentiable_v = Tree<T>::leafy;
 template <class T>
 struct is_pair : std::false_type {};
 template <class A, class B>
@@ -64,55 +66,67 @@ struct aux_of<std::pair<A, B>> {
   using type = B;
 };
 
-// A gradient has its argument's structure: an Array for an Array, Params for Params. With the
-// argnum known only at run time and arguments that mix the two: std::variant<Array, Params>.
+// A gradient has its argument's structure. With the argnum known only at run time: the type
+// every differentiable argument shares, or std::variant<Array, Params> for arguments that mix
+// those two.
 template <class... A>
 struct GradType {
   static constexpr bool arrays = (std::is_same_v<A, Array> || ...);
   static constexpr bool params = (std::is_same_v<A, Params> || ...);
-  using type = std::conditional_t<arrays && params, std::variant<Array, Params>, std::conditional_t<params, Params, Array>>;
+  static constexpr size_t kinds = (0 + ... + (is_differentiable_v<A> ? 1 : 0));
+  template <class T, class... Rest>
+  struct first_leafy {
+    using type = std::conditional_t<is_differentiable_v<T>, T, typename first_leafy<Rest...>::type>;
+  };
+  template <class T>
+  struct first_leafy<T> {
+    using type = std::conditional_t<is_differentiable_v<T>, T, Array>;
+  };
+  using first = typename first_leafy<A..., Array>::type;
+  static constexpr bool uniform = ((!is_differentiable_v<A> || std::is_same_v<A, first>) && ...);
+  using type = std::conditional_t<
+      arrays && params, std::variant<Array, Params>,
+      std::conditional_t<uniform, first, std::conditional_t<params, Params, Array>>>;
 };
 
-inline void flatten(const Array& a, std::vector<Array>& out, std::vector<std::string>& names, size_t i) {
-  out.push_back(a);
-  names.push_back("argument " + std::to_string(i));
-}
-inline void flatten(const Params& p, std::vector<Array>& out, std::vector<std::string>& names, size_t i) {
-  for (const auto& [name, value] : p) {
-    out.push_back(value);
-    names.push_back("argument " + std::to_string(i) + "['" + name + "']");
+template <class T>
+void flatten(const T& x, std::vector<Array>& out, std::vector<std::string>& names, size_t i) {
+  if constexpr (std::is_same_v<T, Params>) {
+    for (const auto& [name, value] : x) {
+      out.push_back(value);
+      names.push_back("argument " + std::to_string(i) + "['" + name + "']");
+    }
+  } else if constexpr (is_differentiable_v<T>) {
+    const size_t before = out.size();
+    Tree<T>::flatten(x, out);
+    for (size_t k = before; k < out.size(); ++k)
+      names.push_back(std::is_same_v<T, Array> ? "argument " + std::to_string(i)
+                                               : "argument " + std::to_string(i) + " leaf " + std::to_string(k - before));
   }
 }
-template <class T>
-void flatten(const T&, std::vector<Array>&, std::vector<std::string>&, size_t) {}  // passed through
 
 template <class T>
 size_t leaf_count(const T& x) {
-  if constexpr (std::is_same_v<T, Array>) return 1;
-  else if constexpr (std::is_same_v<T, Params>) return x.size();
-  else return 0;
+  if constexpr (is_differentiable_v<T>) {
+    std::vector<Array> tmp;
+    Tree<T>::flatten(x, tmp);
+    return tmp.size();
+  } else {
+    return 0;
+  }
 }
 
 // The argument as f sees it: rebuilt from the (tracked) leaves, or passed through.
-inline Array rebuild(const Array&, const std::vector<Array>& leaves, size_t pos) { return leaves[pos]; }
-inline Params rebuild(const Params& like, const std::vector<Array>& leaves, size_t pos) {
-  Params p;
-  for (const auto& kv : like) p.emplace(kv.first, leaves[pos++]);
-  return p;
-}
 template <class T>
-const T& rebuild(const T& x, const std::vector<Array>&, size_t) {
-  return x;
+decltype(auto) rebuild(const T& x, const std::vector<Array>& leaves, size_t pos) {
+  if constexpr (is_differentiable_v<T>) return T(Tree<T>::unflatten(x, leaves, pos));
+  else return (x);
 }
 
 template <class G, class T>
 G grad_like(const T& like, const std::vector<Array>& grads, size_t pos) {
-  if constexpr (std::is_same_v<T, Array> && std::is_constructible_v<G, Array>) {
-    return G(grads[pos]);
-  } else if constexpr (std::is_same_v<T, Params> && std::is_constructible_v<G, Params>) {
-    Params p;
-    for (const auto& kv : like) p.emplace(kv.first, grads[pos++]);
-    return G(std::move(p));
+  if constexpr (is_differentiable_v<T> && std::is_constructible_v<G, T>) {
+    return G(Tree<T>::unflatten(like, grads, pos));
   } else {
     return G{};  // not reached: argnums were checked
   }
@@ -155,6 +169,11 @@ auto differentiate(const F& f, const std::vector<int>& argnums, const A&... args
   for (const int a : argnums) {
     if (a < 0 || static_cast<size_t>(a) >= n || !differentiable[static_cast<size_t>(a)])
       grad_argnum_error(a, n, a >= 0 && static_cast<size_t>(a) < n);
+    constexpr std::array<bool, n> typed{std::is_constructible_v<G, A>...};
+    if (!typed[static_cast<size_t>(a)])
+      throw Error("grad: argnums has " + std::to_string(a) +
+                  ", whose pytree type differs from the other differentiated arguments'; with argnums chosen at run time "
+                  "every differentiated argument must have one type (or be Array / Params); differentiate it separately");
     for (size_t j = 0; j < counts[static_cast<size_t>(a)]; ++j) wrt.push_back(static_cast<int>(start[static_cast<size_t>(a)] + j));
   }
   const auto targs = std::forward_as_tuple(args...);

@@ -2,6 +2,8 @@
 // Everything a meshvk user needs: #include <meshvk/meshvk.hpp>
 #include "meshvk/array.hpp"
 #include "meshvk/autodiff.hpp"
+#include "meshvk/control_flow.hpp"
+#include "meshvk/transforms.hpp"
 #include "meshvk/distributed.hpp"
 #include "meshvk/dtype.hpp"
 #include "meshvk/error.hpp"

@@ -90,6 +90,15 @@ class Runtime {
   std::vector<DeviceInfo> devices() const;
   // Waits until every virtual device has finished the work submitted to it.
   void synchronize();
+  // jax's Device.memory_stats(): bytes device `device`'s pool holds now (with memory that
+  // queued commands still use: after synchronize(), what live arrays and programs hold), the
+  // most it held since the runtime began or reset_peak_memory(), and its budget (0: the devices
+  // share their adapter's memory). A device of another process: 0s.
+  struct MemoryStats {
+    uint64_t bytes_in_use = 0, peak_bytes_in_use = 0, bytes_limit = 0;
+  };
+  MemoryStats memory_stats(int device) const;
+  void reset_peak_memory();
   // Messages the Khronos validation layer reported (warnings and errors) since start, to this
   // Runtime and to every Runtime of the process.
   uint64_t validation_messages() const;

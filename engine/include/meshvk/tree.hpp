@@ -16,10 +16,14 @@
 #include <utility>
 #include <vector>
 
+#include <map>
+
 #include "meshvk/array.hpp"
-#include "meshvk/autodiff.hpp"
 
 namespace meshvk {
+
+// A named collection of parameters in a fixed order: meshvk's pytree / state_dict.
+using Params = std::map<std::string, Array>;
 
 // One entry of jit's out_shardings, shaped like a result or any prefix of it (jax.jit's
 // out_shardings pytree). A leaf, a Sharding or nullopt (follow the data), lays out every Array
@@ -173,6 +177,19 @@ struct Tree<Params> {
   }
 };
 
+// None: a pytree without leaves (a scan without xs, or a body without ys).
+template <>
+struct Tree<std::nullopt_t> {
+  static constexpr bool leafy = true;
+  static void flatten(const std::nullopt_t&, std::vector<Array>&) {}
+  static void structure(const std::nullopt_t&, std::string& key) { key += "N"; }
+  static std::nullopt_t skeleton(const std::nullopt_t&) { return std::nullopt; }
+  static std::nullopt_t unflatten(const std::nullopt_t&, const std::vector<Array>&, size_t&) {
+    return std::nullopt;
+  }
+  static void shardings(const std::nullopt_t&, const ShardingTree&, LeafShardings&, const TreePlace&) {}
+};
+
 template <class T>
 requires Tree<T>::leafy struct Tree<std::vector<T>> {
   static constexpr bool leafy = true;
@@ -322,3 +339,80 @@ decltype(auto) static_arg(const S& stored) {
 }
 
 }  // namespace meshvk::detail
+
+namespace meshvk::detail {
+
+// A struct of pytree fields, registered with MESHVK_REGISTER_PYTREE: flattened field by field in
+// the order given; other members (static configuration) are copied from the value it is rebuilt
+// like.
+template <class T, auto... Fields>
+struct StructTree {
+  static constexpr bool leafy = true;
+  static void flatten(const T& x, std::vector<Array>& out) {
+    (Tree<std::remove_cvref_t<decltype(x.*Fields)>>::flatten(x.*Fields, out), ...);
+  }
+  static void structure(const T& x, std::string& key) {
+    key += std::string("S") + typeid(T).name() + "(";
+    (Tree<std::remove_cvref_t<decltype(x.*Fields)>>::structure(x.*Fields, key), ...);
+    key += ")";
+  }
+  static T skeleton(const T& x) {
+    T s = x;
+    ((s.*Fields = Tree<std::remove_cvref_t<decltype(x.*Fields)>>::skeleton(x.*Fields)), ...);
+    return s;
+  }
+  static T unflatten(const T& like, const std::vector<Array>& leaves, size_t& pos) {
+    T s = like;
+    // A fold over the comma operator runs the fields in order, as they were flattened.
+    ((s.*Fields = Tree<std::remove_cvref_t<decltype(like.*Fields)>>::unflatten(like.*Fields, leaves, pos)), ...);
+    return s;
+  }
+  static void shardings(const T& x, const ShardingTree& t, LeafShardings& out, const TreePlace& where) {
+    if (t.kind() == ShardingTree::Kind::leaf) return leaf_shardings(x, t, out);
+    size_t i = 0;
+    list_shardings(sizeof...(Fields), t, where,
+                   std::string("a registered struct of ") + std::to_string(sizeof...(Fields)) + " fields",
+                   [&](size_t k, const ShardingTree& e, const TreePlace& at) {
+                     i = 0;
+                     ((i++ == k ? Tree<std::remove_cvref_t<decltype(x.*Fields)>>::shardings(x.*Fields, e, out, at)
+                                : void()),
+                      ...);
+                   });
+  }
+};
+
+}  // namespace meshvk::detail
+
+// Registers a struct as a pytree, at namespace scope outside any namespace, once:
+//   struct Layer { meshvk::Array w, b; int heads; };
+//   MESHVK_REGISTER_PYTREE(Layer, &Layer::w, &Layer::b)
+// Its listed fields (Arrays, Params, vectors, pairs, tuples or other registered structs) are its
+// leaves; then jit, grad, vjp, vmap, scan, checkpoint and out_shardings (ShardingTree::list, one
+// entry per field) take it as JAX takes a registered pytree. Unlisted members are copied as
+// they are (static).
+#define MESHVK_REGISTER_PYTREE(Type, ...)                                   \
+  template <>                                                               \
+  struct meshvk::detail::Tree<Type> : meshvk::detail::StructTree<Type, __VA_ARGS__> {}
+
+namespace meshvk {
+
+[[noreturn]] void device_put_tree_error(const std::string& what);
+
+// jax.device_put(pytree, shardings): every Array of x laid out as `shardings` says, a sharding
+// for all of them or a tree shaped like x or a prefix of it (nullopt leaves an Array as it is).
+template <class T>
+  requires(detail::Tree<T>::leafy && !std::is_same_v<T, Array>)
+T device_put(const T& x, const ShardingTree& shardings) {
+  std::vector<Array> leaves;
+  detail::Tree<T>::flatten(x, leaves);
+  detail::LeafShardings placed;
+  const std::string name = "device_put";
+  detail::Tree<T>::shardings(x, shardings, placed, detail::TreePlace{name, "the value"});
+  if (placed.size() != leaves.size()) device_put_tree_error("the shardings do not cover every Array of the value");
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (placed[i]) leaves[i] = device_put(leaves[i], *placed[i]);
+  size_t pos = 0;
+  return detail::Tree<T>::unflatten(x, leaves, pos);
+}
+
+}  // namespace meshvk

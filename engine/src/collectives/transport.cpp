@@ -178,7 +178,7 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     }
     const detail::Fence received = rt.submit(std::move(receive));
     rt.ring_read_by(sp, dp, range.offset, piece_bytes, received);
-    if (detail::Capture* c = rt.capture())
+    for (detail::Capture* c : rt.captures())
       c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received});
     if (!received.none())
       for (const detail::DeviceBuffer* b : dst_waits)

@@ -58,7 +58,8 @@ Program::~Program() {
     rt_->keep_until(std::move(values), std::move(kept));
     return;
   }
-  for (const auto& s : capture_->submissions) rt_->release_command_buffer(s.timeline, s.cb);
+  for (const auto& s : capture_->submissions)
+    if (s.owned && s.cb) rt_->release_command_buffer(s.timeline, s.cb);
 }
 
 std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& inputs) {

@@ -18,16 +18,31 @@ namespace detail {
 namespace {
 
 struct Node {
-  Array output;
+  std::vector<Array> outputs;
   std::vector<Array> inputs;
-  Vjp vjp;
+  MultiVjp vjp;
   std::optional<Mesh> manual;  // the shard_map mesh the op ran under, for collectives in its rule
 };
 
 struct Tape {
   std::vector<Node> nodes;
   std::set<const ArrayImpl*> tracked;
+  // A TapeIsolation's probe: the tapes it suspended, and what the function read that they track.
+  std::vector<Tape*>* suspended = nullptr;
+  std::vector<Array> closure;
   bool is_tracked(const Array& a) const { return a.valid() && tracked.count(a.impl().get()); }
+  // A probe: an input no op of the function made but a suspended tape tracks is closed over.
+  void probe(const Array& in) {
+    if (!suspended || !in.valid() || is_tracked(in)) return;
+    for (Tape* t : *suspended) {
+      t->probe(in);  // a probe inside a probe: what the outer function closes over too
+      if (t->is_tracked(in)) {
+        tracked.insert(in.impl().get());
+        closure.push_back(in);
+        return;
+      }
+    }
+  }
 };
 
 // The tapes of the value_and_grad calls in progress on this thread, outermost first: grad of
@@ -36,24 +51,171 @@ struct Tape {
 thread_local std::vector<Tape*> active;
 thread_local const std::vector<bool>* wanted = nullptr;
 
+void record(const std::vector<Array>& outputs, const std::vector<Array>& inputs, const MultiVjp& vjp) {
+  const Mesh* m = current_manual_mesh();
+  for (Tape* tape : active) {
+    bool any = false;
+    for (const Array& in : inputs) {
+      tape->probe(in);
+      any = any || tape->is_tracked(in);
+    }
+    if (!any) continue;
+    for (const Array& out : outputs)
+      if (out.valid()) tape->tracked.insert(out.impl().get());
+    tape->nodes.push_back({outputs, inputs, vjp, m ? std::optional<Mesh>(*m) : std::nullopt});
+  }
+}
+
+// The reverse pass: cotangents flow from the seeds through the recorded nodes in reverse order.
+std::map<const ArrayImpl*, Array> backprop(const Tape& tape, std::map<const ArrayImpl*, Array> cotangent) {
+  for (auto it = tape.nodes.rbegin(); it != tape.nodes.rend(); ++it) {
+    std::vector<Array> cts;
+    bool any = false;
+    for (const Array& out : it->outputs) {
+      const auto found = out.valid() ? cotangent.find(out.impl().get()) : cotangent.end();
+      any = any || found != cotangent.end();
+      cts.push_back(found != cotangent.end() ? found->second : Array());
+    }
+    if (!any) continue;
+    for (size_t k = 0; k < cts.size(); ++k)
+      if (!cts[k].valid() && it->outputs[k].valid()) cts[k] = zeros_like(it->outputs[k]);
+    std::optional<detail::ManualScope> scope;
+    if (it->manual) scope.emplace(*it->manual);
+    std::vector<bool> needs;
+    for (const Array& in : it->inputs) needs.push_back(tape.is_tracked(in));
+    detail::wanted = &needs;
+    std::vector<Array> in_ct;
+    try {
+      in_ct = it->vjp(cts);
+    } catch (...) {
+      detail::wanted = nullptr;
+      throw;
+    }
+    detail::wanted = nullptr;
+    for (size_t k = 0; k < it->inputs.size() && k < in_ct.size(); ++k) {
+      if (!in_ct[k].valid() || !tape.is_tracked(it->inputs[k])) continue;
+      const auto* key = it->inputs[k].impl().get();
+      auto [slot, fresh] = cotangent.emplace(key, in_ct[k]);
+      if (!fresh) slot->second = slot->second + in_ct[k];
+    }
+  }
+  return cotangent;
+}
+
+// A fresh identity for a differentiated argument, so a tape tells it apart; under an outer grad
+// it is the identity of its argument there, so the outer gradient flows through.
+Array fresh_identity(const Array& x) {
+  const auto& impl = *x.impl();
+  return on_tape(make_array(impl.runtime, materialized(x), impl.committed, impl.varying), {x},
+                 [](const Array& ct) { return std::vector<Array>{ct}; });
+}
+
 }  // namespace
 
 bool taping() { return !active.empty(); }
+bool tracked(const Array& x) {
+  for (Tape* t : active) {
+    t->probe(x);
+    if (t->is_tracked(x)) return true;
+  }
+  return false;
+}
 bool wants(size_t k) { return !wanted || (k < wanted->size() && (*wanted)[k]); }
 
 Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp) {
   if (active.empty() || !output.valid()) return output;
   for (const Array& in : inputs)
     if (in.valid() && in.impl() == output.impl()) return output;  // the op returned its input
-  const Mesh* m = current_manual_mesh();
-  for (Tape* tape : active) {
-    bool any = false;
-    for (const Array& in : inputs) any = any || tape->is_tracked(in);
-    if (!any) continue;
-    tape->tracked.insert(output.impl().get());
-    tape->nodes.push_back({output, inputs, vjp, m ? std::optional<Mesh>(*m) : std::nullopt});
-  }
+  record({output}, inputs, [vjp = std::move(vjp)](const std::vector<Array>& cts) { return vjp(cts.front()); });
   return output;
+}
+
+void on_tape(const std::vector<Array>& outputs, const std::vector<Array>& inputs, MultiVjp vjp) {
+  if (active.empty()) return;
+  record(outputs, inputs, vjp);
+}
+
+TapeIsolation::TapeIsolation(const std::vector<Array>& inputs) {
+  if (active.empty()) return;
+  auto probe = std::make_shared<Tape>();
+  auto suspended = std::make_shared<std::vector<Tape*>>(active);
+  probe->suspended = suspended.get();
+  for (const Array& in : inputs)
+    if (in.valid()) probe->tracked.insert(in.impl().get());
+  for (Tape* t : active) saved_.push_back(t);
+  active = {probe.get()};
+  // The probe owns the list of the tapes it suspended.
+  probe_ = std::shared_ptr<void>(probe.get(), [probe, suspended](void*) {});
+}
+
+TapeIsolation::~TapeIsolation() {
+  if (saved_.empty()) return;
+  active.clear();
+  for (void* t : saved_) active.push_back(static_cast<Tape*>(t));
+}
+
+const std::vector<Array>& TapeIsolation::closure() const {
+  static const std::vector<Array> none;
+  return probe_ ? static_cast<const Tape*>(probe_.get())->closure : none;
+}
+
+Linearized vjp_leaves(const std::function<std::vector<Array>(const std::vector<Array>&)>& f,
+                      const std::vector<Array>& primals, const std::vector<Array>& closure) {
+  auto tape = std::make_shared<Tape>();
+  std::vector<Array> inputs = primals;
+  for (size_t i = 0; i < primals.size(); ++i) {
+    if (!primals[i].valid() || !is_floating(primals[i].dtype())) continue;
+    inputs[i] = fresh_identity(primals[i]);
+    tape->tracked.insert(inputs[i].impl().get());
+  }
+  for (const Array& c : closure)
+    if (c.valid()) tape->tracked.insert(c.impl().get());
+  active.push_back(tape.get());
+  std::vector<Array> outputs;
+  try {
+    outputs = f(inputs);
+  } catch (...) {
+    active.erase(std::find(active.begin(), active.end(), tape.get()));
+    throw;
+  }
+  active.erase(std::find(active.begin(), active.end(), tape.get()));
+  // An output that is a primal itself: the caller's Array, not the fresh identity.
+  for (Array& out : outputs)
+    for (size_t i = 0; i < primals.size(); ++i)
+      if (out.valid() && out.impl() == inputs[i].impl()) out = primals[i];
+  Linearized result{outputs, {}};
+  result.backward = [tape, inputs, primals, closure, outputs](const std::vector<Array>& cotangents) {
+    if (cotangents.size() != outputs.size())
+      throw Error("vjp: " + std::to_string(cotangents.size()) + " cotangents for " +
+                  std::to_string(outputs.size()) + " outputs; give one per output");
+    std::map<const ArrayImpl*, Array> seeds;
+    std::vector<Array> direct(primals.size());  // outputs that are a primal: their cotangent
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (!cotangents[k].valid() || !outputs[k].valid()) continue;
+      if (cotangents[k].shape() != outputs[k].shape())
+        throw Error("vjp: the cotangent of output " + std::to_string(k) + " is " + type_of(cotangents[k]) +
+                    ", the output is " + type_of(outputs[k]) + "; give one of the output's shape");
+      const ArrayImpl* key = outputs[k].impl().get();
+      for (size_t i = 0; i < primals.size(); ++i)
+        if (outputs[k].impl() == primals[i].impl()) key = inputs[i].impl().get();
+      auto [slot, fresh] = seeds.emplace(key, cotangents[k]);
+      if (!fresh) slot->second = slot->second + cotangents[k];
+    }
+    const auto ct = backprop(*tape, std::move(seeds));
+    std::vector<Array> grads;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto found = inputs[i].valid() && tape->is_tracked(inputs[i]) ? ct.find(inputs[i].impl().get()) : ct.end();
+      grads.push_back(found != ct.end() ? found->second
+                      : tape->is_tracked(inputs[i]) ? zeros_like(primals[i])
+                                                    : Array());
+    }
+    for (const Array& c : closure) {
+      const auto found = c.valid() ? ct.find(c.impl().get()) : ct.end();
+      grads.push_back(found != ct.end() ? found->second : c.valid() && is_floating(c.dtype()) ? zeros_like(c) : Array());
+    }
+    return grads;
+  };
+  return result;
 }
 
 Array unbroadcast(const Array& ct, const Shape& shape) {
@@ -88,7 +250,7 @@ namespace detail {
 void grad_argnum_error(int argnum, size_t arguments, bool in_range) {
   if (in_range)
     throw Error("grad: argnums has " + std::to_string(argnum) +
-                ", an argument that is neither an Array nor Params; only those can be differentiated (leave it out of argnums)");
+                ", an argument that is neither an Array nor Params nor another pytree of Arrays; only those can be differentiated (leave it out of argnums)");
   throw Error("grad: argnums has " + std::to_string(argnum) + " but the function was called with " + std::to_string(arguments) +
               " arguments" +
               (arguments ? "; valid argnums are 0.." + std::to_string(arguments - 1) : std::string("; there is nothing to differentiate")));
@@ -104,16 +266,11 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
                   "; gradients are defined for floating (float32, bfloat16, float16) inputs (astype it, or leave it out of argnums)");
   }
   detail::Tape tape;
-  // Fresh identities for the differentiated arguments, so the tape tells them apart; under an
-  // outer grad each is the identity of its argument there, so the outer gradient flows through.
   std::vector<Array> inputs = args;
   std::set<int> fresh;
   for (const int i : argnums) {
     if (!fresh.insert(i).second) continue;  // asked for twice: one identity, one gradient
-    const auto& impl = *args[i].impl();
-    inputs[i] = detail::on_tape(
-        detail::make_array(impl.runtime, detail::materialized(args[i]), impl.committed, impl.varying),
-        {args[i]}, [](const Array& ct) { return std::vector<Array>{ct}; });
+    inputs[i] = detail::fresh_identity(args[i]);
     tape.tracked.insert(inputs[i].impl().get());
   }
   detail::active.push_back(&tape);
@@ -129,34 +286,9 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
     throw Error("grad: the function must return a floating (float32, bfloat16, float16) scalar to differentiate, got " +
                 (value.valid() ? type_of(value) : std::string("an empty Array")) +
                 "; reduce it (sum, mean) or differentiate each output separately");
-
-  // Backward: cotangents flow from the result through the recorded nodes in reverse order.
-  std::map<const detail::ArrayImpl*, Array> cotangent;
-  cotangent[value.impl().get()] = ones_like(value);
-  for (auto it = tape.nodes.rbegin(); it != tape.nodes.rend(); ++it) {
-    const auto found = cotangent.find(it->output.impl().get());
-    if (found == cotangent.end()) continue;
-    const Array ct = found->second;
-    std::optional<detail::ManualScope> scope;
-    if (it->manual) scope.emplace(*it->manual);
-    std::vector<bool> needs;
-    for (const Array& in : it->inputs) needs.push_back(tape.is_tracked(in));
-    detail::wanted = &needs;
-    std::vector<Array> in_ct;
-    try {
-      in_ct = it->vjp(ct);
-    } catch (...) {
-      detail::wanted = nullptr;
-      throw;
-    }
-    detail::wanted = nullptr;
-    for (size_t k = 0; k < it->inputs.size() && k < in_ct.size(); ++k) {
-      if (!in_ct[k].valid() || !tape.is_tracked(it->inputs[k])) continue;
-      const auto* key = it->inputs[k].impl().get();
-      auto [slot, fresh] = cotangent.emplace(key, in_ct[k]);
-      if (!fresh) slot->second = slot->second + in_ct[k];
-    }
-  }
+  std::map<const detail::ArrayImpl*, Array> seed;
+  seed[value.impl().get()] = ones_like(value);
+  const std::map<const detail::ArrayImpl*, Array> cotangent = detail::backprop(tape, std::move(seed));
   std::vector<Array> grads;
   for (const int i : argnums) {
     const auto found = cotangent.find(inputs[i].impl().get());

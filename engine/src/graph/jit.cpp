@@ -12,6 +12,7 @@
 #include "exec/program.hpp"
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/loop_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/tape.hpp"
@@ -86,6 +87,9 @@ struct Compiled {
   // trace's (as f's eager results would be), so an uncommitted parameter stays uncommitted
   // from one jitted step to the next.
   std::vector<bool> committed;
+  // The trace decided something on the host (a while_loop's trip count): the recorded program
+  // holds one answer, so every call traces again.
+  bool retrace = false;
 
   void detach_lent(detail::RuntimeState& rt) {
     for (auto& w : lent)
@@ -198,6 +202,7 @@ struct JitFunction::State {
     for (size_t i = 0; i < inputs.size(); ++i)
       if (!inputs[i].shards.empty()) log.name_value(inputs[i].shards.front().get(), "in" + std::to_string(i));
     std::vector<Array> results;
+    const uint64_t decided = detail::host_decisions();
     rt->begin_capture(capture.get());
     try {
       results = place_outputs(body(owned));
@@ -232,7 +237,9 @@ struct JitFunction::State {
     c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs, fed);
     c.committed.clear();
     for (const Array& r : results) c.committed.push_back(r.committed());
+    c.retrace = detail::host_decisions() != decided;
     c.text = text.str();
+    c.counts.clear();
     for (const auto& r : log.collectives()) {
       c.counts[r.kind].count += 1;
       c.counts[r.kind].bytes += r.bytes;
@@ -267,6 +274,11 @@ std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   auto it = state_->cache.find(key);
   if (it == state_->cache.end()) return state_->trace(key, placed);
   auto rt = Runtime::current().state();
+  if (it->second.retrace) {
+    const detail::OpScope op_scope("copy");  // profile hook: last call's results move out
+    it->second.detach_lent(*rt);
+    return state_->trace(key, placed);
+  }
   std::lock_guard rt_lock(rt->mutex());
   const profile::JitScope profiled(rt->profiler(), state_->options.name, false);  // profile hook
   {

@@ -42,9 +42,16 @@ void jit_tree_shardings_error(const std::string& name, size_t given, size_t want
               "data), as jax.jit");
 }
 
+namespace {
+// "jit(step): out_shardings", or device_put's own.
+std::string shardings_of(const TreePlace& where) {
+  return where.function == "device_put" ? std::string("device_put: the shardings") : "jit(" + where.function + "): out_shardings";
+}
+}  // namespace
+
 void out_sharding_tree_error(const TreePlace& where, const ShardingTree& given,
                              const std::string& what, const std::string& valid) {
-  throw Error("jit(" + where.function + "): out_shardings for " + where.path + " is " +
+  throw Error(shardings_of(where) + " for " + where.path + " is " +
               given.describe() + " but the result there is " + what + "; give " + valid);
 }
 
@@ -55,7 +62,7 @@ void check_out_sharding_names(const TreePlace& where, const ShardingTree& given,
     const auto entries = std::count(dict.begin(), dict.end(), name);
     if (entries != 1)
       throw Error(
-          "jit(" + where.function + "): out_shardings for " + where.path + " (Params) " +
+          shardings_of(where) + " for " + where.path + " (Params) " +
           (entries ? "names '" + name + "' more than once" : "has no entry '" + name + "'") +
           "; ShardingTree::dict needs one entry for every name of the result (nullopt to follow "
           "the "
@@ -75,6 +82,8 @@ ShardingTree whole_result_tree(const std::vector<ShardingTree>& out_shardings) {
 }  // namespace meshvk::detail
 
 namespace meshvk {
+
+void device_put_tree_error(const std::string& what) { throw Error("device_put: " + what); }
 
 std::string ShardingTree::describe() const {
   switch (kind_) {

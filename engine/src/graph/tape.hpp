@@ -18,7 +18,45 @@ using Vjp = std::function<std::vector<Array>(const Array& cotangent)>;
 // Records `output = op(inputs)` when a tape is active and an input is tracked; returns output.
 // The rule returns one cotangent per input (an invalid Array where there is none).
 Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp);
+// An op of several outputs (a loop, a checkpointed or custom-rule function): the rule takes one
+// cotangent per output (zeros where nothing flowed back) and returns one per input.
+using MultiVjp = std::function<std::vector<Array>(const std::vector<Array>& cotangents)>;
+void on_tape(const std::vector<Array>& outputs, const std::vector<Array>& inputs, MultiVjp vjp);
 bool taping();
+// Whether an active tape tracks x (a gradient would flow to it).
+bool tracked(const Array& x);
+
+// While alive, the thread's active tapes record nothing: a function traced once and run many
+// times (a loop body), or whose backward pass is its own (checkpoint, custom_vjp), runs under
+// it, and the op that runs it records one rule instead. closure() lists the arrays the function
+// read that those tapes track (values it closes over that a gradient flows to), in first-use
+// order. `inputs` are the function's own arguments (not closure). Nothing is probed, and
+// closure() is empty, when no tape was active.
+class TapeIsolation {
+ public:
+  explicit TapeIsolation(const std::vector<Array>& inputs);
+  ~TapeIsolation();
+  TapeIsolation(const TapeIsolation&) = delete;
+  TapeIsolation& operator=(const TapeIsolation&) = delete;
+  bool was_taping() const { return !saved_.empty(); }
+  const std::vector<Array>& closure() const;
+
+ private:
+  std::vector<void*> saved_;
+  std::shared_ptr<void> probe_;
+};
+
+// f's outputs at `primals`, and its backward pass: cotangents for the outputs (an invalid
+// Array: zero) to cotangents for the primals, then for `closure` (arrays f reads by handle,
+// differentiated as if they were arguments); an invalid Array where none flows (int inputs).
+// The backward pass runs under whatever tapes are active when it is called, so it can itself
+// be differentiated (jvp is the transpose of a vjp).
+struct Linearized {
+  std::vector<Array> outputs;
+  std::function<std::vector<Array>(const std::vector<Array>& cotangents)> backward;
+};
+Linearized vjp_leaves(const std::function<std::vector<Array>(const std::vector<Array>&)>& f,
+                      const std::vector<Array>& primals, const std::vector<Array>& closure = {});
 // Whether an op on x records a rule: a tape is active and x is floating (ints and bools carry no
 // gradient, as in JAX).
 inline bool differentiable(const Array& x) { return taping() && is_floating(x.dtype()); }

@@ -46,7 +46,25 @@ void DeviceBuffer::written_by(const Fence& f) {
 void DeviceBuffer::used_by(const Fence& f) {
   if (!f.none()) last_use_[f.timeline] = std::max(last_use_[f.timeline], f.value);
   // A captured program reads and writes this buffer again on every replay.
-  if (Capture* c = runtime_->capture()) c->retain(shared_from_this());
+  for (Capture* c : runtime_->captures()) c->retain(shared_from_this());
+}
+
+RuntimeState::PoolStats RuntimeState::pool_stats(int device) {
+  if (device < 0 || device >= num_devices())
+    throw Error("memory_stats: no device " + std::to_string(device) + "; the runtime has devices 0.." +
+                std::to_string(num_devices() - 1));
+  std::lock_guard lock(mutex_);
+  if (!is_local(device)) return {};
+  reclaim(false);  // what finished commands no longer use is free
+  const runtime::MemoryPool& pool = *pools_[device];
+  return {pool.used(), pool.peak(), pool.budget()};
+}
+
+void RuntimeState::reset_peak_memory() {
+  std::lock_guard lock(mutex_);
+  reclaim(false);
+  for (auto& p : pools_)
+    if (p) p->reset_peak();
 }
 
 RuntimeState::MemorySetting RuntimeState::memory_setting(const RuntimeOptions& options) {
@@ -143,7 +161,7 @@ std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes)
     // Another process's device: a buffer of that size there, nothing here.
     auto buffer =
         std::make_shared<DeviceBuffer>(shared_from_this(), device, runtime::Allocation{}, bytes);
-    if (Capture* c = capture()) c->retain(buffer);
+    for (Capture* c : captures()) c->retain(buffer);
     return buffer;
   }
   reclaim(false);
@@ -163,7 +181,7 @@ std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes)
   }
   if (!a) throw Error(budget_error(device, pool.aligned(bytes)));
   auto buffer = std::make_shared<DeviceBuffer>(shared_from_this(), device, *a, bytes);
-  if (Capture* c = capture()) c->retain(buffer);
+  for (Capture* c : captures()) c->retain(buffer);
   return buffer;
 }
 

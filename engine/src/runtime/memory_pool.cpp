@@ -56,6 +56,7 @@ std::optional<Allocation> MemoryPool::carve(int block_index, uint64_t bytes) {
     b.free_ranges.erase(it);
     if (rest) b.free_ranges[offset + bytes] = rest;
     used_ += bytes;
+    peak_ = std::max(peak_, used_);
     adapter_->used += bytes;
     return Allocation{b.buffer->handle(), offset, bytes, block_index};
   }

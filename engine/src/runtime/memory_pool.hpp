@@ -62,6 +62,9 @@ class MemoryPool {
   uint64_t budget() const { return budget_; }
   const AdapterMemory& adapter() const { return *adapter_; }
   uint64_t used() const { return used_; }
+  // The most used() was since the pool began or reset_peak().
+  uint64_t peak() const { return peak_; }
+  void reset_peak() { peak_ = used_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t aligned(uint64_t bytes) const {
     return (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_;
@@ -87,6 +90,7 @@ class MemoryPool {
   uint64_t budget_;
   std::shared_ptr<AdapterMemory> adapter_;
   uint64_t used_ = 0;
+  uint64_t peak_ = 0;
   uint64_t alignment_;
   uint64_t block_size_;
   std::vector<std::unique_ptr<Block>> blocks_;  // null where a dedicated block was released

@@ -43,6 +43,13 @@ Runtime& Runtime::current() {
 }
 
 int Runtime::num_devices() const { return state_->num_devices(); }
+
+Runtime::MemoryStats Runtime::memory_stats(int device) const {
+  const auto s = state_->pool_stats(device);
+  return {s.in_use, s.peak, s.limit};
+}
+
+void Runtime::reset_peak_memory() { state_->reset_peak_memory(); }
 const std::string& Runtime::platform() const& {
   return state_->platform();
 }

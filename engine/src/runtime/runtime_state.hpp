@@ -129,6 +129,9 @@ struct Capture {
     std::vector<Fence> waits;
     uint64_t signal;
     const char* activity;
+    // Whether this capture's program releases the command buffer: not when an inner capture (a
+    // loop body's) recorded it, or a loop submitted its body again.
+    bool owned = true;
   };
   std::vector<Submission> submissions;
   std::vector<std::shared_ptr<const void>> keep_alive;
@@ -324,11 +327,14 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
 
   // While a capture is active, every recording is kept for replay instead of recycled. A
   // capture belongs to the thread that began it (a jit trace): other threads' commands on the
-  // same runtime are not captured. Nested captures on one thread are not allowed.
+  // same runtime are not captured. Captures nest (a loop body traced inside a jit trace): work
+  // submitted is recorded in every active capture of the thread, owned by the innermost.
   void begin_capture(Capture* capture);
-  void end_capture();
-  // The calling thread's active capture on this runtime, or null.
+  void end_capture();  // the innermost
+  // The calling thread's innermost active capture on this runtime, or null.
   Capture* capture() const;
+  // All of them, outermost first.
+  std::vector<Capture*> captures() const;
   // Submits a captured command buffer again, with new timeline values.
   Fence resubmit(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits);
   // Several captured command buffers of one timeline in one vkQueueSubmit, in order, each with
@@ -360,6 +366,12 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // what a waiter that gave up (a timeout) hands over instead of freeing what queued commands
   // still use. Released when a later call finds them reached, at the latest with the runtime.
   void keep_until(std::vector<uint64_t> values, std::vector<std::shared_ptr<const void>> objects);
+  // A device's pool usage: in use now, the most since the last reset_peak_memory, its budget.
+  struct PoolStats {
+    uint64_t in_use = 0, peak = 0, limit = 0;
+  };
+  PoolStats pool_stats(int device);
+  void reset_peak_memory();
   uint64_t last_submitted(int timeline) {
     std::lock_guard lock(mutex_);
     return streams_[timeline]->last_submitted;
@@ -369,6 +381,10 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
  private:
   friend class DeviceBuffer;
   void retire(int device, const runtime::Allocation& allocation, std::vector<uint64_t> last_use);
+  void note_captured(const Capture::Submission& s,
+                     const std::vector<std::shared_ptr<const void>>& keep_alive);
+  void note_resubmitted(int timeline, const std::vector<Resubmission>& entries,
+                        const std::vector<Fence>& fences);
   void reclaim(bool block);
   void recycle(Stream& stream);
   std::string budget_error(int device, uint64_t bytes);

@@ -35,9 +35,17 @@ std::vector<ThreadCapture>& thread_captures() {
 }  // namespace
 
 Capture* RuntimeState::capture() const {
-  for (const ThreadCapture& c : thread_captures())
-    if (c.runtime == this) return c.capture;
+  const auto& all = thread_captures();
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (it->runtime == this) return it->capture;
   return nullptr;
+}
+
+std::vector<Capture*> RuntimeState::captures() const {
+  std::vector<Capture*> out;
+  for (const ThreadCapture& c : thread_captures())
+    if (c.runtime == this) out.push_back(c.capture);
+  return out;
 }
 
 const char*& current_activity() {
@@ -52,6 +60,19 @@ const char* intern_activity(const std::string& text) {
   static std::set<std::string, std::less<>> texts;
   std::lock_guard lock(mutex);
   return texts.insert(text).first->c_str();
+}
+
+void RuntimeState::note_captured(const Capture::Submission& s,
+                                 const std::vector<std::shared_ptr<const void>>& keep_alive) {
+  // Every capture of a nesting (a loop body traced inside a jit trace) records the work: the
+  // innermost owns the command buffer, the outer ones replay it too.
+  const std::vector<Capture*> all = captures();
+  for (size_t i = 0; i < all.size(); ++i) {
+    Capture::Submission entry = s;
+    entry.owned = s.owned && i + 1 == all.size();
+    all[i]->submissions.push_back(std::move(entry));
+    all[i]->keep_alive.insert(all[i]->keep_alive.end(), keep_alive.begin(), keep_alive.end());
+  }
 }
 
 void Capture::retain(std::shared_ptr<DeviceBuffer> buffer) {
@@ -111,16 +132,14 @@ Fence RuntimeState::submit(Recording&& r) {
     // Only a peer timeline's count matters here: it is what this process waits for.
     if (!is_peer_timeline(r.timeline)) return Fence{};
     const Fence f = submit_command_buffer(r.timeline, VK_NULL_HANDLE, r.waits, current_activity());
-    if (capturing)
-      capturing->submissions.push_back({r.timeline, VK_NULL_HANDLE, r.waits, f.value, current_activity()});
+    if (capturing) note_captured({r.timeline, VK_NULL_HANDLE, r.waits, f.value, current_activity()}, {});
     return f;
   }
   if (r.profile) profiler_->close(r.profile, capturing != nullptr);  // profile hook
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
   const Fence f = submit_command_buffer(r.timeline, r.cb, r.waits, current_activity());
   if (capturing) {
-    capturing->submissions.push_back({r.timeline, r.cb, r.waits, f.value, current_activity()});
-    for (auto& k : r.keep_alive) capturing->keep_alive.push_back(std::move(k));
+    note_captured({r.timeline, r.cb, r.waits, f.value, current_activity()}, r.keep_alive);
   } else {
     streams_[r.timeline]->in_flight.push_back({f.value, r.cb, std::move(r.keep_alive)});
   }
@@ -140,6 +159,7 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     std::vector<Fence> fences;
     for (const Resubmission& e : entries)
       fences.push_back(submit_command_buffer(timeline, e.cb, e.waits, e.activity));
+    note_resubmitted(timeline, entries, fences);
     return fences;
   }
   Stream& s = *streams_[timeline];
@@ -189,7 +209,17 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
   s.last_submitted += count;
   s.queued = s.last_submitted;
   for (size_t i = 0; i < count; ++i) remember(s, signals[i], entries[i].activity, entries[i].waits);
+  note_resubmitted(timeline, entries, fences);
   return fences;
+}
+
+void RuntimeState::note_resubmitted(int timeline, const std::vector<Resubmission>& entries,
+                                    const std::vector<Fence>& fences) {
+  // A loop replaying its body inside a jit trace: the trace's program submits the body's
+  // command buffers again on its every replay (it does not own them).
+  if (!capture()) return;
+  for (size_t i = 0; i < entries.size(); ++i)
+    note_captured({timeline, entries[i].cb, entries[i].waits, fences[i].value, entries[i].activity, false}, {});
 }
 
 void RuntimeState::release_command_buffer(int timeline, VkCommandBuffer cb) {
@@ -200,15 +230,19 @@ void RuntimeState::release_command_buffer(int timeline, VkCommandBuffer cb) {
 
 void RuntimeState::begin_capture(Capture* c) {
   std::lock_guard lock(mutex_);
-  if (capture()) throw Error("internal: a jit trace began inside another on the same thread");
   c->start_values.clear();
   for (const auto& s : streams_) c->start_values.push_back(s->last_submitted);
   thread_captures().push_back({this, c});
 }
 
 void RuntimeState::end_capture() {
-  auto& captures = thread_captures();
-  std::erase_if(captures, [&](const ThreadCapture& c) { return c.runtime == this; });
+  // The innermost of this runtime's captures on this thread.
+  auto& all = thread_captures();
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (it->runtime == this) {
+      all.erase(std::next(it).base());
+      return;
+    }
 }
 
 Fence RuntimeState::submit_command_buffer(int timeline, VkCommandBuffer cb,

@@ -1,0 +1,432 @@
+// lax.scan, fori_loop, while_loop, cond and switch. A loop's body is traced once (its first
+// iteration runs under a capture of its own, nested in any jit trace) and the device runs the
+// recorded command buffers again for every further iteration (exec/loop.hpp): a 48-step scan is
+// the program of one step. Reverse mode through scan is a scan of the body's vjp, run backwards
+// over the carries the forward pass kept.
+#include "meshvk/control_flow.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <mutex>
+
+#include "exec/loop.hpp"
+#include "exec/program.hpp"
+#include "graph/array_impl.hpp"
+#include "graph/loop_support.hpp"
+#include "graph/tape.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+#include "meshvk/runtime.hpp"
+
+namespace meshvk::detail {
+
+namespace {
+
+thread_local uint64_t decisions = 0;
+
+// A loop whose body ran once under a capture; next() runs one more iteration, on the device from
+// the recording, or by calling the body again where the recording cannot be replayed (the body
+// decided something on the host, or the runtime spans processes).
+class TracedLoop {
+ public:
+  TracedLoop(const std::string& name, const LoopFn& body, const std::vector<Array>& init)
+      : name_(name), body_(body), rt_(Runtime::current().state()) {
+    const uint64_t decided = decisions;
+    std::vector<Array> owned;
+    for (const Array& a : init) owned.push_back(copy(a));  // the loop's own input buffers
+    std::vector<exec::ShardedValue> inputs;
+    for (const Array& a : owned) inputs.push_back(materialized(a));
+    auto capture = std::make_unique<Capture>();
+    std::vector<Array> results;
+    rt_->begin_capture(capture.get());
+    try {
+      results = carried_like(owned, body_(owned));
+      // Every result in buffers of its own that the body wrote: a carry returned unchanged, or
+      // one value returned twice, would be rewritten while read between iterations.
+      std::vector<const DeviceBuffer*> seen;
+      for (Array& r : results) {
+        bool fresh = true;
+        for (const auto& b : materialized(r).shards) {
+          const Fence w = b->ready();
+          fresh = fresh && !w.none() && w.value > capture->start_values[w.timeline] &&
+                  std::find(seen.begin(), seen.end(), b.get()) == seen.end();
+        }
+        if (!fresh) r = copy(r);
+        for (const auto& b : materialized(r).shards) seen.push_back(b.get());
+      }
+    } catch (...) {
+      rt_->end_capture();
+      exec::Program failed(rt_, std::move(capture), {}, {});  // waits for and frees what ran
+      throw;
+    }
+    rt_->end_capture();
+    std::vector<exec::ShardedValue> outputs;
+    for (const Array& r : results) {
+      outputs.push_back(materialized(r));
+      committed_.push_back(r.committed());
+      varying_.push_back(r.impl()->varying);
+    }
+    unrolled_ = decisions != decided || rt_->multi_process() || !capture->ring_uses.empty();
+    loop_ = std::make_shared<exec::LoopBody>(rt_, std::move(capture), std::move(inputs), outputs, init.size());
+    current_ = results;
+  }
+
+  ~TracedLoop() {
+    // The recorded command buffers live as long as any program that submits them: every jit
+    // trace this loop ran inside, or until the device has run them.
+    const std::vector<Capture*> outer = rt_->captures();
+    for (Capture* c : outer) c->keep_alive.push_back(loop_);
+    if (outer.empty()) {
+      std::vector<uint64_t> values;
+      for (int t = 0; t < rt_->num_timelines(); ++t) values.push_back(rt_->last_submitted(t));
+      rt_->keep_until(std::move(values), {loop_});
+    }
+  }
+  TracedLoop(const TracedLoop&) = delete;
+  TracedLoop& operator=(const TracedLoop&) = delete;
+
+  // The current iteration's carry (the first init.size()) and outputs: valid until next().
+  const std::vector<Array>& current() const { return current_; }
+
+  void next() {
+    if (unrolled_) {
+      std::vector<Array> carry(current_.begin(), current_.begin() + carried_count());
+      current_ = carried_like(carry, body_(carry));
+      return;
+    }
+    loop_->iterate();
+    for (size_t i = 0; i < current_.size(); ++i)
+      current_[i] = make_array(rt_, loop_->outputs()[i], committed_[i], varying_[i]);
+  }
+  size_t recorded() const { return loop_->recorded(); }
+  bool unrolled() const { return unrolled_; }
+  // The next iteration starts from `carry` instead of the current one.
+  void restart_from(const std::vector<Array>& carry) {
+    for (size_t i = 0; i < carry.size(); ++i) {
+      const Array placed = device_put(carry[i], current_[i].sharding());
+      if (unrolled_) {
+        current_[i] = placed;
+        continue;
+      }
+      exec::overwrite(*rt_, loop_->outputs()[i], materialized(placed));
+    }
+  }
+
+ private:
+  size_t carried_count() const { return carried_; }
+
+  // The body's results with each carry as its input was: the same shape and dtype (else an
+  // Error), laid out alike.
+  std::vector<Array> carried_like(const std::vector<Array>& carry, std::vector<Array> results) {
+    carried_ = carry.size();
+    if (results.size() < carry.size())
+      throw Error(name_ + ": the body returned " + std::to_string(results.size()) + " values for a carry of " +
+                  std::to_string(carry.size()));
+    for (size_t i = 0; i < carry.size(); ++i) {
+      if (!results[i].valid()) throw Error(name_ + ": the body's carry output " + std::to_string(i) + " is an empty Array");
+      if (results[i].shape() != carry[i].shape() || results[i].dtype() != carry[i].dtype())
+        throw Error(name_ + ": the body's carry output " + std::to_string(i) + " is " + type_of(results[i]) +
+                    " but its input was " + type_of(carry[i]) +
+                    "; a loop's carry must keep its shape and dtype from one iteration to the next");
+      if (!results[i].sharding().is_equivalent_to(carry[i].sharding(), carry[i].ndim()))
+        results[i] = device_put(results[i], carry[i].sharding());
+    }
+    for (size_t i = carry.size(); i < results.size(); ++i)
+      if (!results[i].valid()) throw Error(name_ + ": the body returned an empty Array as output " + std::to_string(i - carry.size()));
+    return results;
+  }
+
+  std::string name_;
+  LoopFn body_;
+  std::shared_ptr<RuntimeState> rt_;
+  std::shared_ptr<exec::LoopBody> loop_;
+  std::vector<Array> current_;
+  std::vector<bool> committed_;
+  std::vector<std::vector<std::string>> varying_;
+  size_t carried_ = 0;
+  bool unrolled_ = false;
+};
+
+Array leading_slice(const Array& xs, const Array& k) {
+  std::vector<Array> start{k};
+  Shape sizes = xs.shape();
+  sizes[0] = 1;
+  for (size_t d = 1; d < xs.ndim(); ++d) start.push_back(scalar(int32_t{0}));
+  Shape rest(xs.shape().begin() + 1, xs.shape().end());
+  return reshape(dynamic_slice(xs, start, sizes), rest);
+}
+
+}  // namespace
+
+void carry_structure_error(const char* op, const std::string& given, const std::string& returned) {
+  throw Error(std::string(op) + ": the body returned a carry of structure " + returned + " for one of " + given +
+              " (A: an Array, [..]: a vector, (..): a pair or tuple, {..}: Params, N: nullopt); a carry keeps its structure");
+}
+
+uint64_t host_decisions() { return decisions; }
+void note_host_decision() { ++decisions; }
+
+bool read_predicate(const Array& x, const char* op) {
+  if (!x.valid()) throw Error(std::string(op) + ": the predicate is an empty Array");
+  if (x.size() != 1)
+    throw Error(std::string(op) + ": the predicate must be a scalar, got " + type_of(x));
+  const Array b = x.dtype() == DType::bool_ ? x : (x != 0);
+  int32_t v = 0;
+  auto& rt = *b.impl()->runtime;
+  std::lock_guard lock(rt.mutex());
+  if (rt.capture()) note_host_decision();
+  exec::download(rt, materialized(b), &v);
+  return v != 0;
+}
+
+LoopResult run_loop(const std::string& name, const LoopFn& body, const std::vector<Array>& init,
+                    int64_t iterations, const std::function<void(int64_t, const std::vector<Array>&)>& each) {
+  auto rt = Runtime::current().state();
+  std::lock_guard lock(rt->mutex());
+  LoopResult result{init, 0, false};
+  if (iterations <= 0) return result;
+  TracedLoop loop(name, body, init);
+  for (int64_t k = 0; k < iterations; ++k) {
+    if (k) loop.next();
+    if (each) each(k, std::vector<Array>(loop.current().begin() + init.size(), loop.current().end()));
+  }
+  result.carry.assign(loop.current().begin(), loop.current().begin() + init.size());
+  result.recorded = loop.recorded();
+  result.unrolled = loop.unrolled();
+  return result;
+}
+
+std::vector<Array> while_leaves(const std::function<Array(const std::vector<Array>&)>& cond, const LoopFn& body,
+                                const std::vector<Array>& init) {
+  for (size_t i = 0; i < init.size(); ++i)
+    if (!init[i].valid()) throw Error("while_loop: carry leaf " + std::to_string(i) + " is an empty Array");
+  auto rt = Runtime::current().state();
+  std::lock_guard lock(rt->mutex());
+  auto untracked = [](const std::vector<Array>& values) {
+    for (const Array& a : values)
+      if (tracked(a))
+        throw Error("while_loop: reverse-mode differentiation of a while_loop is not supported (nor in JAX: "
+                    "its trip count is data); use lax::fori_loop with host bounds or lax::scan");
+  };
+  untracked(init);
+  const TapeIsolation isolated(init);
+  if (!read_predicate(cond(init), "while_loop")) return init;
+  TracedLoop loop("while_loop", body, init);
+  untracked(isolated.closure());
+  for (;;) {
+    std::vector<Array> carry(loop.current().begin(), loop.current().begin() + init.size());
+    if (!read_predicate(cond(carry), "while_loop")) return carry;
+    loop.next();
+  }
+}
+
+namespace {
+
+// A scan step as a loop body: the iteration index rides in the carry (first), so the recorded
+// body slices xs itself. Returns the index, the carry, the ys and, with `residuals`, the carry
+// the step began with (for the backward pass).
+LoopFn counter_step(const ScanBody& body, const std::vector<Array>& xs, size_t nc, bool reverse, bool residuals,
+                    std::shared_ptr<size_t> ny) {
+  return [body, xs, nc, reverse, residuals, ny](const std::vector<Array>& c) {
+    std::vector<Array> x;
+    for (const Array& leaf : xs) x.push_back(leading_slice(leaf, c[0]));
+    const std::vector<Array> user(c.begin() + 1, c.end());
+    auto [carry, y] = body(user, x);
+    if (carry.size() != nc)
+      throw Error("scan: the body returned a carry of " + std::to_string(carry.size()) + " arrays for one of " +
+                  std::to_string(nc) + "; the carry keeps its structure");
+    *ny = y.size();
+    std::vector<Array> out{c[0] + (reverse ? -1 : 1)};
+    out.insert(out.end(), carry.begin(), carry.end());
+    out.insert(out.end(), y.begin(), y.end());
+    if (residuals) out.insert(out.end(), user.begin(), user.end());
+    return out;
+  };
+}
+
+Array first_index(int64_t n, bool reverse) { return scalar(static_cast<int32_t>(reverse ? n - 1 : 0)); }
+
+// Each iteration's outputs, copied (the loop rewrites them), stacked along a new leading axis in
+// index order.
+struct Stacker {
+  std::vector<std::vector<Array>> steps;
+  void keep(const std::vector<Array>& outs) {
+    std::vector<Array> kept;
+    for (const Array& o : outs) kept.push_back(copy(o));
+    steps.push_back(std::move(kept));
+  }
+  Array stacked(size_t j, bool reverse) const {
+    std::vector<Array> pieces;
+    for (const auto& s : steps) pieces.push_back(s[j]);
+    if (reverse) std::reverse(pieces.begin(), pieces.end());
+    return stack(pieces, 0);
+  }
+};
+
+// Scan's backward pass, traced while the forward pass runs (the body may refer to values that
+// are gone by the time the gradient is taken, as a lambda capturing a caller's locals by
+// reference does): a loop over the body's vjp, the other way, with the cotangents of the ys in
+// buffers of its own that the backward pass fills before it runs the loop.
+struct ScanBackward {
+  std::unique_ptr<TracedLoop> loop;
+  std::vector<Array> ct_ys;  // the loop reads these buffers
+  int64_t n = 0;
+  bool reverse = false;
+};
+
+}  // namespace
+
+ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, const std::vector<Array>& xs,
+                       std::optional<int64_t> length, bool reverse) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (!xs[i].valid()) throw Error("scan: xs leaf " + std::to_string(i) + " is an empty Array");
+    if (xs[i].ndim() == 0)
+      throw Error("scan: xs leaf " + std::to_string(i) + " is a scalar; scan slices each xs along its leading axis");
+    if (length && xs[i].shape()[0] != *length)
+      throw Error("scan: xs leaf " + std::to_string(i) + " is " + type_of(xs[i]) + " but length is " +
+                  std::to_string(*length) + "; every xs needs length along its leading axis");
+    if (!length) length = xs[i].shape()[0];
+  }
+  for (size_t i = 0; i < init.size(); ++i)
+    if (!init[i].valid()) throw Error("scan: carry leaf " + std::to_string(i) + " is an empty Array");
+  if (!length) throw Error("scan: no xs and no length; give xs to scan over or the number of iterations");
+  const int64_t n = *length;
+  if (n < 0) throw Error("scan: length " + std::to_string(n) + " is negative");
+  if (n > INT32_MAX) throw Error("scan: length " + std::to_string(n) + " is past int32, the index's dtype");
+  auto rt = Runtime::current().state();
+  std::lock_guard lock(rt->mutex());
+  ScanLeaves out;
+  if (n == 0) {
+    // No iteration: the ys' shapes come from running the body once on zeros, as JAX traces it.
+    const TapeIsolation isolated(init);
+    std::vector<Array> x;
+    for (const Array& leaf : xs) x.push_back(zeros(Shape(leaf.shape().begin() + 1, leaf.shape().end()), leaf.dtype()));
+    auto [carry, y] = body(init, x);
+    out.carry = init;
+    for (const Array& leaf : y) {
+      Shape s{0};
+      s.insert(s.end(), leaf.shape().begin(), leaf.shape().end());
+      out.ys.push_back(zeros(s, leaf.dtype()));
+    }
+    return out;
+  }
+
+  // The tapes record one rule for the whole loop: the body runs with them suspended, and what it
+  // reads that they track (besides carry and xs) is differentiated as an input too.
+  std::vector<Array> own = init;
+  own.insert(own.end(), xs.begin(), xs.end());
+  std::optional<TapeIsolation> isolated(std::in_place, own);
+  const bool residuals = isolated->was_taping();
+  const size_t nc = init.size(), nx = xs.size();
+  auto ny = std::make_shared<size_t>(0);
+  std::vector<Array> start{first_index(n, reverse)};
+  start.insert(start.end(), init.begin(), init.end());
+  Stacker steps;
+  const LoopResult loop = run_loop("scan", counter_step(body, xs, nc, reverse, residuals, ny), start, n,
+                                   [&](int64_t, const std::vector<Array>& outs) { steps.keep(outs); });
+  out.recorded = loop.recorded;
+  out.carry.assign(loop.carry.begin() + 1, loop.carry.end());
+  for (size_t j = 0; j < *ny; ++j) out.ys.push_back(steps.stacked(j, reverse));
+  if (!residuals) return out;
+  const std::vector<Array> closure = isolated->closure();
+
+  // The backward loop's carry: the index, the carry's cotangent, the closure's sums; its xs: each
+  // step's carry and x, and the cotangents of its ys.
+  auto backward = std::make_shared<ScanBackward>();
+  backward->n = n;
+  backward->reverse = !reverse;
+  std::vector<Array> bxs;
+  for (size_t j = 0; j < nc; ++j) bxs.push_back(steps.stacked(*ny + j, reverse));
+  bxs.insert(bxs.end(), xs.begin(), xs.end());
+  for (const Array& y : out.ys) {
+    backward->ct_ys.push_back(copy(zeros_like(y)));
+    bxs.push_back(backward->ct_ys.back());
+  }
+  const size_t ncl = closure.size(), nyy = *ny;
+  const ScanBody step_vjp = [body, closure, init, nc, nx, ncl](const std::vector<Array>& c, const std::vector<Array>& x) {
+    const std::vector<Array> primals(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(nc + nx));
+    const Linearized lin = vjp_leaves(
+        [&](const std::vector<Array>& p) {
+          auto [carry, y] = body(std::vector<Array>(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(nc)),
+                                 std::vector<Array>(p.begin() + static_cast<std::ptrdiff_t>(nc), p.end()));
+          carry.insert(carry.end(), y.begin(), y.end());
+          return carry;
+        },
+        primals, closure);
+    std::vector<Array> seeds(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(nc));
+    seeds.insert(seeds.end(), x.begin() + static_cast<std::ptrdiff_t>(nc + nx), x.end());
+    const std::vector<Array> g = lin.backward(seeds);
+    std::vector<Array> carry, y;
+    for (size_t i = 0; i < nc; ++i) carry.push_back(g[i].valid() ? g[i] : zeros_like(init[i]));
+    for (size_t j = 0; j < ncl; ++j)
+      carry.push_back(g[nc + nx + j].valid() ? c[nc + j] + g[nc + nx + j] : c[nc + j]);
+    for (size_t i = 0; i < nx; ++i) y.push_back(g[nc + i].valid() ? g[nc + i] : zeros_like(x[nc + i]));
+    return std::make_pair(carry, y);
+  };
+  std::vector<Array> bstart{first_index(n, !reverse)};
+  for (const Array& c : init) bstart.push_back(zeros_like(c));
+  for (const Array& c : closure) bstart.push_back(zeros_like(c));
+  backward->loop = std::make_unique<TracedLoop>(
+      "scan (backward)", counter_step(step_vjp, bxs, nc + ncl, !reverse, false, std::make_shared<size_t>(0)), bstart);
+
+  isolated.reset();  // the rule goes on the caller's tapes
+  std::vector<Array> inputs = init;
+  inputs.insert(inputs.end(), xs.begin(), xs.end());
+  inputs.insert(inputs.end(), closure.begin(), closure.end());
+  std::vector<Array> outputs = out.carry;
+  outputs.insert(outputs.end(), out.ys.begin(), out.ys.end());
+  on_tape(outputs, inputs, [backward, init, xs, closure, nc, nx, nyy](const std::vector<Array>& cts) {
+    for (const Array& ct : cts)
+      if (tracked(ct))
+        throw Error("scan: differentiating scan's gradient again (second order) is not supported yet; "
+                    "unroll the loop for higher derivatives");
+    auto rt = Runtime::current().state();
+    std::lock_guard lock(rt->mutex());
+    for (size_t j = 0; j < nyy; ++j)
+      exec::overwrite(*rt, materialized(backward->ct_ys[j]),
+                      materialized(device_put(cts[nc + j], backward->ct_ys[j].sharding())));
+    std::vector<Array> from{first_index(backward->n, backward->reverse)};
+    for (size_t i = 0; i < nc; ++i) from.push_back(is_floating(init[i].dtype()) ? cts[i] : zeros_like(init[i]));
+    for (const Array& c : closure) from.push_back(zeros_like(c));
+    TracedLoop& loop = *backward->loop;
+    loop.restart_from(from);
+    Stacker steps;
+    for (int64_t k = 0; k < backward->n; ++k) {
+      loop.next();
+      steps.keep(std::vector<Array>(loop.current().begin() + static_cast<std::ptrdiff_t>(from.size()), loop.current().end()));
+    }
+    const std::vector<Array>& carry = loop.current();
+    std::vector<Array> grads;
+    for (size_t i = 0; i < nc; ++i) grads.push_back(is_floating(init[i].dtype()) ? copy(carry[1 + i]) : Array());
+    for (size_t i = 0; i < nx; ++i)
+      grads.push_back(is_floating(xs[i].dtype()) ? steps.stacked(i, backward->reverse) : Array());
+    for (size_t j = 0; j < closure.size(); ++j) grads.push_back(copy(carry[1 + nc + j]));
+    return grads;
+  });
+  return out;
+}
+
+std::vector<Array> cond_leaves(const Array& pred, const std::function<std::vector<Array>()>& on_true,
+                               const std::function<std::vector<Array>()>& on_false) {
+  if (!pred.valid()) throw Error("cond: the predicate is an empty Array");
+  if (pred.size() != 1) throw Error("cond: the predicate must be a scalar, got " + type_of(pred));
+  auto& rt = *pred.impl()->runtime;
+  if (!rt.capture()) return read_predicate(pred, "cond") ? on_true() : on_false();
+  // Inside a trace the program must serve every later call: both branches run and each result
+  // is selected on the device (what JAX does with cond under vmap).
+  const std::vector<Array> t = on_true(), f = on_false();
+  if (t.size() != f.size())
+    throw Error("cond: the branches return " + std::to_string(t.size()) + " and " + std::to_string(f.size()) +
+                " arrays; both must return the same structure");
+  const Array p = pred.dtype() == DType::bool_ ? reshape(pred, {}) : reshape(pred != 0, {});
+  std::vector<Array> out;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i].shape() != f[i].shape() || t[i].dtype() != f[i].dtype())
+      throw Error("cond: output " + std::to_string(i) + " is " + type_of(t[i]) + " in the true branch and " +
+                  type_of(f[i]) + " in the false one; both branches must return the same types");
+    out.push_back(where(p, t[i], f[i]));
+  }
+  return out;
+}
+
+}  // namespace meshvk::detail

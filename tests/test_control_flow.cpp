@@ -1,0 +1,260 @@
+// lax.scan, fori_loop, while_loop and cond: values against host loops, gradients against the
+// same loop unrolled (which the tape differentiates op by op) and finite differences, the body
+// recorded once whatever the trip count, sharded carries under jit, and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "graph/array_impl.hpp"
+#include "meshvk/meshvk.hpp"
+#include "gradient_check.hpp"
+#include "test_support.hpp"
+
+namespace mv = meshvk;
+using mv::Array;
+using mv::P;
+
+#define EXPECT_THROW_MSG(stmt, text)                              \
+  do {                                                            \
+    const std::string message_ = message_of([&] { (void)(stmt); }); \
+    EXPECT_NE(message_.find(text), std::string::npos) << message_;  \
+  } while (0)
+
+namespace {
+
+void expect_close(const Array& got, const std::vector<float>& want, float tol = 1e-5f) {
+  const auto v = got.to_host<float>();
+  ASSERT_EQ(v.size(), want.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    ASSERT_NEAR(v[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
+}
+
+std::vector<float> values(int64_t n, float scale, float offset = 0.f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = offset + scale * static_cast<float>((i * 37) % 11 - 5);
+  return v;
+}
+
+// h' = tanh(h @ W + x), y = h' * 2: a recurrent cell, as scan's body and unrolled.
+std::pair<Array, Array> cell(const Array& h, const Array& x, const Array& w) {
+  const Array next = mv::tanh(mv::matmul(h, w) + x);
+  return {next, next * 2.f};
+}
+
+}  // namespace
+
+TEST(Scan, CarriesAndStacksLikeAHostLoop) {
+  const int64_t n = 7;
+  const Array xs = host_array(values(n * 3, 0.5f), {n, 3});
+  auto [total, partial] = mv::lax::scan(
+      [](const Array& c, const Array& x) { return std::make_pair(c + x, (c + x) * 10.f); }, mv::zeros({3}), xs);
+  std::vector<float> want_total(3, 0.f), want_partial;
+  const auto host = values(n * 3, 0.5f);
+  for (int64_t k = 0; k < n; ++k) {
+    for (int j = 0; j < 3; ++j) want_total[j] += host[k * 3 + j];
+    for (int j = 0; j < 3; ++j) want_partial.push_back(want_total[j] * 10.f);
+  }
+  expect_close(total, want_total);
+  EXPECT_EQ(partial.shape(), (mv::Shape{n, 3}));
+  expect_close(partial, want_partial);
+}
+
+TEST(Scan, ReverseRunsFromTheLastSliceAndKeepsYsInPlace) {
+  const int64_t n = 5;
+  const Array xs = host_array(values(n, 1.f), {n});
+  auto [c, ys] = mv::lax::scan(
+      [](const Array& acc, const Array& x) { return std::make_pair(acc * 2.f + x, acc); }, mv::scalar(0.f), xs,
+      std::nullopt, /*reverse=*/true);
+  const auto host = values(n, 1.f);
+  float acc = 0.f;
+  std::vector<float> want_ys(n);
+  for (int64_t k = n - 1; k >= 0; --k) {
+    want_ys[k] = acc;
+    acc = acc * 2.f + host[k];
+  }
+  expect_close(c, {acc});
+  expect_close(ys, want_ys);
+}
+
+TEST(Scan, PytreeCarryWithoutXsAndNoneYs) {
+  using C = std::pair<Array, std::vector<Array>>;
+  auto [c, none] = mv::lax::scan(
+      [](const C& c, std::nullopt_t) {
+        return std::make_pair(C(c.first + 1.f, {c.second[0] * 2.f, c.second[1] - c.first}), std::nullopt);
+      },
+      C(mv::scalar(1.f), {mv::scalar(1.f), mv::scalar(0.f)}), std::nullopt, 4);
+  (void)none;
+  // first: 1,2,3,4 -> 5; second[0]: 16; second[1]: -(1+2+3+4) = -10
+  expect_close(c.first, {5.f});
+  expect_close(c.second[0], {16.f});
+  expect_close(c.second[1], {-10.f});
+}
+
+TEST(Scan, TheBodyIsRecordedOnceWhateverTheTripCount) {
+  auto& state = *mv::Runtime::current().state();
+  auto recorded_for = [&](int64_t n) {
+    auto f = mv::jit([n](const Array& h, const Array& w) {
+      return mv::lax::fori_loop(0, n, [&](const Array&, const Array& c) { return mv::tanh(mv::matmul(c, w)); }, h);
+    });
+    const Array h = host_array(values(4 * 8, 0.1f), {4, 8});
+    const Array w = host_array(values(8 * 8, 0.05f), {8, 8});
+    const uint64_t before = state.dispatches.load();
+    const Array out = f(h, w);
+    const uint64_t traced = state.dispatches.load() - before;
+    // And the replay gives what the trace gave.
+    const auto first = out.to_host<float>();
+    const Array again = f(h, w);
+    EXPECT_EQ(again.to_host<float>(), first);
+    return std::make_pair(traced, first);
+  };
+  const auto [four, four_values] = recorded_for(4);
+  const auto [many, many_values] = recorded_for(48);
+  EXPECT_EQ(four, many) << "dispatches recorded while tracing 4 and 48 iterations";
+  // The values against the same loop run op by op.
+  Array h = host_array(values(4 * 8, 0.1f), {4, 8});
+  const Array w = host_array(values(8 * 8, 0.05f), {8, 8});
+  for (int i = 0; i < 48; ++i) h = mv::tanh(mv::matmul(h, w));
+  const auto want = h.to_host<float>();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(many_values[i], want[i]);
+}
+
+TEST(Scan, GradientsMatchTheUnrolledLoop) {
+  const int64_t n = 6, b = 2, d = 5;
+  const Array h0 = host_array(values(b * d, 0.2f), {b, d});
+  const Array xs = host_array(values(n * b * d, 0.1f, 0.05f), {n, b, d});
+  const Array w = host_array(values(d * d, 0.15f), {d, d});
+  auto scanned = [&](const Array& h, const Array& x, const Array& weights) {
+    auto [last, ys] = mv::lax::scan([&](const Array& c, const Array& xk) { return cell(c, xk, weights); }, h, x);
+    return (last * last).sum() + (ys * ys).mean();
+  };
+  auto unrolled = [&](const Array& h, const Array& x, const Array& weights) {
+    Array c = h;
+    std::vector<Array> ys;
+    for (int64_t k = 0; k < n; ++k) {
+      auto [next, y] = cell(c, mv::reshape(mv::dynamic_slice(x, {k, 0, 0}, {1, b, d}), {b, d}), weights);
+      c = next;
+      ys.push_back(y);
+    }
+    return (c * c).sum() + (mv::stack(ys) * mv::stack(ys)).mean();
+  };
+  auto [v1, g1] = mv::value_and_grad(scanned, std::vector<int>{0, 1, 2})(h0, xs, w);
+  auto [v2, g2] = mv::value_and_grad(unrolled, std::vector<int>{0, 1, 2})(h0, xs, w);
+  expect_close(v1, v2.to_host<float>());
+  for (int i = 0; i < 3; ++i) expect_close(g1[i], g2[i].to_host<float>(), 1e-5f);
+  // The closed-over weights get their gradient too.
+  const Array gw = mv::grad([&](const Array& weights) { return scanned(h0, xs, weights); })(w);
+  expect_close(gw, g2[2].to_host<float>(), 1e-5f);
+}
+
+TEST(Scan, GradientsMatchFiniteDifferences) {
+  const Array w = host_array(values(9, 0.2f), {3, 3});
+  // Through the carry, the xs and a closed-over array at once.
+  expect_gradient(
+      [&](const Array& v) {
+        const Array xs = mv::reshape(v, {4, 1, 3});
+        auto [last, ys] = mv::lax::scan([&](const Array& c, const Array& xk) { return cell(c, xk * v.sum(), w); },
+                                        mv::reshape(v.sum() * 0.1f, {1, 1}) + mv::zeros({1, 3}), xs);
+        return mv::concatenate({mv::reshape(last, {3}), mv::reshape(ys, {12})});
+      },
+      values(12, 0.1f, 0.02f), "scan");
+}
+
+TEST(Scan, GradientUnderJitMatchesEager) {
+  const int64_t n = 5, d = 4;
+  const Array h0 = host_array(values(d, 0.2f), {1, d});
+  const Array xs = host_array(values(n * d, 0.1f), {n, 1, d});
+  const Array w = host_array(values(d * d, 0.2f), {d, d});
+  auto loss = [&](const Array& weights, const Array& h) {
+    auto [last, ys] = mv::lax::scan([&](const Array& c, const Array& xk) { return cell(c, xk, weights); }, h, xs);
+    return (last * ys.sum(0)).sum();
+  };
+  const Array eager = mv::grad(loss)(w, h0);
+  auto step = mv::jit([&](const Array& weights, const Array& h) { return mv::grad(loss)(weights, h); });
+  expect_close(step(w, h0), eager.to_host<float>());
+  expect_close(step(w, h0), eager.to_host<float>());  // the replay
+  EXPECT_EQ(step.traces(), 1u);
+}
+
+TEST(Scan, ShardedCarryUnderJit) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const Array h = mv::device_put(host_array(values(8 * 8, 0.1f), {8, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const Array w = mv::device_put(host_array(values(8 * 8, 0.05f), {8, 8}), mv::NamedSharding(mesh, P("y")));
+  auto f = mv::jit([&](const Array& c0, const Array& weights) {
+    return mv::lax::fori_loop(0, 3, [&](const Array& i, const Array& c) { return mv::tanh(mv::matmul(c, weights)) + i.astype(mv::DType::float32); }, c0);
+  });
+  const Array out = f(h, w);
+  EXPECT_TRUE(out.sharding().is_equivalent_to(h.sharding(), 2)) << out.sharding().to_string();
+  Array c = host_array(values(8 * 8, 0.1f), {8, 8});
+  const Array wh = host_array(values(8 * 8, 0.05f), {8, 8});
+  for (int i = 0; i < 3; ++i) c = mv::tanh(mv::matmul(c, wh)) + static_cast<float>(i);
+  expect_close(out, c.to_host<float>(), 1e-6f);
+}
+
+TEST(WhileLoop, RunsUntilThePredicateFailsEagerAndUnderJit) {
+  using C = std::pair<Array, Array>;
+  auto collatz = [](const Array& start) {
+    return mv::lax::while_loop([](const C& c) { return c.first != 1; },
+                               [](const C& c) {
+                                 const Array odd = (c.first % 2) == 1;
+                                 return C(mv::where(odd, c.first * 3 + 1, mv::floor_divide(c.first, 2)), c.second + 1);
+                               },
+                               C(start, mv::scalar(int32_t{0})));
+  };
+  EXPECT_EQ(collatz(mv::scalar(int32_t{27})).second.to_host<int32_t>().at(0), 111);
+  auto f = mv::jit([&](const Array& s) { return collatz(s).second; });
+  EXPECT_EQ(f(mv::scalar(int32_t{6})).to_host<int32_t>().at(0), 8);
+  EXPECT_EQ(f(mv::scalar(int32_t{7})).to_host<int32_t>().at(0), 16);  // traced again: the trip count is data
+  EXPECT_EQ(f.traces(), 2u);
+  EXPECT_EQ(collatz(mv::scalar(int32_t{1})).second.to_host<int32_t>().at(0), 0);  // no iteration
+}
+
+TEST(WhileLoop, RefusesReverseModeDifferentiation) {
+  auto f = [](const Array& x) {
+    return mv::lax::while_loop([](const Array& c) { return c.sum() < 10.f; }, [](const Array& c) { return c * 2.f; }, x).sum();
+  };
+  EXPECT_THROW_MSG(mv::grad(f)(mv::ones({2})), "reverse-mode differentiation of a while_loop");
+}
+
+TEST(Cond, OneBranchEagerBothSelectedUnderJitAndGradients) {
+  auto f = [](const Array& p, const Array& x) {
+    return mv::lax::cond(p, [](const Array& v) { return v * 3.f; }, [](const Array& v) { return mv::sin(v); }, x);
+  };
+  const Array x = host_array(std::vector<float>{0.5f, -1.f}, {2});
+  expect_close(f(mv::scalar(true), x), {1.5f, -3.f});
+  expect_close(f(mv::scalar(false), x), {std::sin(0.5f), std::sin(-1.f)});
+  auto jf = mv::jit(f);
+  expect_close(jf(mv::scalar(true), x), {1.5f, -3.f});
+  expect_close(jf(mv::scalar(false), x), {std::sin(0.5f), std::sin(-1.f)});
+  EXPECT_EQ(jf.traces(), 1u);
+  const Array g = mv::grad([&](const Array& v) { return f(mv::scalar(false), v).sum(); })(x);
+  expect_close(g, {std::cos(0.5f), std::cos(-1.f)});
+  auto jg = mv::jit([&](const Array& p, const Array& v) { return mv::grad([&](const Array& u) { return f(p, u).sum(); })(v); });
+  expect_close(jg(mv::scalar(true), x), {3.f, 3.f});
+  expect_close(jg(mv::scalar(false), x), {std::cos(0.5f), std::cos(-1.f)});
+}
+
+TEST(ControlFlowErrors, NameWhatWasWrong) {
+  EXPECT_THROW_MSG(mv::lax::scan([](const Array& c, const Array& x) { return std::make_pair(mv::concatenate({c, x}), x); },
+                                 mv::zeros({2}), mv::zeros({3, 2})),
+                   "carry must keep its shape and dtype");
+  EXPECT_THROW_MSG(mv::lax::scan([](const Array& c, const Array& x) { return std::make_pair(c, x); }, mv::zeros({2}),
+                                 mv::zeros({3, 2}), 4),
+                   "length is 4");
+  EXPECT_THROW_MSG(mv::lax::scan([](const Array& c, std::nullopt_t) { return std::make_pair(c, std::nullopt); },
+                                 mv::zeros({2}), std::nullopt),
+                   "no xs and no length");
+  EXPECT_THROW_MSG(mv::lax::cond(mv::zeros({2}), [] { return mv::zeros({1}); }, [] { return mv::ones({1}); }),
+                   "predicate must be a scalar");
+  // The runtime stays usable.
+  auto [c, ys] = mv::lax::scan([](const Array& c, const Array& x) { return std::make_pair(c + x, c); }, mv::zeros({2}),
+                               mv::ones({3, 2}));
+  expect_close(c, {3.f, 3.f});
+}
+
+TEST(Scan, ZeroLengthGivesInitAndEmptyYs) {
+  auto [c, ys] = mv::lax::scan([](const Array& c, const Array& x) { return std::make_pair(c + x, x * 2.f); },
+                               mv::ones({3}), mv::zeros({0, 3}));
+  expect_close(c, {1.f, 1.f, 1.f});
+  EXPECT_EQ(ys.shape(), (mv::Shape{0, 3}));
+}
