@@ -280,6 +280,36 @@ TEST(Partitioning, TakeFromAReplicatedTableKeepsTheIndicesLayout) {
   }
 }
 
+// Sequence parallelism's linear layer: [batch, seq, d] split by seq times a replicated weight.
+// einsum merges (batch, seq) into one matrix dimension; with the split label put first each
+// device multiplies its own piece, where the merge used to gather the activation whole. The
+// weight's gradient contracts over (batch, seq): a local product and one all-reduce.
+TEST(Partitioning, EinsumKeepsASplitMiddleDimension) {
+  const auto mesh = mv::make_mesh({8}, {"s"});
+  const auto xv = random_floats(4 * 16 * 12, 51), wv = random_floats(10 * 12, 52);
+  const Array x1 = host_array(xv, {4, 16, 12}), w1 = host_array(wv, {10, 12});
+  const Array x = put(xv, {4, 16, 12}, mv::NamedSharding(mesh, P(mv::None, "s")));
+  const Array w = put(wv, {10, 12}, mv::NamedSharding(mesh, P()));
+  const auto f =
+      mv::jit([](const Array& a, const Array& b) { return mv::einsum("bsi,oi->bso", a, b); });
+  const Array y = f(x, w);
+  EXPECT_TRUE(y.sharding().is_equivalent_to(mv::NamedSharding(mesh, P(mv::None, "s")), 3))
+      << y.sharding().to_string();
+  const auto lowered = f.lower(x, w);
+  EXPECT_TRUE(lowered.collective_counts().empty()) << lowered.as_text();
+  EXPECT_EQ(y.to_host<float>(), mv::einsum("bsi,oi->bso", x1, w1).to_host<float>());  // bit for bit
+  const auto dw =
+      mv::jit([](const Array& g, const Array& a) { return mv::einsum("bso,bsi->oi", g, a); });
+  const auto dl = dw.lower(y, x);
+  EXPECT_EQ(count(dl, "all-reduce"), 1) << dl.as_text();
+  EXPECT_EQ(count(dl, "reshard"), 0) << dl.as_text();
+  const auto got = dw(y, x).to_host<float>();
+  const auto want =
+      mv::einsum("bso,bsi->oi", mv::einsum("bsi,oi->bso", x1, w1), x1).to_host<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5f) << k;
+}
+
 TEST(Partitioning, ReshapesThatKeepEveryPieceMoveNothing) {
   const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
   const mv::NamedSharding sharded(mesh, P("a", mv::None, "b"));
