@@ -27,7 +27,7 @@ cd "$(dirname "$0")"
 packages=(build-essential cmake ninja-build pkg-config libvulkan-dev mesa-vulkan-drivers
           glslang-tools glslang-dev spirv-tools vulkan-validationlayers libgtest-dev libopenblas-dev
           libglfw3-dev libimgui-dev libstb-dev libsimdjson-dev xvfb ccache
-          openmpi-bin libopenmpi-dev python3-torch)
+          openmpi-bin libopenmpi-dev python3-torch python3-numpy)
 
 # The fuzzers' compiler and its libFuzzer/sanitizer runtimes; the tests also compile every public
 # header with this clang (Debian 12's clang 14).

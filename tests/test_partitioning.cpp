@@ -227,6 +227,89 @@ TEST(Partitioning, ShapeOpsAlongUnsplitDimensionsKeepTheShardingAndMoveNothing) 
   EXPECT_EQ(mv::argsort(x, 0).sharding(), b_only);
 }
 
+// An embedding lookup: a replicated table and token ids split by batch (or by position). Each
+// device takes its own ids from its copy of the table, so the result is split as the ids and
+// nothing moves; the ids used to be gathered, leaving every device the whole batch after it.
+TEST(Partitioning, TakeFromAReplicatedTableKeepsTheIndicesLayout) {
+  const auto mesh = mv::make_mesh({2, 4}, {"a", "b"});
+  const auto table_values = random_floats(16 * 6, 41);
+  const Array table = put(table_values, {16, 6}, mv::NamedSharding(mesh, P()));
+  const Array table1 = host_array(table_values, {16, 6});
+  std::vector<int32_t> id_values;
+  for (int i = 0; i < 8 * 4; ++i) id_values.push_back((i * 7 + 3) % 19 - 2);  // some out of range
+  const Array ids1 = mv::array(std::span<const int32_t>(id_values), mv::Shape{8, 4});
+  for (const mv::PartitionSpec& spec : {P("b", "a"), P(mv::None, "b"), P({"a", "b"})}) {
+    const Array ids = mv::device_put(ids1, mv::NamedSharding(mesh, spec));
+    for (const mv::TakeMode mode : {mv::TakeMode::clip, mv::TakeMode::fill, mv::TakeMode::wrap}) {
+      const auto f =
+          mv::jit([mode](const Array& t, const Array& i) { return mv::take(t, i, 0, mode); });
+      const Array got = f(table, ids);
+      EXPECT_TRUE(got.sharding().is_equivalent_to(mv::NamedSharding(mesh, spec), 3))
+          << spec.to_string() << " gave " << got.sharding().to_string();
+      EXPECT_TRUE(f.lower(table, ids).collective_counts().empty()) << f.lower(table, ids).as_text();
+      const auto want = mv::take(table1, ids1, 0, mode).to_host<float>();
+      const auto values = got.to_host<float>();
+      ASSERT_EQ(values.size(), want.size());
+      for (size_t k = 0; k < want.size(); ++k)  // NaN where filled
+        EXPECT_TRUE(values[k] == want[k] || (std::isnan(values[k]) && std::isnan(want[k]))) << k;
+    }
+    // Along axis 1 the ids' layout lands after the table's first axis.
+    const Array t2 = mv::device_put(mv::transpose(table1), mv::NamedSharding(mesh, P()));
+    const Array along1 = mv::take(t2, ids, 1, mv::TakeMode::clip);
+    EXPECT_TRUE(along1.sharding().is_equivalent_to(
+        mv::NamedSharding(mesh, P(mv::None, spec[0], spec[1])), 3))
+        << along1.sharding().to_string();
+    EXPECT_EQ(along1.to_host<float>(),
+              mv::take(mv::transpose(table1), ids1, 1, mv::TakeMode::clip).to_host<float>());
+    // x[ids] and its gradient (a scatter-add) against one device.
+    const auto loss = [](const Array& t, const Array& i) {
+      return mv::sum(mv::square(mv::gather(t, i)));
+    };
+    const std::vector<Array> vg = mv::jit([&](const Array& t, const Array& i) {
+      auto [value, grad] = mv::value_and_grad(loss)(t, i);
+      return std::vector<Array>{value, grad};
+    })(table, ids);
+    const Array& v = vg[0];
+    const Array& g = vg[1];
+    const auto [v1, g1] = mv::value_and_grad(loss)(table1, ids1);
+    EXPECT_NEAR(v.to_host<float>()[0], v1.to_host<float>()[0],
+                1e-5f * std::fabs(v1.to_host<float>()[0]));
+    EXPECT_LE(
+        mv::max(mv::abs(mv::device_put(g, mv::SingleDeviceSharding(0)) - g1)).to_host<float>()[0],
+        1e-6f);
+  }
+}
+
+// Sequence parallelism's linear layer: [batch, seq, d] split by seq times a replicated weight.
+// einsum merges (batch, seq) into one matrix dimension; with the split label put first each
+// device multiplies its own piece, where the merge used to gather the activation whole. The
+// weight's gradient contracts over (batch, seq): a local product and one all-reduce.
+TEST(Partitioning, EinsumKeepsASplitMiddleDimension) {
+  const auto mesh = mv::make_mesh({8}, {"s"});
+  const auto xv = random_floats(4 * 16 * 12, 51), wv = random_floats(10 * 12, 52);
+  const Array x1 = host_array(xv, {4, 16, 12}), w1 = host_array(wv, {10, 12});
+  const Array x = put(xv, {4, 16, 12}, mv::NamedSharding(mesh, P(mv::None, "s")));
+  const Array w = put(wv, {10, 12}, mv::NamedSharding(mesh, P()));
+  const auto f =
+      mv::jit([](const Array& a, const Array& b) { return mv::einsum("bsi,oi->bso", a, b); });
+  const Array y = f(x, w);
+  EXPECT_TRUE(y.sharding().is_equivalent_to(mv::NamedSharding(mesh, P(mv::None, "s")), 3))
+      << y.sharding().to_string();
+  const auto lowered = f.lower(x, w);
+  EXPECT_TRUE(lowered.collective_counts().empty()) << lowered.as_text();
+  EXPECT_EQ(y.to_host<float>(), mv::einsum("bsi,oi->bso", x1, w1).to_host<float>());  // bit for bit
+  const auto dw =
+      mv::jit([](const Array& g, const Array& a) { return mv::einsum("bso,bsi->oi", g, a); });
+  const auto dl = dw.lower(y, x);
+  EXPECT_EQ(count(dl, "all-reduce"), 1) << dl.as_text();
+  EXPECT_EQ(count(dl, "reshard"), 0) << dl.as_text();
+  const auto got = dw(y, x).to_host<float>();
+  const auto want =
+      mv::einsum("bso,bsi->oi", mv::einsum("bsi,oi->bso", x1, w1), x1).to_host<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5f) << k;
+}
+
 TEST(Partitioning, ReshapesThatKeepEveryPieceMoveNothing) {
   const auto mesh = mv::make_mesh({4, 2}, {"a", "b"});
   const mv::NamedSharding sharded(mesh, P("a", mv::None, "b"));

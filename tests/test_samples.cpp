@@ -18,12 +18,13 @@ const std::map<std::string, std::vector<std::string>> kSmall = {
     {"automatic_parallelism", {"--size", "512", "--matmul-size", "256"}},
     {"sharding_basics", {"--size", "512"}},
     {"scaling_shard_map", {"--bdf", "64,128,256"}},
+    {"gpt", {"--steps", "2"}},
 };
 
 }  // namespace
 
 TEST(Samples, EveryScenarioPassesItsOwnChecks) {
-  ASSERT_EQ(meshvk::scenarios::all().size(), 8u);
+  ASSERT_EQ(meshvk::scenarios::all().size(), 9u);
   for (const auto& scenario : meshvk::scenarios::all()) {
     std::ostringstream out, err;
     meshvk::scenarios::ScenarioContext ctx;

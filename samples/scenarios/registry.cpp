@@ -14,7 +14,7 @@ const std::vector<Scenario>& all() {
   static const std::vector<Scenario> list = {
       sharded_matmul(),        sharding_basics(),   manual_parallelism(),
       learn_jax_distributed(), scaling_shard_map(), mlp_training(),
-      automatic_parallelism(), scaling_book(),
+      automatic_parallelism(), scaling_book(),        gpt(),
   };
   return list;
 }

@@ -138,5 +138,6 @@ Scenario mlp_training();
 Scenario sharded_matmul();
 Scenario automatic_parallelism();
 Scenario scaling_book();
+Scenario gpt();
 
 }  // namespace meshvk::scenarios

@@ -356,6 +356,27 @@ Array einsum_pair(const std::string& subscripts, std::string la, std::string lb,
   }
   for (const char c : la)
     if (lb.find(c) != std::string::npos && s.output.find(c) == std::string::npos) contracted += c;
+  // Within a group of labels that merge into one matrix dimension, a label split over mesh axes
+  // goes first: the merged dimension is then split as it was and each device multiplies its own
+  // piece. Later in the group, the reshape that merges them gathers the operand whole on every
+  // device (a [batch, seq, d] activation split by seq times a weight). The order of free labels
+  // changes no bit; a split contracting label was summed in pieces and all-reduced anyway.
+  const auto split_first =
+      [](std::string& group,
+         const std::vector<std::pair<const Array*, const std::string*>>& sources) {
+        const auto is_split = [&](char c) {
+          for (const auto& [x, labels] : sources) {
+            const NamedSharding* n = x->sharding().named();
+            const size_t d = labels->find(c);
+            if (n && d != std::string::npos && !n->spec()[d].is_none()) return true;
+          }
+          return false;
+        };
+        std::stable_partition(group.begin(), group.end(), is_split);
+      };
+  split_first(free_a, {{&a, &la}});
+  split_first(free_b, {{&b, &lb}});
+  split_first(contracted, {{&a, &la}, {&b, &lb}});
   // a as [batch..., free_a..., contracted...] and b as [batch..., contracted..., free_b...].
   auto arrange = [&](const Array& x, const std::string& labels, const std::string& order) {
     std::vector<int> perm;

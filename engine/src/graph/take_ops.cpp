@@ -78,6 +78,32 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
                                                  bounds, fill_bits);
                           });
   }
+  // x whole on every device and the indices split over those devices (an embedding table and a
+  // batch of token ids): each device takes its own indices from its copy, and the result is
+  // split as the indices are, as JAX lays out jnp.take there. Gathering the indices instead
+  // left the rest of a data-parallel step computing the whole batch on every device.
+  const NamedSharding* in_named = indices.sharding().named();
+  if (in_named && indices.committed() && x.committed() && x.sharding().is_fully_replicated() &&
+      !indices.sharding().is_fully_replicated()) {
+    std::vector<int> x_devices = x.sharding().device_ids();
+    std::vector<int> index_devices = indices.sharding().device_ids();
+    std::sort(x_devices.begin(), x_devices.end());
+    std::sort(index_devices.begin(), index_devices.end());
+    if (x_devices == index_devices) {
+      std::vector<SpecEntry> spec(static_cast<size_t>(axis), SpecEntry());
+      for (size_t d = 0; d < indices.ndim(); ++d)
+        spec.push_back(d < in_named->spec().size() ? in_named->spec()[d] : SpecEntry());
+      spec.insert(spec.end(), x.ndim() - static_cast<size_t>(axis) - 1, SpecEntry());
+      return on_each_device("take", {x, indices}, shape, x.dtype(),
+                            NamedSharding(in_named->mesh(), PartitionSpec(spec).trimmed()),
+                            [&](Recording& rec, const auto& in, const auto& in_pieces,
+                                const DeviceBuffer& out, const Index&) {
+                              kernels::record_take(
+                                  rt, rec, *in[0], *in[1], out, outer, x.shape()[axis], inner,
+                                  shape_size(local_shape(in_pieces[1])), bounds, fill_bits);
+                            });
+    }
+  }
   const auto parts = gather_whole("take", {x, indices});
   return on_each_device(
       "take", parts, shape, x.dtype(), parts[0].sharding(),
@@ -184,8 +210,29 @@ Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
     // range as the gather mapped it), through a one-hot product; a filled element's index stays
     // out of range, so its one-hot row is zero and it sends nothing back.
     const int64_t n = x.shape()[ax];
-    const Array flat = reshape(indices, {indices.size()});
     const auto n32 = static_cast<int32_t>(n);
+    const size_t rank = x.ndim() - 1 + indices.ndim();
+    if (rank + 1 <= 52) {
+      // One einsum over the indices' own dimensions, so the cotangent keeps its layout (token
+      // ids split by position stay split: a flattening reshape would gather them whole). The
+      // contraction runs over the same elements in the same order as the flattened product.
+      const Array idx = mode == TakeMode::clip   ? minimum(maximum(indices, 0), n32 - 1)
+                        : mode == TakeMode::wrap ? remainder(indices, n32)
+                                                 : where(indices < 0, indices + n32, indices);
+      const auto letter = [](size_t i) {
+        return static_cast<char>(i < 26 ? 'a' + i : 'A' + (i - 26));
+      };
+      std::string ct_labels, id_labels, out_labels;
+      for (size_t d = 0; d < rank; ++d) ct_labels += letter(d);
+      const char row = letter(rank);
+      id_labels = ct_labels.substr(static_cast<size_t>(ax), indices.ndim()) + row;
+      out_labels = ct_labels.substr(0, static_cast<size_t>(ax)) + row +
+                   ct_labels.substr(static_cast<size_t>(ax) + indices.ndim());
+      const Array scattered = einsum(ct_labels + "," + id_labels + "->" + out_labels, ct,
+                                     one_hot(idx, static_cast<int>(n)));
+      return std::vector<Array>{scattered, Array()};
+    }
+    const Array flat = reshape(indices, {indices.size()});
     const Array idx = mode == TakeMode::clip   ? minimum(maximum(flat, 0), n32 - 1)
                       : mode == TakeMode::wrap ? remainder(flat, n32)
                                                : where(flat < 0, flat + n32, flat);

@@ -1,0 +1,77 @@
+#pragma once
+// A character-level GPT decoder on meshvk's public API: GPT-2's pre-LayerNorm block (causal
+// self-attention, a tanh-GELU MLP 4x wide), learned token and position embeddings and an untied
+// output head (lm_head), trained with softmax cross-entropy and Adam. tests/models/
+// gpt_reference.py builds the same model in PyTorch; the parameter names are its state_dict's.
+//
+// The layouts it trains in (one device, data parallel, data + Megatron tensor parallel, FSDP and
+// sequence parallel with ring attention) are in gpt_parallel.hpp; the sample is samples/gpt.cpp.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "meshvk/meshvk.hpp"
+
+namespace meshvk::programs {
+
+struct GptConfig {
+  int vocab = 256;  // bytes
+  int d_model = 128;
+  int heads = 4;
+  int layers = 2;
+  int seq = 64;
+  int batch = 16;
+  float ln_eps = 1e-5f;  // torch.nn.LayerNorm's default (flax's is 1e-6)
+  // Adam as torch.optim.Adam and optax.adam take them (the reference passes these float32
+  // values, so both sides round the same numbers).
+  float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+};
+
+// Throws Error naming the first size that is not positive or a d_model that the heads do not
+// divide.
+void check_config(const GptConfig& cfg);
+
+// The parameter names, in Params' (sorted) order, and each one's shape (torch's layout: a linear
+// layer's weight is [out, in]):
+//   wte.weight [vocab, d], wpe.weight [seq, d], ln_f.{weight,bias} [d], lm_head.weight [vocab, d],
+//   h.{i}.ln_1.{weight,bias}, h.{i}.ln_2.{weight,bias} [d],
+//   h.{i}.attn.{q,k,v,proj}.weight [d, d] and .bias [d],
+//   h.{i}.mlp.fc1.weight [4d, d], .bias [4d], h.{i}.mlp.fc2.weight [d, 4d], .bias [d].
+std::vector<std::string> gpt_param_names(const GptConfig& cfg);
+Shape gpt_param_shape(const GptConfig& cfg, const std::string& name);
+int64_t gpt_param_count(const GptConfig& cfg);
+
+// GPT-2's initialisation from `seed`: weights and embeddings N(0, 0.02), the residual
+// projections (attn.proj, mlp.fc2) N(0, 0.02 / sqrt(2 layers)), biases 0, LayerNorm scales 1.
+// Uncommitted, on device 0.
+Params gpt_init(const GptConfig& cfg, uint32_t seed);
+// Every parameter from DIR/<name>.npy (float32 or float64, of the shape above), uncommitted.
+// A missing file or a wrong shape is an Error naming the file and the shape wanted.
+Params gpt_load(const GptConfig& cfg, const std::string& dir);
+
+// Attention over heads: q, k, v [batch, heads, seq, head_dim] -> [batch, heads, seq, head_dim].
+using Attention = std::function<Array(const Array& q, const Array& k, const Array& v)>;
+
+// softmax(q k^T / sqrt(head_dim) with the future masked to -inf) v, as the reference computes it.
+Array causal_attention(const Array& q, const Array& k, const Array& v);
+
+// Ring attention over mesh axis `axis`, along which q, k and v are split by sequence
+// (P(None, None, axis, None)): inside shard_map each device keeps its queries and passes its
+// keys and values around the ring with ppermute, one block per step, accumulating the softmax
+// online (running maximum, denominator and numerator, rescaled as the maximum grows). Blocks from
+// later positions are masked whole, the device's own block by the causal triangle. The result is
+// split as the inputs; it equals causal_attention up to float32 rounding.
+Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, const Array& k,
+                     const Array& v);
+
+// Logits [batch, seq, vocab] of int32 tokens [batch, seq].
+Array gpt_logits(const GptConfig& cfg, const Params& params, const Array& tokens,
+                 const Attention& attention);
+// Mean softmax cross-entropy over batch and sequence against int32 targets [batch, seq]
+// (torch's F.cross_entropy with reduction='mean'): log_softmax times one_hot, summed over the
+// vocabulary, so it keeps the logits' layout (the sequence split too).
+Array gpt_loss(const GptConfig& cfg, const Params& params, const Array& tokens,
+               const Array& targets, const Attention& attention);
+
+}  // namespace meshvk::programs
