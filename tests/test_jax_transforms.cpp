@@ -151,7 +151,7 @@ TEST(JaxGrad, BadArgnumsAndDtypesAreErrors) {
             std::string::npos);
   EXPECT_NE(message_of([&] {
               mv::grad([](const Array& a) { return a * 2; })(mv::arange(3.f));
-            }).find("float32 scalar"),
+            }).find("scalar to differentiate"),
             std::string::npos);
   // Still usable after.
   expect_close(mv::grad(f)(mv::arange(3.f), 2.0f), {2, 2, 2});
