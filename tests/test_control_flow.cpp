@@ -258,3 +258,24 @@ TEST(Scan, ZeroLengthGivesInitAndEmptyYs) {
   expect_close(c, {1.f, 1.f, 1.f});
   EXPECT_EQ(ys.shape(), (mv::Shape{0, 3}));
 }
+
+TEST(ControlFlowErrors, ABodyThatThrowsLeavesTheRuntimeAndTheOuterProgramUsable) {
+  auto bad = [](const Array& c, const Array& x) -> std::pair<Array, Array> {
+    const Array y = mv::tanh(c + x);
+    if (x.shape().size() == 1) throw mv::Error("the body gave up");
+    return {y, y};
+  };
+  EXPECT_THROW_MSG(mv::lax::scan(bad, mv::zeros({2}), mv::ones({3, 2})), "the body gave up");
+  // Inside jit, caught there: the program the trace records still runs (and replays) right.
+  auto f = mv::jit([&](const Array& x) {
+    try {
+      (void)mv::lax::scan(bad, mv::zeros({2}), x);
+    } catch (const mv::Error&) {
+    }
+    auto [c, ys] = mv::lax::scan([](const Array& c, const Array& xk) { return std::make_pair(c + xk, c); }, mv::zeros({2}), x);
+    return c;
+  });
+  expect_close(f(mv::ones({3, 2})), {3.f, 3.f});
+  expect_close(f(mv::ones({3, 2}) * 2.f), {6.f, 6.f});
+  expect_runtime_usable();
+}

@@ -56,7 +56,7 @@ class TracedLoop {
       }
     } catch (...) {
       rt_->end_capture();
-      exec::Program failed(rt_, std::move(capture), {}, {});  // waits for and frees what ran
+      abandon(std::move(capture));
       throw;
     }
     rt_->end_capture();
@@ -134,6 +134,22 @@ class TracedLoop {
     for (size_t i = carry.size(); i < results.size(); ++i)
       if (!results[i].valid()) throw Error(name_ + ": the body returned an empty Array as output " + std::to_string(i - carry.size()));
     return results;
+  }
+
+  // A body that threw while traced: inside a jit trace, the trace's program takes over what it
+  // recorded (it submits those command buffers too, should the caller go on); else they are
+  // waited for and freed.
+  void abandon(std::unique_ptr<Capture> capture) {
+    if (Capture* outer = rt_->capture()) {
+      for (const auto& s : capture->submissions) {
+        if (!s.owned || !s.cb) continue;
+        for (auto& o : outer->submissions)
+          if (o.cb == s.cb && o.timeline == s.timeline) o.owned = true;
+      }
+      for (auto& k : capture->keep_alive) outer->keep_alive.push_back(std::move(k));
+      return;
+    }
+    exec::Program failed(rt_, std::move(capture), {}, {});  // waits for and frees what ran
   }
 
   std::string name_;
