@@ -10,6 +10,7 @@
 #include "meshvk/meshvk.hpp"
 #include "gradient_check.hpp"
 #include "test_support.hpp"
+#include "value_checks.hpp"
 
 namespace mv = meshvk;
 using mv::Array;
@@ -23,19 +24,6 @@ using mv::P;
 
 namespace {
 
-void expect_close(const Array& got, const std::vector<float>& want, float tol = 1e-5f) {
-  const auto v = got.to_host<float>();
-  ASSERT_EQ(v.size(), want.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    ASSERT_NEAR(v[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
-}
-
-std::vector<float> values(int64_t n, float scale, float offset = 0.f) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = offset + scale * static_cast<float>((i * 37) % 11 - 5);
-  return v;
-}
-
 // h' = tanh(h @ W + x), y = h' * 2: a recurrent cell, as scan's body and unrolled.
 std::pair<Array, Array> cell(const Array& h, const Array& x, const Array& w) {
   const Array next = mv::tanh(mv::matmul(h, w) + x);
@@ -46,11 +34,11 @@ std::pair<Array, Array> cell(const Array& h, const Array& x, const Array& w) {
 
 TEST(Scan, CarriesAndStacksLikeAHostLoop) {
   const int64_t n = 7;
-  const Array xs = host_array(values(n * 3, 0.5f), {n, 3});
+  const Array xs = host_array(patterned_values(n * 3, 0.5f), {n, 3});
   auto [total, partial] = mv::lax::scan(
       [](const Array& c, const Array& x) { return std::make_pair(c + x, (c + x) * 10.f); }, mv::zeros({3}), xs);
   std::vector<float> want_total(3, 0.f), want_partial;
-  const auto host = values(n * 3, 0.5f);
+  const auto host = patterned_values(n * 3, 0.5f);
   for (int64_t k = 0; k < n; ++k) {
     for (int j = 0; j < 3; ++j) want_total[j] += host[k * 3 + j];
     for (int j = 0; j < 3; ++j) want_partial.push_back(want_total[j] * 10.f);
@@ -62,11 +50,11 @@ TEST(Scan, CarriesAndStacksLikeAHostLoop) {
 
 TEST(Scan, ReverseRunsFromTheLastSliceAndKeepsYsInPlace) {
   const int64_t n = 5;
-  const Array xs = host_array(values(n, 1.f), {n});
+  const Array xs = host_array(patterned_values(n, 1.f), {n});
   auto [c, ys] = mv::lax::scan(
       [](const Array& acc, const Array& x) { return std::make_pair(acc * 2.f + x, acc); }, mv::scalar(0.f), xs,
       std::nullopt, /*reverse=*/true);
-  const auto host = values(n, 1.f);
+  const auto host = patterned_values(n, 1.f);
   float acc = 0.f;
   std::vector<float> want_ys(n);
   for (int64_t k = n - 1; k >= 0; --k) {
@@ -97,8 +85,8 @@ TEST(Scan, TheBodyIsRecordedOnceWhateverTheTripCount) {
     auto f = mv::jit([n](const Array& h, const Array& w) {
       return mv::lax::fori_loop(0, n, [&](const Array&, const Array& c) { return mv::tanh(mv::matmul(c, w)); }, h);
     });
-    const Array h = host_array(values(4 * 8, 0.1f), {4, 8});
-    const Array w = host_array(values(8 * 8, 0.05f), {8, 8});
+    const Array h = host_array(patterned_values(4 * 8, 0.1f), {4, 8});
+    const Array w = host_array(patterned_values(8 * 8, 0.05f), {8, 8});
     const uint64_t before = state.dispatches.load();
     const Array out = f(h, w);
     const uint64_t traced = state.dispatches.load() - before;
@@ -112,8 +100,8 @@ TEST(Scan, TheBodyIsRecordedOnceWhateverTheTripCount) {
   const auto [many, many_values] = recorded_for(48);
   EXPECT_EQ(four, many) << "dispatches recorded while tracing 4 and 48 iterations";
   // The values against the same loop run op by op.
-  Array h = host_array(values(4 * 8, 0.1f), {4, 8});
-  const Array w = host_array(values(8 * 8, 0.05f), {8, 8});
+  Array h = host_array(patterned_values(4 * 8, 0.1f), {4, 8});
+  const Array w = host_array(patterned_values(8 * 8, 0.05f), {8, 8});
   for (int i = 0; i < 48; ++i) h = mv::tanh(mv::matmul(h, w));
   const auto want = h.to_host<float>();
   for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(many_values[i], want[i]);
@@ -121,9 +109,9 @@ TEST(Scan, TheBodyIsRecordedOnceWhateverTheTripCount) {
 
 TEST(Scan, GradientsMatchTheUnrolledLoop) {
   const int64_t n = 6, b = 2, d = 5;
-  const Array h0 = host_array(values(b * d, 0.2f), {b, d});
-  const Array xs = host_array(values(n * b * d, 0.1f, 0.05f), {n, b, d});
-  const Array w = host_array(values(d * d, 0.15f), {d, d});
+  const Array h0 = host_array(patterned_values(b * d, 0.2f), {b, d});
+  const Array xs = host_array(patterned_values(n * b * d, 0.1f, 0.05f), {n, b, d});
+  const Array w = host_array(patterned_values(d * d, 0.15f), {d, d});
   auto scanned = [&](const Array& h, const Array& x, const Array& weights) {
     auto [last, ys] = mv::lax::scan([&](const Array& c, const Array& xk) { return cell(c, xk, weights); }, h, x);
     return (last * last).sum() + (ys * ys).mean();
@@ -148,7 +136,7 @@ TEST(Scan, GradientsMatchTheUnrolledLoop) {
 }
 
 TEST(Scan, GradientsMatchFiniteDifferences) {
-  const Array w = host_array(values(9, 0.2f), {3, 3});
+  const Array w = host_array(patterned_values(9, 0.2f), {3, 3});
   // Through the carry, the xs and a closed-over array at once.
   expect_gradient(
       [&](const Array& v) {
@@ -157,14 +145,14 @@ TEST(Scan, GradientsMatchFiniteDifferences) {
                                         mv::reshape(v.sum() * 0.1f, {1, 1}) + mv::zeros({1, 3}), xs);
         return mv::concatenate({mv::reshape(last, {3}), mv::reshape(ys, {12})});
       },
-      values(12, 0.1f, 0.02f), "scan");
+      patterned_values(12, 0.1f, 0.02f), "scan");
 }
 
 TEST(Scan, GradientUnderJitMatchesEager) {
   const int64_t n = 5, d = 4;
-  const Array h0 = host_array(values(d, 0.2f), {1, d});
-  const Array xs = host_array(values(n * d, 0.1f), {n, 1, d});
-  const Array w = host_array(values(d * d, 0.2f), {d, d});
+  const Array h0 = host_array(patterned_values(d, 0.2f), {1, d});
+  const Array xs = host_array(patterned_values(n * d, 0.1f), {n, 1, d});
+  const Array w = host_array(patterned_values(d * d, 0.2f), {d, d});
   auto loss = [&](const Array& weights, const Array& h) {
     auto [last, ys] = mv::lax::scan([&](const Array& c, const Array& xk) { return cell(c, xk, weights); }, h, xs);
     return (last * ys.sum(0)).sum();
@@ -178,15 +166,15 @@ TEST(Scan, GradientUnderJitMatchesEager) {
 
 TEST(Scan, ShardedCarryUnderJit) {
   const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
-  const Array h = mv::device_put(host_array(values(8 * 8, 0.1f), {8, 8}), mv::NamedSharding(mesh, P("x", "y")));
-  const Array w = mv::device_put(host_array(values(8 * 8, 0.05f), {8, 8}), mv::NamedSharding(mesh, P("y")));
+  const Array h = mv::device_put(host_array(patterned_values(8 * 8, 0.1f), {8, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const Array w = mv::device_put(host_array(patterned_values(8 * 8, 0.05f), {8, 8}), mv::NamedSharding(mesh, P("y")));
   auto f = mv::jit([&](const Array& c0, const Array& weights) {
     return mv::lax::fori_loop(0, 3, [&](const Array& i, const Array& c) { return mv::tanh(mv::matmul(c, weights)) + i.astype(mv::DType::float32); }, c0);
   });
   const Array out = f(h, w);
   EXPECT_TRUE(out.sharding().is_equivalent_to(h.sharding(), 2)) << out.sharding().to_string();
-  Array c = host_array(values(8 * 8, 0.1f), {8, 8});
-  const Array wh = host_array(values(8 * 8, 0.05f), {8, 8});
+  Array c = host_array(patterned_values(8 * 8, 0.1f), {8, 8});
+  const Array wh = host_array(patterned_values(8 * 8, 0.05f), {8, 8});
   for (int i = 0; i < 3; ++i) c = mv::tanh(mv::matmul(c, wh)) + static_cast<float>(i);
   expect_close(out, c.to_host<float>(), 1e-6f);
 }

@@ -8,6 +8,7 @@
 #include "gradient_check.hpp"
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
+#include "value_checks.hpp"
 
 namespace mv = meshvk;
 using mv::Array;
@@ -15,27 +16,14 @@ using mv::P;
 
 namespace {
 
-void expect_close(const Array& got, const std::vector<float>& want, float tol = 1e-5f) {
-  const auto v = got.to_host<float>();
-  ASSERT_EQ(v.size(), want.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    ASSERT_NEAR(v[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
-}
-
-std::vector<float> values(int64_t n, float scale, float offset = 0.f) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = offset + scale * static_cast<float>((i * 37) % 11 - 5);
-  return v;
-}
-
 Array layer(const Array& x, const Array& w) { return mv::tanh(mv::matmul(x, w)); }
 
 }  // namespace
 
 TEST(Vjp, CotangentsEqualGradOfTheWeightedSum) {
-  const Array x = host_array(values(6, 0.2f), {2, 3});
-  const Array w = host_array(values(12, 0.1f), {3, 4});
-  const Array ct = host_array(values(8, 0.3f, 0.1f), {2, 4});
+  const Array x = host_array(patterned_values(6, 0.2f), {2, 3});
+  const Array w = host_array(patterned_values(12, 0.1f), {3, 4});
+  const Array ct = host_array(patterned_values(8, 0.3f, 0.1f), {2, 4});
   auto [out, f_vjp] = mv::vjp(layer, x, w);
   expect_close(out, layer(x, w).to_host<float>());
   auto [gx, gw] = f_vjp(ct);
@@ -47,8 +35,8 @@ TEST(Vjp, CotangentsEqualGradOfTheWeightedSum) {
 }
 
 TEST(Vjp, PytreesInAndOut) {
-  mv::Params p{{"w", host_array(values(6, 0.1f), {3, 2})}, {"b", host_array(values(2, 0.1f), {2})}};
-  const Array x = host_array(values(6, 0.2f), {2, 3});
+  mv::Params p{{"w", host_array(patterned_values(6, 0.1f), {3, 2})}, {"b", host_array(patterned_values(2, 0.1f), {2})}};
+  const Array x = host_array(patterned_values(6, 0.2f), {2, 3});
   auto f = [&](const mv::Params& q) { return std::make_pair(mv::matmul(x, q.at("w")) + q.at("b"), q.at("b") * 3.f); };
   auto [out, f_vjp] = mv::vjp(f, p);
   auto [g] = f_vjp(std::make_pair(mv::ones({2, 2}), mv::ones({2})));
@@ -58,8 +46,8 @@ TEST(Vjp, PytreesInAndOut) {
 }
 
 TEST(Jvp, MatchesFiniteDifferences) {
-  const std::vector<float> xv = values(6, 0.2f), tv = values(6, 0.3f, 0.05f);
-  const Array w = host_array(values(12, 0.1f), {3, 4});
+  const std::vector<float> xv = patterned_values(6, 0.2f), tv = patterned_values(6, 0.3f, 0.05f);
+  const Array w = host_array(patterned_values(12, 0.1f), {3, 4});
   auto f = [&](const Array& x) { return mv::sin(layer(x, w)) * x.sum(); };
   auto [out, tangent] = mv::jvp(f, host_array(xv, {2, 3}), host_array(tv, {2, 3}));
   expect_close(out, f(host_array(xv, {2, 3})).to_host<float>());
@@ -129,8 +117,8 @@ TEST(CustomVjp, UsesTheRuleUnderGradAndFOutside) {
 }
 
 TEST(Vmap, MapsAxesLikeAHostLoop) {
-  const Array xs = host_array(values(4 * 3, 0.2f), {4, 3});
-  const Array w = host_array(values(3 * 2, 0.1f), {3, 2});
+  const Array xs = host_array(patterned_values(4 * 3, 0.2f), {4, 3});
+  const Array w = host_array(patterned_values(3 * 2, 0.1f), {3, 2});
   // One vector at a time against a shared matrix (in_axes 0, nullopt).
   const Array out = mv::vmap([](const Array& x, const Array& m) { return mv::matmul(x, m); }, {0, std::nullopt})(xs, w);
   expect_close(out, mv::matmul(xs, w).to_host<float>());
@@ -152,8 +140,8 @@ TEST(Vmap, MapsAxesLikeAHostLoop) {
 
 TEST(Vmap, UnderJitAndGradOnShardedInputs) {
   const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
-  const Array xs = mv::device_put(host_array(values(8 * 4, 0.2f), {8, 4}), mv::NamedSharding(mesh, P("x")));
-  const Array w = mv::device_put(host_array(values(4 * 4, 0.1f), {4, 4}), mv::NamedSharding(mesh, P()));
+  const Array xs = mv::device_put(host_array(patterned_values(8 * 4, 0.2f), {8, 4}), mv::NamedSharding(mesh, P("x")));
+  const Array w = mv::device_put(host_array(patterned_values(4 * 4, 0.1f), {4, 4}), mv::NamedSharding(mesh, P()));
   auto per_example = [](const Array& x, const Array& m) { return (layer(mv::reshape(x, {1, 4}), m) * 2.f).sum(); };
   auto f = mv::jit([&](const Array& x, const Array& m) {
     return mv::grad([&](const Array& mm) { return mv::vmap(per_example, {0, std::nullopt})(x, mm).sum(); })(m);
