@@ -424,6 +424,21 @@ TEST(ShardMapAxisNames, ContractionAndReshardStayWithinManualGroups) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-5f) << i;
 }
 
+TEST(ShardMapAxisNames, GatherAlongAutomaticAxisReadsOwnManualGroup) {
+  // Every device gathers its 'x' group's row block whole from the pieces split over 'y': the
+  // devices of the other 'x' coordinate hold the same boxes of different data and must not be read.
+  PartialFixture t;
+  const auto x = mv::device_put(t.x_host, mv::NamedSharding(t.mesh, P("x", "y")));
+  const auto f = mv::shard_map(
+      [](const Array& xl) {
+        EXPECT_EQ(xl.sharding().named()->spec(), P(mv::None, "y"));
+        const Array whole = mv::with_sharding_constraint(xl, P());
+        return mv::with_sharding_constraint(whole * 1.f, P("y"));
+      },
+      t.mesh, {P("x")}, P("x"), {"x"});
+  EXPECT_EQ(f(x).to_host<float>(), t.vx);
+}
+
 TEST(ShardMapAxisNames, GradientMatchesTheAutomaticOne) {
   PartialFixture t;
   const auto x = mv::device_put(t.x_host, mv::NamedSharding(t.mesh, P("x")));
