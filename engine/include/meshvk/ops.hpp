@@ -345,6 +345,11 @@ Array full_like(const Array& x, double value);
 // jnp.cumsum along `axis` (bools count as int32): log2(n) steps of shifted adds, so float sums
 // are in a tree order (not left to right) and may differ from numpy's in the last bits.
 Array cumsum(const Array& x, int axis);
+// jnp.cumprod along `axis` (bools count as int32): log2(n) steps of shifted exact multiplications
+// (ones shifted in; no exp/log), so zeros and signs are exact as numpy's and gradients are right
+// where x has zeros; float products are in a tree order and may differ from numpy's left-to-right
+// ones in the last bits; int32 wraps as numpy's.
+Array cumprod(const Array& x, int axis);
 
 // jnp.prod over `axes` (all when empty; bools count as int32): log2(n) steps of pairwise
 // multiplications of halves, so every product is an exact float32 multiplication (no exp/log) and

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -34,5 +35,19 @@ inline constexpr int64_t kVisualizeMaxCharacters = 1'000'000;
 std::string visualize_sharding(const Shape& shape, const Sharding& sharding,
                                const VisualizeOptions& options = {});
 std::string visualize_array_sharding(const Array& array, const VisualizeOptions& options = {});
+
+// jax.debug.inspect_array_sharding(x, callback=...): calls `callback` with x's sharding. Outside
+// jit it is called at once; inside jit it is called while the function is traced (once per
+// trace: a cached call replays the recorded program and calls nothing), with the sharding the
+// propagation gave x there; inside a shard_map body with the per-device value's sharding (over
+// the shard_map's mesh, its manual axes typed AxisType::Manual: P() for a fully manual body,
+// the automatic axes' layout with shard_map's axis_names). An empty x or callback is an Error.
+void inspect_array_sharding(const Array& x, const std::function<void(const Sharding&)>& callback);
+
+// JAX's jax.debug spellings.
+namespace debug {
+using meshvk::inspect_array_sharding;
+using meshvk::visualize_array_sharding;
+}  // namespace debug
 
 }  // namespace meshvk

@@ -236,9 +236,33 @@ std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& v
   for (const auto& [index, holders] : pieces) {
     const auto overlap = intersect(index, box);
     if (!overlap) continue;
+    // Inside a shard_map that is manual over some mesh axes only (axis_names), a value's pieces
+    // differ along the manual axes though its spec calls them replicas: read only from the
+    // devices at this device's coordinates along the manual axes.
+    std::vector<size_t> same = holders;
+    if (const auto* named = value.sharding.named()) {
+      const Mesh& mesh = named->mesh();
+      const int here = mesh.position_of(device);
+      bool any_manual = false;
+      for (const AxisType t : mesh.axis_types()) any_manual = any_manual || t == AxisType::Manual;
+      if (any_manual && here >= 0) {
+        const std::vector<int> hc = mesh.coords(here);
+        same.clear();
+        for (const size_t h : holders) {
+          const std::vector<int> c = mesh.coords(mesh.position_of(from[h].device));
+          bool match = true;
+          for (int d = 0; d < mesh.ndim(); ++d)
+            match = match && (mesh.axis_types()[static_cast<size_t>(d)] != AxisType::Manual || c[static_cast<size_t>(d)] == hc[static_cast<size_t>(d)]);
+          if (match) same.push_back(h);
+        }
+        if (same.empty())
+          throw Error("reshard: no device at device " + std::to_string(device) +
+                      "'s coordinates along the manual mesh axes holds the piece it needs");
+      }
+    }
     // Read from this device when it holds the piece, else spread readers over the holders.
-    size_t pick = holders[static_cast<size_t>(device) % holders.size()];
-    for (const size_t h : holders)
+    size_t pick = same[static_cast<size_t>(device) % same.size()];
+    for (const size_t h : same)
       if (from[h].device == device) pick = h;
     DeviceBuffer& src = *value.shards[pick];
     std::vector<VkBufferCopy> regions;

@@ -412,7 +412,35 @@ Array ones_like(const Array& x) {
 
 Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt);
 
-Array device_put(const Array& x, const Sharding& sharding) {
+// Inside a shard_map body that is manual over some mesh axes only, a sharding over the body's
+// mesh names its automatic axes: it is taken on the body's mesh (its manual axes so typed, which
+// keeps every move within a device's own manual coordinates), and naming a manual axis is an Error.
+static std::optional<Sharding> in_partial_manual_body(const Sharding& sharding) {
+  const Mesh* manual = detail::current_manual_mesh();
+  const NamedSharding* n = sharding.named();
+  if (!manual || !n) return std::nullopt;
+  bool partial = false;
+  for (const AxisType t : manual->axis_types()) partial = partial || t != AxisType::Manual;
+  if (!partial || n->mesh().device_ids() != manual->device_ids() || n->mesh().axis_names() != manual->axis_names() ||
+      n->mesh().axis_sizes() != manual->axis_sizes())
+    return std::nullopt;
+  for (const auto& axis : n->spec().axes())
+    if (manual->axis_type(axis) == AxisType::Manual) {
+      std::string autos;
+      for (int d = 0; d < manual->ndim(); ++d)
+        if (manual->axis_types()[static_cast<size_t>(d)] != AxisType::Manual)
+          autos += (autos.empty() ? "'" : ", '") + manual->axis_names()[static_cast<size_t>(d)] + "'";
+      throw Error("device_put: " + n->spec().to_string() + " names mesh axis '" + axis +
+                  "', which is manual in this shard_map body (its values are per-device pieces along it); a "
+                  "sharding inside the body may name only the automatic axes: " + autos);
+    }
+  if (n->mesh() == *manual) return std::nullopt;
+  return Sharding(NamedSharding(*manual, n->spec()));
+}
+
+Array device_put(const Array& x, const Sharding& requested) {
+  const std::optional<Sharding> on_body_mesh = in_partial_manual_body(requested);
+  const Sharding& sharding = on_body_mesh ? *on_body_mesh : requested;
   const ArrayImpl& a = impl_of(x);
   auto& rt = *a.runtime;
   if (a.runtime != current_state())
@@ -524,6 +552,13 @@ void save_npy(const std::string& path, const Array& x) {
 
 std::string visualize_array_sharding(const Array& array, const VisualizeOptions& options) {
   return visualize_sharding(array.shape(), array.sharding(), options);
+}
+
+void inspect_array_sharding(const Array& x, const std::function<void(const Sharding&)>& callback) {
+  if (!x.valid()) throw Error("inspect_array_sharding: x is an empty meshvk::Array");
+  if (!callback)
+    throw Error("inspect_array_sharding: the callback is empty; give a function taking the sharding (const meshvk::Sharding&)");
+  callback(x.sharding());
 }
 
 }  // namespace meshvk

@@ -37,6 +37,17 @@ const Mesh& bound_mesh(const char* op, const AxisNames& axes) {
       for (const auto& n : mesh->axis_names()) names += (names.empty() ? "'" : ", '") + n + "'";
       throw Error(std::string(op) + ": unbound axis name '" + a + "'; the shard_map mesh has axes " + names);
     }
+    if (mesh->axis_type(a) != AxisType::Manual) {
+      std::string manual;
+      for (int d = 0; d < mesh->ndim(); ++d)
+        if (mesh->axis_types()[static_cast<size_t>(d)] == AxisType::Manual)
+          manual += (manual.empty() ? "'" : ", '") + mesh->axis_names()[static_cast<size_t>(d)] + "'";
+      throw Error(std::string(op) + ": axis '" + a +
+                  "' is automatic in this shard_map (its axis_names leave it out), and collectives run only over "
+                  "its manual axes: " + manual + "; values are global along '" + a +
+                  "' inside the body, so use the global-view ops there (sum, matmul, reshard), or add '" + a +
+                  "' to axis_names");
+    }
     if (std::count(axes.names.begin(), axes.names.end(), a) > 1)
       throw Error(std::string(op) + ": axis '" + a + "' is named twice");
   }

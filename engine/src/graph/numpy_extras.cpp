@@ -168,4 +168,26 @@ Array cumsum(const Array& x, int axis) {
   return r;
 }
 
+Array cumprod(const Array& x, int axis) {
+  if (!x.valid()) throw Error("cumprod: x is an empty meshvk::Array");
+  const int a = detail::normalize_axis(axis, x.ndim(), "cumprod");
+  if (x.dtype() == DType::uint32)
+    throw Error("cumprod: uint32 arrays hold random bits and do not compute; convert first with astype(x, DType::int32)");
+  if (x.dtype() == DType::bfloat16 || x.dtype() == DType::float16)  // multiplied in float32, each result rounded once
+    return astype(cumprod(astype(x, DType::float32), axis), x.dtype());
+  Array r = x.dtype() == DType::bool_ ? astype(x, DType::int32) : x;
+  const int64_t n = x.shape()[static_cast<size_t>(a)];
+  // Hillis-Steele, as cumsum: after the step of shift s each element holds the product of the 2s
+  // elements ending at it (ones shifted in), every step an exact float32 multiplication.
+  for (int64_t s = 1; s < n; s *= 2) {
+    std::vector<int64_t> start(static_cast<size_t>(x.ndim()), 0), stop(x.shape().begin(), x.shape().end());
+    stop[static_cast<size_t>(a)] = n - s;
+    Shape head = x.shape();
+    head[static_cast<size_t>(a)] = s;
+    const Array shifted = concatenate({ones(head, r.dtype()), slice(r, start, stop)}, a);
+    r = r * shifted;
+  }
+  return r;
+}
+
 }  // namespace meshvk

@@ -5,6 +5,7 @@
 #include "meshvk/shard_map.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -79,20 +80,80 @@ Array on_manual_mesh(const Array& x, const Mesh& manual) {
   return device_put(x, NamedSharding(manual, PartitionSpec()));
 }
 
-Mesh manual_version(const Mesh& mesh) {
-  return Mesh(mesh.axis_sizes(), mesh.axis_names(), std::vector<AxisType>(mesh.ndim(), AxisType::Manual),
-              mesh.device_ids(), mesh.platform());
+// The body's mesh: the manual axes (all of them when axis_names is empty) typed Manual, the
+// others keeping their types (automatic inside the body).
+Mesh manual_version(const Mesh& mesh, const std::vector<std::string>& axis_names) {
+  std::vector<AxisType> types = mesh.axis_types();
+  types.resize(static_cast<size_t>(mesh.ndim()), AxisType::Auto);
+  for (int a = 0; a < mesh.ndim(); ++a)
+    if (axis_names.empty() || std::find(axis_names.begin(), axis_names.end(), mesh.axis_names()[static_cast<size_t>(a)]) != axis_names.end())
+      types[static_cast<size_t>(a)] = AxisType::Manual;
+  return Mesh(mesh.axis_sizes(), mesh.axis_names(), types, mesh.device_ids(), mesh.platform());
+}
+
+std::string quoted(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "'" : ", '") + n + "'";
+  return s;
+}
+
+// The entries of `spec` (padded to `rank`) keeping only the axes `keep` says yes to.
+std::vector<SpecEntry> filtered(const PartitionSpec& spec, size_t rank, const std::function<bool(const std::string&)>& keep) {
+  std::vector<SpecEntry> out(rank);
+  for (size_t d = 0; d < rank && d < spec.size(); ++d) {
+    std::vector<std::string> axes;
+    for (const auto& a : spec[d].axes)
+      if (keep(a)) axes.push_back(a);
+    if (!axes.empty()) out[d] = SpecEntry(axes);
+  }
+  return out;
+}
+
+// Per dimension, the manual axes of `manual_spec` (major) then the automatic axes of `auto_spec`.
+PartitionSpec combined(const std::vector<SpecEntry>& manual_spec, const std::vector<SpecEntry>& auto_spec) {
+  std::vector<SpecEntry> out(std::max(manual_spec.size(), auto_spec.size()));
+  for (size_t d = 0; d < out.size(); ++d) {
+    std::vector<std::string> axes;
+    if (d < manual_spec.size()) axes = manual_spec[d].axes;
+    if (d < auto_spec.size()) axes.insert(axes.end(), auto_spec[d].axes.begin(), auto_spec[d].axes.end());
+    if (!axes.empty()) out[d] = SpecEntry(axes);
+  }
+  return PartitionSpec(out).trimmed();
 }
 
 }  // namespace
 
 std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
                                   const std::vector<PartitionSpec>& in_specs,
-                                  const std::vector<PartitionSpec>& out_specs, const std::vector<Array>& args) {
+                                  const std::vector<PartitionSpec>& out_specs, const std::vector<Array>& args,
+                                  const std::vector<std::string>& axis_names) {
   if (args.size() != in_specs.size())
     throw Error("shard_map: " + std::to_string(in_specs.size()) + " in_specs for " + std::to_string(args.size()) +
                 " arguments; give one PartitionSpec per argument");
-  const Mesh manual = manual_version(mesh);
+  for (size_t i = 0; i < axis_names.size(); ++i) {
+    if (!mesh.has_axis(axis_names[i]))
+      throw Error("shard_map: axis_names names '" + axis_names[i] + "', which the mesh lacks; its axes are " +
+                  quoted(mesh.axis_names()));
+    if (std::find(axis_names.begin(), axis_names.begin() + static_cast<std::ptrdiff_t>(i), axis_names[i]) !=
+        axis_names.begin() + static_cast<std::ptrdiff_t>(i))
+      throw Error("shard_map: axis_names names '" + axis_names[i] + "' twice");
+  }
+  const Mesh manual = manual_version(mesh, axis_names);
+  const auto is_manual = [&manual](const std::string& a) { return manual.axis_type(a) == AxisType::Manual; };
+  const auto is_auto = [&manual](const std::string& a) { return manual.axis_type(a) != AxisType::Manual; };
+  std::vector<std::string> manual_axes, automatic_axes;
+  for (const auto& a : mesh.axis_names()) (is_manual(a) ? manual_axes : automatic_axes).push_back(a);
+  const bool partial = !automatic_axes.empty();
+  const auto check_spec = [&](const PartitionSpec& spec, const char* what, size_t i) {
+    for (const auto& a : spec.axes())
+      if (!is_manual(a))
+        throw Error("shard_map: " + std::string(what) + "[" + std::to_string(i) + "] = " + spec.to_string() +
+                    " names mesh axis '" + a + "', which is automatic here (axis_names = (" + quoted(axis_names) +
+                    ")); in_specs and out_specs name only the manual axes (" + quoted(manual_axes) +
+                    "), and the body keeps its values' layout along the others");
+  };
+  for (size_t i = 0; i < in_specs.size(); ++i) check_spec(in_specs[i], "in_specs", i);
+  for (size_t i = 0; i < out_specs.size(); ++i) check_spec(out_specs[i], "out_specs", i);
   // The program text is built only when someone reads it: a watch, or a jit trace around us.
   const ShardMapWatch::Callback* watch = ShardMapWatchAccess::callback();
   const bool listened = watch || exec::logging();
@@ -111,16 +172,31 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
   std::vector<Array> locals;
   for (size_t i = 0; i < args.size(); ++i) {
     const NamedSharding sharding(mesh, in_specs[i]);
+    // With automatic axes, an argument laid out over them on this mesh keeps that layout inside
+    // the body (the manual axes split each dimension first, major); else it is replicated there.
+    std::vector<SpecEntry> auto_part;
+    if (partial && args[i].valid())
+      if (const NamedSharding* an = args[i].sharding().named())
+        if (an->mesh().device_ids() == mesh.device_ids() && an->mesh().axis_names() == mesh.axis_names())
+          auto_part = filtered(an->spec(), args[i].ndim(), is_auto);
     Array placed;
     try {
       placed = device_put(args[i], sharding);
+      if (!auto_part.empty()) {
+        const PartitionSpec both = combined(filtered(in_specs[i], args[i].ndim(), is_manual), auto_part);
+        try {
+          placed = device_put(args[i], NamedSharding(mesh, both));
+        } catch (const Error&) {
+          auto_part.clear();  // does not divide: replicated along the automatic axes
+        }
+      }
     } catch (const Error& e) {
       throw Error("shard_map: argument " + std::to_string(i) + " of shape " + shape_to_string(args[i].shape()) +
                   " cannot be split by in_specs[" + std::to_string(i) + "] = " + in_specs[i].to_string() + ": " + e.what());
     }
     const exec::ShardedValue& v = detail::materialized(placed);
-    exec::ShardedValue local{Sharding(sharding).shard_shape(v.shape), v.dtype, NamedSharding(manual, PartitionSpec()),
-                             v.shards};
+    exec::ShardedValue local{Sharding(sharding).shard_shape(v.shape), v.dtype,
+                             NamedSharding(manual, PartitionSpec(auto_part).trimmed()), v.shards};
     if (listened)
       text.push_back("  in" + std::to_string(i) + ": " + local_type(v.dtype, v.shape) + " " + in_specs[i].to_string() +
                      " -> local " + local_type(v.dtype, local.shape));
@@ -132,8 +208,12 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
       Array c = on_manual_mesh(ct, manual);
       std::vector<std::string> replicated;
       const auto named = spec.axes();
-      for (const auto& axis : mesh.axis_names())
-        if (std::find(named.begin(), named.end(), axis) == named.end()) replicated.push_back(axis);
+      for (int a = 0; a < manual.ndim(); ++a) {
+        const auto& axis = manual.axis_names()[static_cast<size_t>(a)];
+        if (manual.axis_types()[static_cast<size_t>(a)] == AxisType::Manual &&
+            std::find(named.begin(), named.end(), axis) == named.end())
+          replicated.push_back(axis);
+      }
       const auto& varying = c.impl()->varying;
       bool varies = false;
       for (const auto& axis : replicated) varies = varies || std::find(varying.begin(), varying.end(), axis) != varying.end();
@@ -162,7 +242,11 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
     Array r = results[i];
     if (!r.valid()) throw Error("shard_map: output " + std::to_string(i) + " is an empty Array");
     const NamedSharding* rn = r.sharding().named();
-    if (!rn || rn->mesh().device_ids() != mesh.device_ids() || !r.sharding().is_fully_replicated()) {
+    // Laid out over the automatic axes only (fully manual: nowhere) on the body's devices.
+    bool on_body = rn && rn->mesh().device_ids() == mesh.device_ids() && rn->mesh().axis_names() == mesh.axis_names();
+    if (on_body)
+      for (const auto& a : rn->spec().axes()) on_body = on_body && is_auto(a);
+    if (!on_body) {
       if (r.committed() && rn && rn->mesh().device_ids() != mesh.device_ids())
         throw Error("shard_map: output " + std::to_string(i) + " lives on other devices than the mesh");
       // A value made inside the body without inputs (a constant) is the same on every device.
@@ -172,12 +256,16 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
     std::vector<SpecEntry> entries = out_specs[i].entries();
     while (entries.size() > r.ndim() && entries.back().is_none()) entries.pop_back();
     const PartitionSpec spec(entries);
-    const NamedSharding out_sharding(mesh, spec);
+    // The body's layout along the automatic axes carries over to the result (each dimension split
+    // by the out_spec's manual axes first, then by those).
+    const std::vector<SpecEntry> auto_out = filtered(r.sharding().named()->spec(), r.ndim(), is_auto);
+    const PartitionSpec global_spec = partial ? combined(entries, auto_out) : spec;
+    const NamedSharding out_sharding(mesh, global_spec);
     if (spec.size() > r.ndim())
       throw Error("shard_map: out_specs[" + std::to_string(i) + "] = " + out_specs[i].to_string() + " names mesh axes for more dimensions than output " +
                   std::to_string(i) + " has dimensions (local shape " + shape_to_string(r.shape()) + ")");
     const std::vector<std::string> named = spec.axes();
-    for (const auto& axis : mesh.axis_names()) {
+    for (const auto& axis : manual_axes) {
       if (std::find(named.begin(), named.end(), axis) != named.end()) continue;
       const auto& varying = r.impl()->varying;
       if (std::find(varying.begin(), varying.end(), axis) != varying.end())
@@ -187,19 +275,21 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
                     "' (psum, pmean, all_gather) or name '" + axis + "' in the out_spec");
     }
     Shape global = r.shape();
-    for (size_t d = 0; d < spec.size(); ++d) global[d] *= out_sharding.num_shards(d);
+    const NamedSharding manual_split(mesh, spec);
+    for (size_t d = 0; d < spec.size(); ++d) global[d] *= manual_split.num_shards(d);
     const exec::ShardedValue& v = detail::materialized(r);
     if (log)
       out_text.push_back("  out" + std::to_string(i) + ": local " + local_type(v.dtype, r.shape()) + " -> " +
-                     local_type(v.dtype, global) + " " + spec.to_string());
+                     local_type(v.dtype, global) + " " + global_spec.to_string());
     Array global_out = detail::make_array(r.impl()->runtime, exec::ShardedValue{global, v.dtype, out_sharding, v.shards}, true);
     // Cotangent: the global cotangent laid out by the out_spec, seen per device.
-    outputs.push_back(detail::on_tape(global_out, {r}, [out_sharding, manual, spec](const Array& ct) {
+    const PartitionSpec auto_spec = PartitionSpec(auto_out).trimmed();
+    outputs.push_back(detail::on_tape(global_out, {r}, [out_sharding, manual_split, manual, spec, auto_spec](const Array& ct) {
       const Array placed = device_put(ct, out_sharding);
       const exec::ShardedValue& pv = detail::materialized(placed);
       return std::vector<Array>{detail::make_array(
           placed.impl()->runtime,
-          exec::ShardedValue{Sharding(out_sharding).shard_shape(placed.shape()), pv.dtype, NamedSharding(manual, PartitionSpec()), pv.shards},
+          exec::ShardedValue{Sharding(manual_split).shard_shape(placed.shape()), pv.dtype, NamedSharding(manual, auto_spec), pv.shards},
           true, spec.axes())};
     }));
   }
