@@ -166,9 +166,20 @@ auto cond(const Array& pred, const T& true_fun, const F& false_fun, const Ops&..
   static_assert(std::is_convertible_v<std::invoke_result_t<const F&, const Ops&...>, R>,
                 "cond: both branches must return the same type");
   std::unique_ptr<R> like;
+  std::string structure;
   auto run = [&](const auto& branch) {
     R r = branch(operands...);
-    if (!like) like = std::make_unique<R>(detail::Tree<R>::skeleton(r));
+    // Under jit both branches run: the same leaf count is not enough (Params named apart, a
+    // vector split differently), their structures must be equal, as JAX requires.
+    if (!like) {
+      like = std::make_unique<R>(detail::Tree<R>::skeleton(r));
+      structure = detail::structure_of(r);
+    } else if (detail::structure_of(r) != structure) {
+      throw Error("cond: the true branch returned a pytree of structure " + structure + " and the false branch one of " +
+                  detail::structure_of(r) +
+                  " (A: an Array, [..]: a vector, (..): a pair or tuple, {..}: Params, N: nullopt); both branches must "
+                  "return the same structure");
+    }
     return detail::leaves_of(r);
   };
   const auto leaves = detail::cond_leaves(pred, [&] { return run(true_fun); }, [&] { return run(false_fun); });

@@ -273,13 +273,16 @@ auto vmap(F f, std::vector<std::optional<int>> in_axes = {}, int out_axes = 0) {
       }
     }
     if (size < 0) throw Error("vmap: no argument is mapped; give an axis in in_axes for at least one argument with Arrays");
-    const auto like = std::tuple<const std::decay_t<decltype(args)>&...>(args...);
     auto out_like = std::make_shared<std::shared_ptr<Out>>();
-    const detail::ScanBody body = [&f, &like, &a, &mapped, out_like](const std::vector<Array>& carry,
-                                                                     const std::vector<Array>& x) {
-      std::vector<Array> l = a.leaves;
+    // By value: a backward pass that runs the body again (an unrolled loop: f runs a while_loop)
+    // calls it after this call has returned.
+    auto held = std::make_shared<std::tuple<std::decay_t<decltype(args)>...>>(args...);
+    const detail::ScanBody body = [f = f, held, leaves = a.leaves, mapped, out_like](const std::vector<Array>& carry,
+                                                                                   const std::vector<Array>& x) {
+      std::vector<Array> l = leaves;
       for (size_t k = 0; k < mapped.size(); ++k) l[mapped[k]] = x[k];
-      Out o = Args::call(f, like, l);
+      Out o = std::apply(
+          [&](const auto&... v) { return Args::call(f, std::tuple<const std::decay_t<decltype(v)>&...>(v...), l); }, *held);
       *out_like = std::make_shared<Out>(o);
       return std::make_pair(carry, detail::leaves_of(o));
     };

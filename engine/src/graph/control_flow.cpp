@@ -119,17 +119,25 @@ class TracedLoop {
   // Error), laid out alike.
   std::vector<Array> carried_like(const std::vector<Array>& carry, std::vector<Array> results) {
     carried_ = carry.size();
+    // A scan's loop carries its index first: the user's carry leaves are numbered after it.
+    const size_t hidden = name_.rfind("scan", 0) == 0 ? 1 : 0;
+    auto leaf = [&](size_t i) { return std::to_string(i >= hidden ? i - hidden : i); };
     if (results.size() < carry.size())
       throw Error(name_ + ": the body returned " + std::to_string(results.size()) + " values for a carry of " +
                   std::to_string(carry.size()));
     for (size_t i = 0; i < carry.size(); ++i) {
-      if (!results[i].valid()) throw Error(name_ + ": the body's carry output " + std::to_string(i) + " is an empty Array");
+      if (!results[i].valid()) throw Error(name_ + ": the body's carry leaf " + leaf(i) + " is an empty Array");
       if (results[i].shape() != carry[i].shape() || results[i].dtype() != carry[i].dtype())
-        throw Error(name_ + ": the body's carry output " + std::to_string(i) + " is " + type_of(results[i]) +
+        throw Error(name_ + ": the body's carry leaf " + leaf(i) + " (in flattening order) is " + type_of(results[i]) +
                     " but its input was " + type_of(carry[i]) +
                     "; a loop's carry must keep its shape and dtype from one iteration to the next");
-      if (!results[i].sharding().is_equivalent_to(carry[i].sharding(), carry[i].ndim()))
+      if (!results[i].sharding().is_equivalent_to(carry[i].sharding(), carry[i].ndim())) {
         results[i] = device_put(results[i], carry[i].sharding());
+        // Moved back to an uncommitted input's place: as free to move as that input was (a
+        // carry that started on device 0 and met xs on a mesh must not pin the result there).
+        if (!carry[i].committed())
+          results[i] = make_array(rt_, materialized(results[i]), false, results[i].impl()->varying);
+      }
     }
     for (size_t i = carry.size(); i < results.size(); ++i)
       if (!results[i].valid()) throw Error(name_ + ": the body returned an empty Array as output " + std::to_string(i - carry.size()));
