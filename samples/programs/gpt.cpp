@@ -18,8 +18,8 @@ int64_t head_dim(const GptConfig& cfg) {
 // summed in float32 (preferred_element_type); everything else is float32. With float32 every
 // cast is the identity.
 struct Forward {
-  const GptConfig& cfg;
-  const ParamUse& use;
+  GptConfig cfg;  // by value: the scan's body keeps a copy (see gpt_logits)
+  ParamUse use;
   // A parameter as the forward pass reads it: gathered (use), then cast.
   Array param(const Array& p) const { return astype(use ? use(p) : p, cfg.compute); }
   Array operand(const Array& x) const { return astype(x, cfg.compute); }
@@ -258,8 +258,10 @@ Array gpt_logits(const GptConfig& cfg, const Params& p, const Array& tokens,
   for (const auto& name : gpt_layer_param_names()) stacks.emplace(name, p.at("h." + name));
   if (cfg.scan_layers) {
     // One layer in the program, whatever the depth: each iteration gets layer i of every stack.
+    // The body captures by value: where the loop cannot be replayed (between processes) the
+    // backward pass calls it again after this function has returned.
     x = lax::scan(
-            [&](const Array& h, const Params& layer) {
+            [f, attention](const Array& h, const Params& layer) {
               return std::make_pair(block(f, layer, h, attention), std::nullopt);
             },
             x, stacks)
