@@ -179,6 +179,29 @@ TEST(Scan, ShardedCarryUnderJit) {
   expect_close(out, c.to_host<float>(), 1e-6f);
 }
 
+// Stacked layers on a mesh, as the gpt sample scans them (the layer axis whole, the rest split):
+// the gradient under jit matches the unrolled loop's and keeps the stack's layout.
+TEST(Scan, ShardedStackedXsGradientUnderJit) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const int64_t n = 3;
+  const Array ws = mv::device_put(host_array(values(n * 8 * 8, 0.05f), {n, 8, 8}), mv::NamedSharding(mesh, P(mv::None, "y")));
+  const Array h = mv::device_put(host_array(values(8 * 8, 0.1f), {8, 8}), mv::NamedSharding(mesh, P("x")));
+  auto scanned = [&](const Array& stack) {
+    auto [last, none] = mv::lax::scan([](const Array& c, const Array& w) { return std::make_pair(mv::tanh(mv::matmul(c, w)), std::nullopt); }, h, stack);
+    return last.sum();
+  };
+  auto unrolled = [&](const Array& stack) {
+    Array c = h;
+    for (int64_t i = 0; i < n; ++i) c = mv::tanh(mv::matmul(c, stack[i]));
+    return c.sum();
+  };
+  auto f = mv::jit([&](const Array& stack) { return mv::grad(scanned)(stack); });
+  const Array g = f(ws);
+  expect_close(g, mv::grad(unrolled)(ws).to_host<float>(), 1e-6f);
+  EXPECT_TRUE(g.sharding().is_equivalent_to(ws.sharding(), 3)) << g.sharding().to_string();
+  expect_close(f(ws), g.to_host<float>(), 0.0f);  // the replay
+}
+
 TEST(WhileLoop, RunsUntilThePredicateFailsEagerAndUnderJit) {
   using C = std::pair<Array, Array>;
   auto collatz = [](const Array& start) {

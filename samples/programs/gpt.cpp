@@ -13,10 +13,27 @@ int64_t head_dim(const GptConfig& cfg) {
   return cfg.d_model / cfg.heads;
 }
 
-// x @ weight^T + bias over the last axis of a [batch, seq, in] x (nn::linear takes 2-D x).
-Array linear3(const Array& x, const Params& p, const std::string& name) {
-  return einsum("bsi,oi->bso", x, p.at(name + ".weight")) + p.at(name + ".bias");
-}
+// Mixed precision: the forward pass computes with parameters of dtype cfg.compute (astype of
+// the float32 master weights where they are used) and feeds its matmuls operands of that dtype,
+// summed in float32 (preferred_element_type); everything else is float32. With float32 every
+// cast is the identity.
+struct Forward {
+  GptConfig cfg;  // by value: the scan's body keeps a copy (see gpt_logits)
+  ParamUse use;
+  // A parameter as the forward pass reads it: gathered (use), then cast.
+  Array param(const Array& p) const { return astype(use ? use(p) : p, cfg.compute); }
+  Array operand(const Array& x) const { return astype(x, cfg.compute); }
+  Array einsum2(const std::string& subscripts, const Array& a, const Array& b) const {
+    return einsum(subscripts, operand(a), operand(b), DType::float32);
+  }
+  // x @ weight^T + bias over the last axis of a [batch, seq, in] x (nn::linear takes 2-D x).
+  Array linear3(const Array& x, const Params& p, const std::string& name) const {
+    return einsum2("bsi,oi->bso", x, param(p.at(name + ".weight"))) + param(p.at(name + ".bias"));
+  }
+  Array layer_norm(const Array& x, const Params& p, const std::string& name) const {
+    return nn::layer_norm(x, param(p.at(name + ".weight")), param(p.at(name + ".bias")), cfg.ln_eps);
+  }
+};
 
 // [batch, seq, d] -> [batch, heads, seq, head_dim]: a reshape that splits d (heads leading, so
 // a d split over a mesh axis stays split, by heads) and a transpose.
@@ -35,16 +52,21 @@ float score_scale(int64_t head_dim) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
-Array block(const GptConfig& cfg, const Params& p, const std::string& h, const Array& x,
-            const Attention& attention) {
-  const Array a = nn::layer_norm(x, p.at(h + "ln_1.weight"), p.at(h + "ln_1.bias"), cfg.ln_eps);
-  const Array q = split_heads(cfg, linear3(a, p, h + "attn.q"));
-  const Array k = split_heads(cfg, linear3(a, p, h + "attn.k"));
-  const Array v = split_heads(cfg, linear3(a, p, h + "attn.v"));
-  const Array y = x + linear3(merge_heads(attention(q, k, v)), p, h + "attn.proj");
-  const Array m = nn::layer_norm(y, p.at(h + "ln_2.weight"), p.at(h + "ln_2.bias"), cfg.ln_eps);
-  return y +
-         linear3(nn::gelu(linear3(m, p, h + "mlp.fc1"), /*approximate=*/true), p, h + "mlp.fc2");
+// One pre-LayerNorm block; `p` holds one layer's parameters (gpt_layer_param_names()). q, k and
+// v reach the attention in the compute dtype; its result is float32.
+Array block(const Forward& f, const Params& p, const Array& x, const Attention& attention) {
+  const GptConfig& cfg = f.cfg;
+  const Array a = f.layer_norm(x, p, "ln_1");
+  const Array q = split_heads(cfg, f.operand(f.linear3(a, p, "attn.q")));
+  const Array k = split_heads(cfg, f.operand(f.linear3(a, p, "attn.k")));
+  const Array v = split_heads(cfg, f.operand(f.linear3(a, p, "attn.v")));
+  const Array y = x + f.linear3(merge_heads(attention(q, k, v)), p, "attn.proj");
+  const Array m = f.layer_norm(y, p, "ln_2");
+  return y + f.linear3(nn::gelu(f.linear3(m, p, "mlp.fc1"), /*approximate=*/true), p, "mlp.fc2");
+}
+
+bool is_stacked(const std::string& name) {
+  return name.compare(0, 2, "h.") == 0;
 }
 
 }  // namespace
@@ -63,21 +85,34 @@ void check_config(const GptConfig& cfg) {
 }
 
 std::vector<std::string> gpt_param_names(const GptConfig& cfg) {
+  (void)cfg;
   std::vector<std::string> names = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias",
                                     "lm_head.weight"};
-  for (int i = 0; i < cfg.layers; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    for (const char* ln : {"ln_1", "ln_2"})
-      for (const char* what : {".weight", ".bias"}) names.push_back(h + ln + what);
-    for (const char* lin : {"attn.q", "attn.k", "attn.v", "attn.proj", "mlp.fc1", "mlp.fc2"})
-      for (const char* what : {".weight", ".bias"}) names.push_back(h + lin + what);
-  }
+  for (const auto& name : gpt_layer_param_names()) names.push_back("h." + name);
   std::sort(names.begin(), names.end());  // Params' order
+  return names;
+}
+
+const std::vector<std::string>& gpt_layer_param_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const char* ln : {"ln_1", "ln_2"})
+      for (const char* what : {".weight", ".bias"}) n.push_back(std::string(ln) + what);
+    for (const char* lin : {"attn.q", "attn.k", "attn.v", "attn.proj", "mlp.fc1", "mlp.fc2"})
+      for (const char* what : {".weight", ".bias"}) n.push_back(std::string(lin) + what);
+    std::sort(n.begin(), n.end());
+    return n;
+  }();
   return names;
 }
 
 Shape gpt_param_shape(const GptConfig& cfg, const std::string& name) {
   const int64_t d = cfg.d_model, v = cfg.vocab;
+  if (is_stacked(name)) {
+    Shape s = gpt_param_shape(cfg, name.substr(2));
+    s.insert(s.begin(), cfg.layers);
+    return s;
+  }
   const auto ends = [&](const std::string& tail) {
     return name.size() >= tail.size() &&
            name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
@@ -114,7 +149,7 @@ Params gpt_init(const GptConfig& cfg, uint32_t seed) {
     const bool is_norm = name.find("ln_") != std::string::npos;
     const bool residual =
         name.find("attn.proj.") != std::string::npos || name.find("mlp.fc2.") != std::string::npos;
-    // A key per parameter: its place in the sorted names.
+    // A key per parameter (a stack has one for all its layers): its place in the sorted names.
     const Array k = fold_in(key, index++);
     if (is_bias)
       p.emplace(name, zeros(shape));
@@ -127,20 +162,31 @@ Params gpt_init(const GptConfig& cfg, uint32_t seed) {
 }
 
 Params gpt_load(const GptConfig& cfg, const std::string& dir) {
-  Params p;
-  for (const auto& name : gpt_param_names(cfg)) {
-    const std::string path = (std::filesystem::path(dir) / (name + ".npy")).string();
+  const auto load = [&](const std::string& file, const Shape& want) {
+    const std::string path = (std::filesystem::path(dir) / (file + ".npy")).string();
     if (!std::filesystem::exists(path))
-      throw Error("gpt: --weights " + dir + " has no " + name +
+      throw Error("gpt: --weights " + dir + " has no " + file +
                   ".npy; it needs one .npy per "
                   "parameter, as tests/models/gpt_reference.py writes them");
     Array a = load_npy(path);
-    const Shape want = gpt_param_shape(cfg, name);
     if (a.dtype() != DType::float32 || a.shape() != want)
       throw Error("gpt: " + path + " holds " + type_of(a) + "; the model (d_model " +
                   std::to_string(cfg.d_model) + ", vocab " + std::to_string(cfg.vocab) + ", seq " +
                   std::to_string(cfg.seq) + ") wants float32" + shape_to_string(want));
-    p.emplace(name, a);
+    return a;
+  };
+  Params p;
+  for (const auto& name : gpt_param_names(cfg)) {
+    if (!is_stacked(name)) {
+      p.emplace(name, load(name, gpt_param_shape(cfg, name)));
+      continue;
+    }
+    // torch's h.{i}.<name>, stacked along a new leading axis.
+    std::vector<Array> layers;
+    for (int i = 0; i < cfg.layers; ++i)
+      layers.push_back(load("h." + std::to_string(i) + name.substr(1),
+                            gpt_param_shape(cfg, name.substr(2))));
+    p.emplace(name, stack(layers, 0));
   }
   return p;
 }
@@ -149,9 +195,11 @@ Array causal_attention(const Array& q, const Array& k, const Array& v) {
   const int64_t s = q.shape()[2];
   const Array pos = arange(static_cast<int32_t>(s));
   const Array causal = reshape(pos, {1, s}) <= reshape(pos, {s, 1});  // key <= query
-  const Array scores = einsum("bhqd,bhkd->bhqk", q, k) * score_scale(q.shape()[3]);
+  // Operands in q's dtype, products summed in float32 (bfloat16 q, k, v: mixed precision).
+  const Array scores =
+      einsum("bhqd,bhkd->bhqk", q, k, DType::float32) * score_scale(q.shape()[3]);
   const Array masked = where(causal, scores, -std::numeric_limits<float>::infinity());
-  return einsum("bhqk,bhkd->bhqd", nn::softmax(masked, -1), v);
+  return einsum("bhqk,bhkd->bhqd", astype(nn::softmax(masked, -1), v.dtype()), v, DType::float32);
 }
 
 Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, const Array& k,
@@ -173,7 +221,7 @@ Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, 
     for (int j = 0; j < n; ++j) {
       if (j > 0) kv = ppermute(kv, axis, to_next);
       const Array k_pos = reshape(remainder(me - j + n, n) * s + local, {1, s});
-      const Array scores = einsum("bhqd,bhkd->bhqk", ql, kv[0]) * scale;
+      const Array scores = einsum("bhqd,bhkd->bhqk", ql, kv[0], DType::float32) * scale;
       const Array masked = where(k_pos <= q_pos, scores, neg_inf);
       // The maximum only keeps exp in range: the result does not depend on it, so no gradient
       // flows through it (as nn::softmax's). Step 0 is the device's own block, where every
@@ -182,7 +230,7 @@ Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, 
       const Array block_max = max(masked, {-1}, true);
       const Array m_new = stop_gradient(j == 0 ? block_max : maximum(m, block_max));
       const Array p = exp(masked - m_new);
-      const Array pv = einsum("bhqk,bhkd->bhqd", p, kv[1]);
+      const Array pv = einsum("bhqk,bhkd->bhqd", astype(p, vl.dtype()), kv[1], DType::float32);
       if (j == 0) {
         l = sum(p, {-1}, true);
         acc = pv;
@@ -199,18 +247,39 @@ Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, 
 }
 
 Array gpt_logits(const GptConfig& cfg, const Params& p, const Array& tokens,
-                 const Attention& attention) {
-  // wte[tokens] + wpe: positions broadcast over the batch.
-  Array x = gather(p.at("wte.weight"), tokens) + p.at("wpe.weight");
-  for (int i = 0; i < cfg.layers; ++i)
-    x = block(cfg, p, "h." + std::to_string(i) + ".", x, attention);
-  x = nn::layer_norm(x, p.at("ln_f.weight"), p.at("ln_f.bias"), cfg.ln_eps);
-  return einsum("bsd,vd->bsv", x, p.at("lm_head.weight"));
+                 const Attention& attention, const ParamUse& use) {
+  const Forward f{cfg, use};
+  // wte[tokens] + wpe (in the compute dtype): positions broadcast over the batch; the residual
+  // stream is float32.
+  Array x = astype(gather(f.param(p.at("wte.weight")), tokens) + f.param(p.at("wpe.weight")),
+                   DType::float32);
+  // The stacks, named as one layer's parameters.
+  Params stacks;
+  for (const auto& name : gpt_layer_param_names()) stacks.emplace(name, p.at("h." + name));
+  if (cfg.scan_layers) {
+    // One layer in the program, whatever the depth: each iteration gets layer i of every stack.
+    // The body captures by value: where the loop cannot be replayed (between processes) the
+    // backward pass calls it again after this function has returned.
+    x = lax::scan(
+            [f, attention](const Array& h, const Params& layer) {
+              return std::make_pair(block(f, layer, h, attention), std::nullopt);
+            },
+            x, stacks)
+            .first;
+  } else {
+    for (int i = 0; i < cfg.layers; ++i) {
+      Params layer;
+      for (const auto& [name, s] : stacks) layer.emplace(name, s[i]);
+      x = block(f, layer, x, attention);
+    }
+  }
+  x = f.layer_norm(x, p, "ln_f");
+  return f.einsum2("bsd,vd->bsv", x, f.param(p.at("lm_head.weight")));
 }
 
 Array gpt_loss(const GptConfig& cfg, const Params& p, const Array& tokens, const Array& targets,
-               const Attention& attention) {
-  const Array logits = gpt_logits(cfg, p, tokens, attention);
+               const Attention& attention, const ParamUse& use) {
+  const Array logits = gpt_logits(cfg, p, tokens, attention, use);
   const Array nll = -sum(nn::log_softmax(logits, -1) * one_hot(targets, cfg.vocab), {-1});
   return mean(nll);
 }

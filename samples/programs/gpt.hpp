@@ -26,6 +26,15 @@ struct GptConfig {
   // Adam as torch.optim.Adam and optax.adam take them (the reference passes these float32
   // values, so both sides round the same numbers).
   float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  // The layers as one lax::scan over the stacked parameters (the program holds one layer), or
+  // unrolled: a Python-style loop that slices layer i out of each stack (the program holds
+  // every layer). Both compute the same numbers.
+  bool scan_layers = true;
+  // The forward pass's parameter dtype: float32, or bfloat16 (mixed precision: each float32
+  // master parameter is cast with astype where it is used, matmuls take bfloat16 operands and
+  // sum in float32 (preferred_element_type float32), activations, norms, softmax and the loss
+  // stay float32, and the gradients come back to the float32 parameters, which Adam updates).
+  DType compute = DType::float32;
 };
 
 // Throws Error naming the first size that is not positive or a d_model that the heads do not
@@ -33,12 +42,15 @@ struct GptConfig {
 void check_config(const GptConfig& cfg);
 
 // The parameter names, in Params' (sorted) order, and each one's shape (torch's layout: a linear
-// layer's weight is [out, in]):
+// layer's weight is [out, in]). The layers' parameters are stacked along a leading axis of
+// `layers` (one array per kind of weight, layer i at index i: torch's h.{i}.<name>):
 //   wte.weight [vocab, d], wpe.weight [seq, d], ln_f.{weight,bias} [d], lm_head.weight [vocab, d],
-//   h.{i}.ln_1.{weight,bias}, h.{i}.ln_2.{weight,bias} [d],
-//   h.{i}.attn.{q,k,v,proj}.weight [d, d] and .bias [d],
-//   h.{i}.mlp.fc1.weight [4d, d], .bias [4d], h.{i}.mlp.fc2.weight [d, 4d], .bias [d].
+//   h.ln_1.{weight,bias}, h.ln_2.{weight,bias} [L, d],
+//   h.attn.{q,k,v,proj}.weight [L, d, d] and .bias [L, d],
+//   h.mlp.fc1.weight [L, 4d, d], .bias [L, 4d], h.mlp.fc2.weight [L, d, 4d], .bias [L, d].
 std::vector<std::string> gpt_param_names(const GptConfig& cfg);
+// A layer's parameter names without the "h." of their stacks ("attn.q.weight", ...).
+const std::vector<std::string>& gpt_layer_param_names();
 Shape gpt_param_shape(const GptConfig& cfg, const std::string& name);
 int64_t gpt_param_count(const GptConfig& cfg);
 
@@ -46,8 +58,9 @@ int64_t gpt_param_count(const GptConfig& cfg);
 // projections (attn.proj, mlp.fc2) N(0, 0.02 / sqrt(2 layers)), biases 0, LayerNorm scales 1.
 // Uncommitted, on device 0.
 Params gpt_init(const GptConfig& cfg, uint32_t seed);
-// Every parameter from DIR/<name>.npy (float32 or float64, of the shape above), uncommitted.
-// A missing file or a wrong shape is an Error naming the file and the shape wanted.
+// Every parameter from DIR/<name>.npy as torch's state_dict names them (float32, torch's shapes;
+// a stack from DIR/h.0.<name>.npy, DIR/h.1.<name>.npy, ...), uncommitted. A missing file or a
+// wrong shape is an Error naming the file and the shape wanted.
 Params gpt_load(const GptConfig& cfg, const std::string& dir);
 
 // Attention over heads: q, k, v [batch, heads, seq, head_dim] -> [batch, heads, seq, head_dim].
@@ -65,13 +78,17 @@ Array causal_attention(const Array& q, const Array& k, const Array& v);
 Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, const Array& k,
                      const Array& v);
 
-// Logits [batch, seq, vocab] of int32 tokens [batch, seq].
+// How a parameter is read where it is used (FSDP gathers it there); identity when empty. Layer
+// parameters go through it inside the layer (inside the scan's body), one layer at a time.
+using ParamUse = std::function<Array(const Array& param)>;
+
+// Logits [batch, seq, vocab] (float32) of int32 tokens [batch, seq].
 Array gpt_logits(const GptConfig& cfg, const Params& params, const Array& tokens,
-                 const Attention& attention);
+                 const Attention& attention, const ParamUse& use = {});
 // Mean softmax cross-entropy over batch and sequence against int32 targets [batch, seq]
 // (torch's F.cross_entropy with reduction='mean'): log_softmax times one_hot, summed over the
 // vocabulary, so it keeps the logits' layout (the sequence split too).
 Array gpt_loss(const GptConfig& cfg, const Params& params, const Array& tokens,
-               const Array& targets, const Attention& attention);
+               const Array& targets, const Attention& attention, const ParamUse& use = {});
 
 }  // namespace meshvk::programs

@@ -24,6 +24,13 @@ const std::vector<std::string>& gpt_modes() {
 }
 
 PartitionSpec GptLayout::tensor_parallel_spec(const std::string& name) {
+  // A stack of layers: the layer axis whole (None), the rest as one layer's.
+  if (name.compare(0, 2, "h.") == 0) {
+    std::vector<SpecEntry> entries{None};
+    const PartitionSpec one = tensor_parallel_spec(name.substr(2));
+    entries.insert(entries.end(), one.entries().begin(), one.entries().end());
+    return PartitionSpec(entries);
+  }
   // Column-parallel: the output features (rows of torch's [out, in] weight) and the bias split,
   // so each device computes whole heads (q, k, v) or a slice of the hidden layer (fc1) with no
   // communication. Row-parallel: the input features split, so the product is a partial sum
@@ -40,9 +47,12 @@ Sharding GptLayout::param(const GptConfig& cfg, const std::string& name) const {
   if (mode == "dp_tp") return NamedSharding(*mesh, tensor_parallel_spec(name));
   if (mode == "fsdp") {
     // Along the first axis where it divides (every parameter at the default sizes), else kept
-    // whole: FSDP's point is the memory, and a small odd parameter costs little.
+    // whole: FSDP's point is the memory, and a small odd parameter costs little. A stack of
+    // layers keeps its layer axis whole and splits the next one.
     const int64_t n = mesh->size();
-    if (gpt_param_shape(cfg, name)[0] % n == 0) return NamedSharding(*mesh, P("fsdp"));
+    const bool stacked = name.compare(0, 2, "h.") == 0;
+    if (gpt_param_shape(cfg, name)[stacked ? 1 : 0] % n == 0)
+      return NamedSharding(*mesh, stacked ? P(None, "fsdp") : P("fsdp"));
   }
   return NamedSharding(*mesh, P());
 }
@@ -101,40 +111,44 @@ Params gpt_place(const GptLayout& layout, const GptConfig& cfg, const Params& pa
   return out;
 }
 
+optax::GradientTransformation gpt_optimizer(const GptConfig& cfg) {
+  // optax.adam: eps outside the square root, as torch.optim.Adam's.
+  return optax::adam(cfg.lr, cfg.b1, cfg.b2, cfg.eps);
+}
+
 GptTrainStep::GptTrainStep(GptConfig cfg, GptLayout layout)
-    : step_(Fn([cfg, layout](const Params& params, const nn::AdamState& state, const Array& tokens,
-                             const Array& targets) {
+    : step_(Fn([cfg, layout, opt = gpt_optimizer(cfg)](const Params& params,
+                                                       const optax::OptState& state,
+                                                       const Array& tokens, const Array& targets) {
+              // FSDP: each parameter whole where it is used (a layer's inside the layer, so inside
+              // the scan's body one layer at a time); the constraint's gradient puts the
+              // parameter's gradient back in its split layout.
+              ParamUse use;
+              if (layout.gather_params) {
+                const NamedSharding whole(*layout.mesh, P());
+                use = [whole](const Array& p) { return with_sharding_constraint(p, whole); };
+              }
               const auto loss = [&](const Params& p) {
-                if (!layout.gather_params)
-                  return gpt_loss(cfg, p, tokens, targets, layout.attention);
-                // FSDP: each parameter whole where it is used; the constraint's gradient puts the
-                // parameter's gradient back in its split layout.
-                Params whole;
-                for (const auto& [name, value] : p)
-                  whole.emplace(name,
-                                with_sharding_constraint(value, NamedSharding(*layout.mesh, P())));
-                return gpt_loss(cfg, whole, tokens, targets, layout.attention);
+                return gpt_loss(cfg, p, tokens, targets, layout.attention, use);
               };
               auto [value, grads] = value_and_grad(loss)(params);
-              nn::AdamState next = state;  // adam updates the state it is given
-              Params updated = nn::adam(params, grads, next, cfg.lr, cfg.b1, cfg.b2, cfg.eps);
-              return std::make_tuple(value, std::move(updated), std::move(next));
+              auto [updates, next] = opt.update(grads, state, params);
+              return std::make_tuple(value, optax::apply_updates(params, updates), std::move(next));
             }),
             JitOptions{.name = "gpt_train_step"}) {}
 
-std::tuple<Array, Params, nn::AdamState> GptTrainStep::operator()(const Params& params,
-                                                                  const nn::AdamState& state,
-                                                                  const Array& tokens,
-                                                                  const Array& targets) const {
+std::tuple<Array, Params, optax::OptState> GptTrainStep::operator()(
+    const Params& params, const optax::OptState& state, const Array& tokens,
+    const Array& targets) const {
   return step_(params, state, tokens, targets);
 }
 
-Lowered GptTrainStep::lower(const Params& params, const nn::AdamState& state, const Array& tokens,
-                            const Array& targets) const {
+Lowered GptTrainStep::lower(const Params& params, const optax::OptState& state,
+                            const Array& tokens, const Array& targets) const {
   return step_.lower(params, state, tokens, targets);
 }
 
-std::string GptTrainStep::program_text(const Params& params, const nn::AdamState& state,
+std::string GptTrainStep::program_text(const Params& params, const optax::OptState& state,
                                        const Array& tokens, const Array& targets) const {
   return step_.program_text(params, state, tokens, targets);
 }

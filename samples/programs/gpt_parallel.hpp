@@ -1,6 +1,8 @@
 #pragma once
 // The layouts the GPT of gpt.hpp trains in, and its training step: one jit of value_and_grad and
-// the Adam update, with the parameters, the Adam state and the batch laid out by the mode.
+// optax's Adam update, with the parameters, the optimizer state and the batch laid out by the
+// mode. The layers' stacked parameters keep their leading layer axis whole (None); the rest of
+// their axes are laid out as one layer's would be.
 //
 //   single  everything on device 0
 //   dp      data parallel: mesh (N,) ('data',), the batch split, the parameters replicated
@@ -44,26 +46,30 @@ struct GptLayout {
 // size the mode's mesh does not divide (naming the size and the mode's requirement).
 GptLayout gpt_layout(const std::string& mode, const GptConfig& cfg);
 
-// The parameters laid out as the mode keeps them, and the Adam state for them.
+// The parameters laid out as the mode keeps them.
 Params gpt_place(const GptLayout& layout, const GptConfig& cfg, const Params& params);
 
-// One training step: (loss, new params, new Adam state) from (params, state, tokens, targets).
-// The first call traces and compiles; later calls with the same layouts replay.
+// optax.adam(lr, b1, b2, eps) of the config: its init(params) gives the step's OptState (the
+// moments laid out as the parameters, the int32 count with them).
+optax::GradientTransformation gpt_optimizer(const GptConfig& cfg);
+
+// One training step: (loss, new params, new optimizer state) from (params, state, tokens,
+// targets). The first call traces and compiles; later calls with the same layouts replay.
 class GptTrainStep {
  public:
   GptTrainStep(GptConfig cfg, GptLayout layout);
-  std::tuple<Array, Params, nn::AdamState> operator()(const Params& params,
-                                                      const nn::AdamState& state,
-                                                      const Array& tokens,
-                                                      const Array& targets) const;
-  Lowered lower(const Params& params, const nn::AdamState& state, const Array& tokens,
+  std::tuple<Array, Params, optax::OptState> operator()(const Params& params,
+                                                        const optax::OptState& state,
+                                                        const Array& tokens,
+                                                        const Array& targets) const;
+  Lowered lower(const Params& params, const optax::OptState& state, const Array& tokens,
                 const Array& targets) const;
-  std::string program_text(const Params& params, const nn::AdamState& state, const Array& tokens,
-                           const Array& targets) const;
+  std::string program_text(const Params& params, const optax::OptState& state,
+                           const Array& tokens, const Array& targets) const;
 
  private:
-  using Fn = std::function<std::tuple<Array, Params, nn::AdamState>(
-      const Params&, const nn::AdamState&, const Array&, const Array&)>;
+  using Fn = std::function<std::tuple<Array, Params, optax::OptState>(
+      const Params&, const optax::OptState&, const Array&, const Array&)>;
   Jitted<Fn> step_;
 };
 

@@ -1,16 +1,19 @@
 // A character-level GPT trained on a text every Debian machine has, in one of five layouts over
 // the virtual devices: one device, data parallel, data + Megatron tensor parallel, FSDP, or
 // sequence parallel with ring attention (samples/programs/gpt*.{hpp,cpp}). Each step is one jit
-// of value_and_grad and the Adam update; it prints the loss per step, where the parameters live
-// and the collectives the step's program runs.
+// of value_and_grad and optax's Adam update, the layers one lax::scan over their stacked
+// parameters (or unrolled); it prints the loss per step, where the parameters live, the
+// collectives the step's program runs and the program's size.
 //
 //   build/bin/gpt [--mode single|dp|dp_tp|fsdp|sp] [--steps N] [--seed N] [--text FILE]
 //                 [--weights DIR] [--batch-file FILE] [--lr X] [--batch N] [--seq N]
+//                 [--layers N] [--layers-as scan|loop] [--unrolled] [--dtype f32|bf16]
 //                 [--program] [--color | --no-color]
 //
 // With --weights and --batch-file (as tests/models/gpt_reference.py writes them) every step
 // trains on that one batch from those weights; the test gpt_vs_pytorch compares the losses with
 // PyTorch's.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,7 +33,8 @@ namespace {
 
 const char* const kUsage =
     "usage: gpt [--mode single|dp|dp_tp|fsdp|sp] [--steps N] [--seed N] [--text FILE]\n"
-    "           [--weights DIR] [--batch-file FILE] [--lr X] [--batch N] [--seq N] [--program]\n"
+    "           [--weights DIR] [--batch-file FILE] [--lr X] [--batch N] [--seq N] [--layers N]\n"
+    "           [--layers-as scan|loop] [--unrolled] [--dtype f32|bf16] [--program]\n"
     "           [--color | --no-color]\n"
     "  --mode        the layout (default dp_tp): one device, data parallel, data + tensor\n"
     "                parallel on (devices/4, 4), fully sharded data parallel, sequence parallel\n"
@@ -41,6 +45,13 @@ const char* const kUsage =
     "  --batch-file FILE  int32 [batch, seq + 1] tokens: every step trains on this one batch\n"
     "  --lr X        Adam's learning rate (default 1e-3; b1 0.9, b2 0.999, eps 1e-8)\n"
     "  --batch N, --seq N  batch size (default 16) and context length (default 64)\n"
+    "  --layers N    transformer layers (default 2)\n"
+    "  --layers-as scan|loop  the layers as one lax::scan over their stacked parameters (default;\n"
+    "                the program holds one layer) or a loop unrolled into the program\n"
+    "  --unrolled    the same as --layers-as loop\n"
+    "  --dtype f32|bf16  the forward pass's parameters (default f32); bf16: mixed precision,\n"
+    "                float32 master weights cast to bfloat16 in the step, float32 sums, loss\n"
+    "                and Adam\n"
     "  --program     print the step's partitioned per-device program\n";
 
 struct Flags {
@@ -145,6 +156,23 @@ int parse(ScenarioContext& ctx, Flags& f) {
         f.cfg.batch = std::stoi(value());
       else if (a == "--seq")
         f.cfg.seq = std::stoi(value());
+      else if (a == "--layers")
+        f.cfg.layers = std::stoi(value());
+      else if (a == "--layers-as") {
+        const std::string v = value();
+        if (v != "scan" && v != "loop") throw std::invalid_argument("want scan or loop");
+        f.cfg.scan_layers = v == "scan";
+      } else if (a == "--unrolled")
+        f.cfg.scan_layers = false;
+      else if (a == "--dtype") {
+        const std::string v = value();
+        if (v == "f32" || v == "float32")
+          f.cfg.compute = DType::float32;
+        else if (v == "bf16" || v == "bfloat16")
+          f.cfg.compute = DType::bfloat16;
+        else
+          throw std::invalid_argument("want f32 or bf16");
+      }
       else if (a == "--program")
         f.program = true;
       else if (a == "--color")
@@ -160,9 +188,10 @@ int parse(ScenarioContext& ctx, Flags& f) {
   }
   bool known = false;
   for (const auto& m : programs::gpt_modes()) known = known || m == f.mode;
-  if (!known || f.steps < 1 || f.cfg.batch < 1 || f.cfg.seq < 1 || !(f.cfg.lr > 0)) {
-    *ctx.err << "--mode must be single|dp|dp_tp|fsdp|sp, and --steps, --batch, --seq and --lr "
-                "positive\n"
+  if (!known || f.steps < 1 || f.cfg.batch < 1 || f.cfg.seq < 1 || f.cfg.layers < 1 ||
+      !(f.cfg.lr > 0)) {
+    *ctx.err << "--mode must be single|dp|dp_tp|fsdp|sp, and --steps, --batch, --seq, --layers "
+                "and --lr positive\n"
              << kUsage;
     return 2;
   }
@@ -181,8 +210,18 @@ int run(ScenarioContext& ctx) {
       << " heads, " << cfg.layers << " pre-LayerNorm layers, tanh-GELU MLP " << 4 * cfg.d_model
       << " wide, seq " << cfg.seq << ", batch " << cfg.batch << ", untied lm_head, "
       << programs::gpt_param_count(cfg) << " parameters\n"
-      << "Adam lr " << cfg.lr << " (b1 " << cfg.b1 << ", b2 " << cfg.b2 << ", eps " << cfg.eps
-      << "), softmax cross-entropy; mode " << f.mode << ": " << layout.description << "\n";
+      << "optax.adam lr " << cfg.lr << " (b1 " << cfg.b1 << ", b2 " << cfg.b2 << ", eps "
+      << cfg.eps << "), softmax cross-entropy; mode " << f.mode << ": " << layout.description
+      << "\n"
+      << "layers: "
+      << (cfg.scan_layers ? "one lax::scan over the stacked layer parameters"
+                          : "unrolled (a loop over the layers, each sliced from the stacks)")
+      << "; forward pass in "
+      << (cfg.compute == DType::bfloat16
+              ? "bfloat16 (mixed precision: float32 master weights, float32 sums, loss and "
+                "Adam)"
+              : "float32")
+      << "\n";
 
   std::string text;
   Batch fixed;
@@ -203,7 +242,7 @@ int run(ScenarioContext& ctx) {
       << "\n\nparameter layouts:\n";
   for (const auto& [name, p] : params)
     out << "  " << name << " " << type_of(p) << " " << layout_of(p) << "\n";
-  nn::AdamState state = nn::adam_init(params);
+  optax::OptState state = programs::gpt_optimizer(cfg).init(params);
 
   std::mt19937 rng(f.seed);
   const Shape shape{cfg.batch, cfg.seq};
@@ -213,9 +252,10 @@ int run(ScenarioContext& ctx) {
   };
   auto [tokens, targets] =
       batch_arrays(f.batch_file.empty() ? random_batch(text, cfg, rng) : fixed);
-  for (const char* name : {"h.0.attn.q.weight", "h.0.mlp.fc2.weight"})
-    out << ">>> visualize_array_sharding(params['" << name << "'])\n"
-        << visualize_array_sharding(params.at(name), f.viz);
+  // Layer 0 of the stacks (the layer axis is whole, so layer i is laid out as the stack's rest).
+  for (const char* name : {"h.attn.q.weight", "h.mlp.fc2.weight"})
+    out << ">>> visualize_array_sharding(params['" << name << "'][0])\n"
+        << visualize_array_sharding(params.at(name)[0], f.viz);
   out << ">>> visualize_array_sharding(tokens)\n"
       << visualize_array_sharding(tokens, f.viz) << "\n";
 
@@ -240,7 +280,11 @@ int run(ScenarioContext& ctx) {
       for (const auto& [kind, c] : lowered.collective_counts())
         out << " " << kind << " x" << c.count << " (" << bytes_text(c.bytes) << " per device)";
       out << "\n";
-      if (f.program) out << lowered.as_text() << "\n";
+      // The program's size: with the layers in a scan it holds one layer whatever --layers is.
+      const std::string& text = lowered.as_text();
+      out << "program size: " << std::count(text.begin(), text.end(), '\n') << " lines ("
+          << cfg.layers << " layers, " << (cfg.scan_layers ? "scan" : "unrolled") << ")\n";
+      if (f.program) out << text << "\n";
       ctx.publish_program("gpt_train_step", lowered.as_text());
     }
     params = std::move(next_params);
@@ -252,7 +296,7 @@ int run(ScenarioContext& ctx) {
     std::snprintf(line, sizeof line, "step %d/%d  loss %.9g\n", i + 1, f.steps, value);
     out << line << std::flush;
     ctx.publish("tokens", tokens);
-    for (const char* name : {"h.0.attn.q.weight", "h.0.mlp.fc2.weight", "wte.weight"})
+    for (const char* name : {"h.attn.q.weight", "h.mlp.fc2.weight", "wte.weight"})
       ctx.publish(name, params.at(name));
     ctx.checkpoint("step " + std::to_string(i + 1));
   }
@@ -277,7 +321,8 @@ int run(ScenarioContext& ctx) {
 
 Scenario gpt() {
   return {"gpt",
-          "A character-level GPT (2 layers, d_model 128) trained with Adam in one of five "
+          "A character-level GPT (2 layers in a lax::scan, d_model 128) trained with Adam in "
+          "one of five "
           "layouts: single, dp, dp_tp (Megatron), fsdp, sp (ring attention in shard_map)",
           {"--mode", "dp_tp", "--steps", "3"},
           {},

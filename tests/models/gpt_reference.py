@@ -7,13 +7,21 @@ from a text, writes the initial weights (one .npy per state_dict entry) and the 
 of each step, one per line, before the step's update (as the sample prints them).
 
     /usr/bin/python3 tests/models/gpt_reference.py --out DIR [--steps 10] [--seed 0]
-        [--text /usr/share/common-licenses/GPL-3]
+        [--text /usr/share/common-licenses/GPL-3] [--layers 2] [--dtype f32|bf16]
     build/bin/gpt --mode sp --weights DIR/weights --batch-file DIR/batch.npy --steps 10
 
 The math is the sample's: pre-LayerNorm blocks (eps 1e-5), causal softmax attention with separate
 q, k, v and proj linears, a tanh-GELU MLP 4x wide, learned positions, an untied lm_head without
 bias, cross-entropy averaged over batch * seq. Adam's hyperparameters are passed as the float32
 values the sample uses, so both round the same numbers.
+
+With --dtype bf16 the forward pass is the sample's mixed precision, written out with explicit
+casts (not torch.autocast): every parameter cast to bfloat16 where it is used (the float32
+parameters stay the master weights Adam updates), matmul operands in bfloat16 with products summed
+in float32 (bf16.float() @ bf16.float(): a product of two bfloat16 values is exact in float32),
+q, k, v and the attention probabilities cast to bfloat16 before their matmuls, everything else
+(residual stream, LayerNorm, softmax, GELU, the loss) in float32. The gradient of each cast
+rounds to the dtype of its input, as JAX's convert_element_type's (and meshvk's astype's) does.
 """
 import argparse
 import math
@@ -105,6 +113,46 @@ class Gpt(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+BF16 = torch.bfloat16
+
+
+def mixed_logits(model, tokens):
+    """The bf16 forward pass: model's float32 parameters cast where used (see the docstring)."""
+    def p(t):
+        return t.to(BF16)
+
+    def mm(a, b):  # bfloat16 operands, float32 sums and result
+        return p(a).float() @ p(b).float()
+
+    def linear(x, lin):
+        return mm(x, lin.weight.t()) + p(lin.bias)
+
+    def norm(x, ln):
+        return F.layer_norm(x, (x.shape[-1],), eps=ln.eps) * p(ln.weight) + p(ln.bias)
+
+    b, s = tokens.shape
+    # wte[tokens] in bfloat16 (the gather's gradient summed in float32, rounded once) + wpe.
+    x = (F.embedding(tokens, p(model.wte.weight).float()).to(BF16) + p(model.wpe.weight)[:s])
+    x = x.float()
+    causal = torch.ones(s, s, dtype=torch.bool).tril()
+    for block in model.h:
+        a = norm(x, block.ln_1)
+        att = block.attn
+        hd = x.shape[-1] // att.heads
+
+        def split(t):
+            return p(t).view(b, s, att.heads, hd).transpose(1, 2)
+
+        q, k, v = split(linear(a, att.q)), split(linear(a, att.k)), split(linear(a, att.v))
+        scores = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        probs = F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        y = (p(probs).float() @ v.float()).transpose(1, 2).contiguous().view(b, s, -1)
+        x = x + linear(y, att.proj)
+        m = norm(x, block.ln_2)
+        x = x + linear(F.gelu(linear(m, block.mlp.fc1), approximate="tanh"), block.mlp.fc2)
+    return mm(norm(x, model.ln_f), model.lm_head.weight.t())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for weights/, batch.npy, losses.txt")
@@ -118,6 +166,8 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+                    help="the forward pass's dtype: float32, or the sample's bf16 mixed precision")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -145,7 +195,7 @@ def main():
     losses = []
     for _ in range(args.steps):
         opt.zero_grad()
-        logits = model(tokens)
+        logits = model(tokens) if args.dtype == "f32" else mixed_logits(model, tokens)
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
         loss.backward()
         opt.step()

@@ -268,7 +268,19 @@ LoopFn counter_step(const ScanBody& body, const std::vector<Array>& xs, size_t n
   };
 }
 
-Array first_index(int64_t n, bool reverse) { return scalar(static_cast<int32_t>(reverse ? n - 1 : 0)); }
+// The step counter, where the xs are: replicated on the mesh (or the device) of the first
+// committed one. On device 0 it would mix committed devices with xs on a mesh where the body
+// runs again each iteration (between processes: "take: operands are committed to different
+// devices"); there the counter the body returns is committed.
+Array first_index(int64_t n, bool reverse, const std::vector<Array>& xs) {
+  const Array i = scalar(static_cast<int32_t>(reverse ? n - 1 : 0));
+  for (const Array& x : xs) {
+    if (!x.committed()) continue;
+    if (const NamedSharding* named = x.sharding().named()) return device_put(i, NamedSharding(named->mesh(), P()));
+    return device_put(i, x.sharding());
+  }
+  return i;
+}
 
 // Each iteration's outputs, copied (the loop rewrites them), stacked along a new leading axis in
 // index order.
@@ -343,7 +355,7 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   const bool residuals = isolated->was_taping();
   const size_t nc = init.size(), nx = xs.size();
   auto ny = std::make_shared<size_t>(0);
-  std::vector<Array> start{first_index(n, reverse)};
+  std::vector<Array> start{first_index(n, reverse, xs)};
   start.insert(start.end(), init.begin(), init.end());
   Stacker steps;
   const LoopResult loop = run_loop("scan", counter_step(body, xs, nc, reverse, residuals, ny), start, n,
@@ -387,7 +399,7 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
     for (size_t i = 0; i < nx; ++i) y.push_back(g[nc + i].valid() ? g[nc + i] : zeros_like(x[nc + i]));
     return std::make_pair(carry, y);
   };
-  std::vector<Array> bstart{first_index(n, !reverse)};
+  std::vector<Array> bstart{first_index(n, !reverse, bxs)};
   for (const Array& c : init) bstart.push_back(zeros_like(c));
   for (const Array& c : closure) bstart.push_back(zeros_like(c));
   backward->loop = std::make_unique<TracedLoop>(
@@ -409,7 +421,7 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
     for (size_t j = 0; j < nyy; ++j)
       exec::overwrite(*rt, materialized(backward->ct_ys[j]),
                       materialized(device_put(cts[nc + j], backward->ct_ys[j].sharding())));
-    std::vector<Array> from{first_index(backward->n, backward->reverse)};
+    std::vector<Array> from{first_index(backward->n, backward->reverse, {})};  // placed as the loop's
     for (size_t i = 0; i < nc; ++i) from.push_back(is_floating(init[i].dtype()) ? cts[i] : zeros_like(init[i]));
     for (const Array& c : closure) from.push_back(zeros_like(c));
     TracedLoop& loop = *backward->loop;
