@@ -184,8 +184,8 @@ TEST(Scan, ShardedCarryUnderJit) {
 TEST(Scan, ShardedStackedXsGradientUnderJit) {
   const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
   const int64_t n = 3;
-  const Array ws = mv::device_put(host_array(values(n * 8 * 8, 0.05f), {n, 8, 8}), mv::NamedSharding(mesh, P(mv::None, "y")));
-  const Array h = mv::device_put(host_array(values(8 * 8, 0.1f), {8, 8}), mv::NamedSharding(mesh, P("x")));
+  const Array ws = mv::device_put(host_array(patterned_values(n * 8 * 8, 0.05f), {n, 8, 8}), mv::NamedSharding(mesh, P(mv::None, "y")));
+  const Array h = mv::device_put(host_array(patterned_values(8 * 8, 0.1f), {8, 8}), mv::NamedSharding(mesh, P("x")));
   auto scanned = [&](const Array& stack) {
     auto [last, none] = mv::lax::scan([](const Array& c, const Array& w) { return std::make_pair(mv::tanh(mv::matmul(c, w)), std::nullopt); }, h, stack);
     return last.sum();

@@ -167,6 +167,13 @@ void LoopBody::iterate() {
   for (size_t i = 0; i < outputs_.size(); ++i)
     for (size_t k = 0; k < outputs_[i].shards.size(); ++k)
       outputs_[i].shards[k]->written_by(remap(output_written_[i][k]));
+  if (rt_->capture()) return;
+  ahead_.push_back(last_);
+  if (ahead_.size() > kAhead) {
+    for (int t = 0; t < timelines; ++t)
+      if (ahead_.front()[t]) rt_->wait(Fence{t, ahead_.front()[t]}, "a loop's earlier iteration");
+    ahead_.pop_front();
+  }
 }
 
 void overwrite(detail::RuntimeState& rt, const ShardedValue& dst, const ShardedValue& src) {

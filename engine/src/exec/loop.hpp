@@ -3,6 +3,7 @@
 // for every further iteration the carried outputs copied into the inputs and the same command
 // buffers submitted again. Nothing is recorded per iteration, so a loop of 48 steps is the
 // program of one (lax.scan, lax.fori_loop, lax.while_loop in graph/control_flow.cpp).
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,11 @@ class LoopBody {
   size_t carried_;
   std::vector<int> devices_;                            // where the body or its values live
   std::vector<uint64_t> last_;                          // per timeline: the last iteration's end
+  // Outside a trace: the ends of the latest iterations, so the host stays at most
+  // kAhead iterations ahead of the device (a queue that grows without bound slows the driver
+  // and the validation layer down with every submission).
+  std::deque<std::vector<uint64_t>> ahead_;
+  static constexpr size_t kAhead = 32;
   std::vector<std::vector<detail::Fence>> output_written_;  // traced fence that wrote each piece
 };
 

@@ -30,13 +30,22 @@ struct Tape {
   // A TapeIsolation's probe: the tapes it suspended, and what the function read that they track.
   std::vector<Tape*>* suspended = nullptr;
   std::vector<Array> closure;
+  // A probe whose function reads values an enclosing probe's function computed (its carry, or
+  // values made from it), rather than values that function closes over.
+  bool reads_enclosing_body = false;
   bool is_tracked(const Array& a) const { return a.valid() && tracked.count(a.impl().get()); }
+  bool in_closure(const Array& a) const {
+    for (const Array& c : closure)
+      if (c.impl() == a.impl()) return true;
+    return false;
+  }
   // A probe: an input no op of the function made but a suspended tape tracks is closed over.
   void probe(const Array& in) {
     if (!suspended || !in.valid() || is_tracked(in)) return;
     for (Tape* t : *suspended) {
       t->probe(in);  // a probe inside a probe: what the outer function closes over too
       if (t->is_tracked(in)) {
+        if (t->suspended && !t->in_closure(in)) reads_enclosing_body = true;
         tracked.insert(in.impl().get());
         closure.push_back(in);
         return;
@@ -152,6 +161,10 @@ TapeIsolation::~TapeIsolation() {
   if (saved_.empty()) return;
   active.clear();
   for (void* t : saved_) active.push_back(static_cast<Tape*>(t));
+}
+
+bool TapeIsolation::reads_enclosing_body() const {
+  return probe_ && static_cast<const Tape*>(probe_.get())->reads_enclosing_body;
 }
 
 const std::vector<Array>& TapeIsolation::closure() const {

@@ -365,6 +365,10 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   for (size_t j = 0; j < *ny; ++j) out.ys.push_back(steps.stacked(j, reverse));
   if (!residuals) return out;
   const std::vector<Array> closure = isolated->closure();
+  if (isolated->reads_enclosing_body())
+    throw Error("scan: differentiating a scan inside another loop's body whose body reads the outer body's values "
+                "(its carry, or values computed from it) is not supported yet (a wrong gradient otherwise); pass "
+                "those values to the inner scan in its carry or xs, or unroll one of the loops");
 
   // The backward loop's carry: the index, the carry's cotangent, the closure's sums; its xs: each
   // step's carry and x, and the cotangents of its ys.

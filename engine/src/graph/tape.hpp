@@ -40,6 +40,9 @@ class TapeIsolation {
   TapeIsolation& operator=(const TapeIsolation&) = delete;
   bool was_taping() const { return !saved_.empty(); }
   const std::vector<Array>& closure() const;
+  // Whether the function read values of the body of an enclosing isolated function (a loop's
+  // carry, or values computed from it), not values that body closes over.
+  bool reads_enclosing_body() const;
 
  private:
   std::vector<void*> saved_;
