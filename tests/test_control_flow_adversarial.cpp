@@ -17,6 +17,7 @@
 #include "meshvk/meshvk.hpp"
 #include "gradient_check.hpp"
 #include "test_support.hpp"
+#include "adversarial_checks.hpp"
 
 namespace mv = meshvk;
 using mv::Array;
@@ -27,48 +28,7 @@ struct AdvLayer {
 };
 MESHVK_REGISTER_PYTREE(AdvLayer, &AdvLayer::w, &AdvLayer::b);
 
-namespace {
-
-void expect_close(const Array& got, const std::vector<float>& want, float tol = 1e-5f) {
-  const auto v = got.to_host<float>();
-  ASSERT_EQ(v.size(), want.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    ASSERT_NEAR(v[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
-}
-
-std::vector<float> values(int64_t n, float scale, float offset = 0.f) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = offset + scale * static_cast<float>((i * 37) % 11 - 5);
-  return v;
-}
-
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-
-// Central differences of a scalar function of a flat vector.
-std::vector<float> numeric_grad(const std::function<float(const std::vector<float>&)>& f, std::vector<float> x,
-                                float h = 1e-2f) {
-  std::vector<float> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float keep = x[i];
-    x[i] = keep + h;
-    const double up = f(x);
-    x[i] = keep - h;
-    const double down = f(x);
-    x[i] = keep;
-    g[i] = static_cast<float>((up - down) / (2.0 * h));
-  }
-  return g;
-}
-
-void expect_grad_close(const Array& got, const std::vector<float>& want, float tol = 3e-3f) {
-  const auto v = got.to_host<float>();
-  ASSERT_EQ(v.size(), want.size());
-  for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(v[i], want[i], tol * (1.f + std::fabs(want[i]))) << "at " << i;
-}
-
-float scalar_of(const Array& a) { return a.to_host<float>().at(0); }
-
-}  // namespace
+using namespace adversarial;
 
 // ---- scan: sizes, lengths, direction ----
 
