@@ -11,22 +11,15 @@
 
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
+#include "value_checks.hpp"
 
 namespace adversarial {
 using meshvk::Array;
 namespace mv = meshvk;
 
-inline void expect_close(const Array& got, const std::vector<float>& want, float tol = 1e-5f) {
-  const auto v = got.to_host<float>();
-  ASSERT_EQ(v.size(), want.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    ASSERT_NEAR(v[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
-}
-
+using ::expect_close;  // value_checks.hpp
 inline std::vector<float> values(int64_t n, float scale, float offset = 0.f) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = offset + scale * static_cast<float>((i * 37) % 11 - 5);
-  return v;
+  return patterned_values(n, scale, offset);
 }
 
 inline bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
