@@ -1,4 +1,4 @@
-// lax.scan, fori_loop, while_loop, cond and switch. A loop's body is traced once (its first
+// lax.scan, fori_loop, while_loop and cond. A loop's body is traced once (its first
 // iteration runs under a capture of its own, nested in any jit trace) and the device runs the
 // recorded command buffers again for every further iteration (exec/loop.hpp): a 48-step scan is
 // the program of one step. Reverse mode through scan is a scan of the body's vjp, run backwards
