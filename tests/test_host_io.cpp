@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "io/host_array.hpp"
+#include "meshvk/dtype.hpp"
 #include "meshvk/error.hpp"
 #include "test_support.hpp"
 
@@ -465,6 +466,30 @@ TEST(NpyParse, ConvertsUint64AndFloat16) {
     ASSERT_EQ(std::bit_cast<uint32_t>(converted[i]), std::bit_cast<uint32_t>(expected))
         << std::hex << all[i];
   }
+}
+
+// Every half, NaNs with any payload (signaling ones included) too, loads and re-encodes to the
+// same 16 bits, as numpy's float16 -> float32 -> float16 keeps them (found by fuzz_npy: a
+// signaling NaN came back quiet).
+TEST(NpyParse, EveryFloat16RoundTripsBitForBit) {
+  std::vector<uint16_t> all(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) all[h] = static_cast<uint16_t>(h);
+  const HostArray array = meshvk::io::parse_npy(
+      npy_file("{'descr': '<f2', 'fortran_order': False, 'shape': (65536,), }", raw(all)),
+      "all.npy");
+  const std::vector<std::byte> encoded = meshvk::io::encode_npy(array);
+  const HostArray back = meshvk::io::parse_npy(encoded, "re-encoded.npy");
+  ASSERT_EQ(back.dtype, DType::float16);
+  ASSERT_EQ(back.bytes.size(), array.bytes.size());
+  const std::vector<float> first = values_of<float>(array), second = values_of<float>(back);
+  for (size_t i = 0; i < all.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(first[i]), std::bit_cast<uint32_t>(second[i]))
+        << std::hex << i;
+    ASSERT_EQ(meshvk::float16_bits(first[i]), all[i]) << std::hex << i;
+  }
+  // A float32 NaN whose payload lies only in the bits float16 drops stays NaN.
+  EXPECT_EQ(meshvk::float16_bits(std::bit_cast<float>(0x7f800001u)), 0x7c01);
+  EXPECT_EQ(meshvk::float16_bits(std::bit_cast<float>(0xffc00000u)), 0xfe00);
 }
 
 // Values that do not fit the loaded dtype are an Error naming the first one and its index in

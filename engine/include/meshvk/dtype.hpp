@@ -36,7 +36,9 @@ constexpr bool is_floating(DType dtype) {
 // Conversions between float32 and the 16-bit formats' bits, rounding to nearest even (ties to
 // the even significand), as numpy's astype(np.float16) and ml_dtypes' bfloat16 do: values past
 // the largest finite one round to inf (float16: |x| >= 65520; bfloat16: >= 3.3961776e38), NaN
-// stays NaN (quiet, sign kept), float16's subnormals (down to 2^-24) are exact.
+// stays NaN (bfloat16: quiet, sign kept, as ml_dtypes; float16: sign and the payload's top ten
+// bits kept, a signaling NaN stays signaling, as numpy), float16's subnormals (down to 2^-24)
+// are exact.
 constexpr uint16_t bfloat16_bits(float value) {
   uint32_t u = std::bit_cast<uint32_t>(value);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
@@ -50,7 +52,10 @@ constexpr uint16_t float16_bits(float value) {
   const uint32_t u = std::bit_cast<uint32_t>(value);
   const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a > 0x7f800000u) {  // NaN: a payload that lies in the dropped bits becomes 1, still NaN
+    const uint32_t payload = (a >> 13) & 0x3ffu;
+    return static_cast<uint16_t>(sign | 0x7c00u | (payload == 0 ? 1u : payload));
+  }
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // 65520 and up: inf
   if (a >= 0x38800000u) {                                               // 2^-14 and up: normal
     const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);

@@ -164,7 +164,7 @@ vec4 mv_tanh(vec4 x) { return vec4(mv_tanh(x.x), mv_tanh(x.y), mv_tanh(x.z), mv_
 )";
 
 // Rounding a float32 to the nearest bfloat16 / float16 value (ties to even, overflow to inf, NaN
-// kept and quiet), as a float32: integer arithmetic on the bits, the same as meshvk/dtype.hpp's
+// kept: bfloat16 quiet, float16 with its payload's top bits as numpy), as a float32: integer arithmetic on the bits, the same as meshvk/dtype.hpp's
 // host conversions, so the result does not depend on how the adapter converts or flushes.
 const char* kRound16 = R"(
 float mv_bf16(float x) {
@@ -177,7 +177,10 @@ vec4 mv_bf16(vec4 x) { return vec4(mv_bf16(x.x), mv_bf16(x.y), mv_bf16(x.z), mv_
 float mv_f16(float x) {
   const uint u = floatBitsToUint(x);
   const uint s = u & 0x80000000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return uintBitsToFloat((u | 0x00400000u) & 0xffffe000u);
+  if (a > 0x7f800000u) {
+    const uint payload = a & 0x007fe000u;
+    return uintBitsToFloat(s | 0x7f800000u | (payload == 0u ? 0x2000u : payload));
+  }
   if (a >= 0x477ff000u) return uintBitsToFloat(s | 0x7f800000u);
   if (a >= 0x38800000u) return uintBitsToFloat(s | ((a + 0xfffu + ((a >> 13u) & 1u)) & 0xffffe000u));
   const uint e = a >> 23u;
