@@ -186,7 +186,7 @@ TEST(AdvCustomVjp, PytreeArgumentsAndParams) {
 TEST(AdvCustomVjp, BwdThatThrowsLeavesTheRuntimeUsable) {
   auto f = mv::custom_vjp([](const Array& x) { return x * 2.f; },
                           [](const Array& x) { return std::make_pair(x * 2.f, std::nullopt); },
-                          [](std::nullopt_t, const Array& ct) -> std::tuple<Array> {
+                          [](std::nullopt_t, const Array&) -> std::tuple<Array> {
                             throw mv::Error("bwd gave up");
                           });
   // Through vjp: g++ 12 crashes (internal compiler error) on grad of this f called inside

@@ -66,10 +66,11 @@ void RuntimeState::wait(const Fence& f, const std::string& during) {
   const profile::WaitHook profiled(*profiler_, f.timeline, f.value);  // profile hook
   if (processes_ > 1) return wait_across_processes(f, during);
   // A CPU adapter (lavapipe) computes in this process's threads: a window of the timeout in
-  // which the process used a quarter of a core or more is a long kernel (a tutorial-sized
-  // matmul takes minutes), not a hang, so the wait goes on for another window; a quarter, so
-  // that a machine shared with other jobs still counts as busy. A stalled queue blocks without
-  // using the CPU, and so still times out.
+  // which the process used a sixteenth of a core or more is a long kernel (a tutorial-sized
+  // matmul takes minutes), not a hang, so the wait goes on for another window; a sixteenth, so
+  // that a machine shared with other jobs still counts as busy (a quarter timed out a 36 s
+  // kernel on 2 cores at load 6). A stalled queue blocks without using the CPU, and so still
+  // times out.
   const bool on_cpu = device_for(s.device).adapter().is_cpu();
   for (uint64_t before = process_cpu_ns();;) {
     const auto start = std::chrono::steady_clock::now();
@@ -78,7 +79,7 @@ void RuntimeState::wait(const Fence& f, const std::string& during) {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
             .count());
     const uint64_t now = process_cpu_ns();
-    const bool busy = on_cpu && now - before >= wall / 4;
+    const bool busy = on_cpu && now - before >= wall / 16;
     before = now;
     if (!busy) break;
   }
