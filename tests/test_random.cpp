@@ -7,6 +7,9 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <numeric>
 #include <set>
 
@@ -600,4 +603,58 @@ TEST(RandomDtypes, UniformAndNormalIn16BitFormats) {
       << message;
   EXPECT_THROW(mv::normal(key, shape, mv::DType::uint32), mv::Error);
   EXPECT_THROW(mv::uniform(key, shape, mv::DType::bfloat16, 1.f, 1.001f), mv::Error);  // one bf16 value
+}
+
+namespace {
+// tests/data/jax_random_16bit.txt: one line per name, the 16-bit patterns jax gave.
+std::vector<uint16_t> jax_patterns(const std::string& name) {
+  std::ifstream in(std::string(MESHVK_TEST_DATA_DIR) + "/jax_random_16bit.txt");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    if (key != name) continue;
+    std::vector<uint16_t> out;
+    for (unsigned v; words >> v;) out.push_back(static_cast<uint16_t>(v));
+    return out;
+  }
+  ADD_FAILURE() << "no " << name << " in jax_random_16bit.txt";
+  return {};
+}
+}  // namespace
+
+// Against jax 0.11.2 on its CPU backend (values in tests/data). XLA rounds bfloat16 after every
+// op, as meshvk does: uniform and normal are equal bit for bit. For float16 it fused uniform's
+// scale and shift in float32 with one rounding at the end (143 of these 185 values equal
+// per-op rounding, all 185 equal one rounding), yet rounded per op inside normal: meshvk rounds
+// per op, as numpy would, so float16 normal agrees and float16 uniform agrees where the two
+// roundings do.
+TEST(RandomDtypes, MatchJaxOnItsCpuBackend) {
+  const mv::Array key = mv::random_key(42);
+  const mv::Shape shape{37, 5};
+  const auto bits_of = [](const mv::Array& x) {
+    std::vector<uint16_t> out;
+    for (const float v : mv::astype(x, mv::DType::float32).to_host<float>())
+      out.push_back(x.dtype() == mv::DType::bfloat16 ? mv::bfloat16_bits(v) : mv::float16_bits(v));
+    return out;
+  };
+  const auto equal_count = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] == b[i];
+    return n;
+  };
+  EXPECT_EQ(bits_of(mv::uniform(key, shape, mv::DType::bfloat16, -2.f, 3.f)), jax_patterns("uniform_bfloat16"));
+  EXPECT_EQ(bits_of(mv::normal(key, shape, mv::DType::bfloat16)), jax_patterns("normal_bfloat16"));
+  // float16 normal: meshvk's erfinv and XLA's may differ by an ulp of float32, which can move a
+  // rounding to float16 by one ulp.
+  const std::vector<uint16_t> normal16 = bits_of(mv::normal(key, shape, mv::DType::float16));
+  const std::vector<uint16_t> jax_normal16 = jax_patterns("normal_float16");
+  ASSERT_EQ(normal16.size(), jax_normal16.size());
+  EXPECT_GE(equal_count(normal16, jax_normal16), 183u);
+  for (size_t i = 0; i < normal16.size(); ++i)
+    EXPECT_LE(std::abs(int(normal16[i]) - int(jax_normal16[i])), 1) << i;
+  EXPECT_GE(equal_count(bits_of(mv::uniform(key, shape, mv::DType::float16, -2.f, 3.f)),
+                        jax_patterns("uniform_float16")),
+            140u);
 }
