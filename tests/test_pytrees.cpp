@@ -114,3 +114,112 @@ TEST(Pytrees, ScanCarryVmapAndShardings) {
   EXPECT_NE(message_of([&] { (void)mv::device_put(d, mv::ShardingTree::list({std::nullopt})); }).find("device_put"),
             std::string::npos);
 }
+
+// jax.jit's in_shardings for structured arguments: one sharding for all of an argument's Arrays,
+// or a tree shaped like it (a dict for Params, a list for a pair or a registered struct).
+TEST(Pytrees, InShardingsAsTrees) {
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Sharding split(mv::NamedSharding(mesh, P("x"))), whole(mv::NamedSharding(mesh, P()));
+  const mv::Params params{{"w", mv::arange(16.f)}, {"b", mv::arange(8.f)}};
+  const auto identity = [](const mv::Params& p, const std::pair<Array, Array>& q) {
+    return std::make_tuple(p, q.first, q.second);
+  };
+  const auto f = mv::jit(identity, {.in_shardings = {mv::ShardingTree::dict({{"w", split}, {"b", whole}}),
+                                                     mv::ShardingTree::list({std::nullopt, split})}});
+  const std::pair<Array, Array> pair{mv::arange(8.f), mv::arange(24.f)};
+  const auto [p, first, second] = f(params, pair);
+  EXPECT_EQ(p.at("w").sharding(), split);
+  EXPECT_EQ(p.at("b").sharding(), whole);
+  EXPECT_EQ(second.sharding(), split);
+  EXPECT_FALSE(first.sharding().named());  // nullopt: left on its device
+  EXPECT_EQ(p.at("w").to_host<float>(), mv::arange(16.f).to_host<float>());
+  EXPECT_EQ(second.to_host<float>(), mv::arange(24.f).to_host<float>());
+
+  // A registered struct: a list with one entry per field (a field's entry may be a list too).
+  const auto g = mv::jit([](const Mlp& m) { return m.layers[0].w * m.scale; },
+                         {.in_shardings = {mv::ShardingTree::list(
+                              {mv::ShardingTree::list({mv::ShardingTree::list({whole, std::nullopt}),
+                                                       mv::ShardingTree::list({split, std::nullopt})}),
+                               whole})}});
+  const Mlp m = make_mlp();
+  expect_close(g(m), m.layers[0].w * m.scale);
+
+  // Trees that do not fit the argument name where and what would.
+  const auto wrong_names = mv::jit(identity, {.in_shardings = {mv::ShardingTree::dict({{"w", split}}),
+                                                               std::nullopt}});
+  const std::string missing = message_of([&] { wrong_names(params, pair); });
+  EXPECT_NE(missing.find("jit(f): in_shardings for argument 0 (Params) has no entry 'b'"), std::string::npos)
+      << missing;
+  const auto wrong_kind = mv::jit(identity, {.in_shardings = {std::nullopt, mv::ShardingTree::list({split})}});
+  const std::string short_list = message_of([&] { wrong_kind(params, pair); });
+  EXPECT_NE(short_list.find("in_shardings for argument 1 is a list of 1 entry"), std::string::npos) << short_list;
+  EXPECT_NE(short_list.find("but the argument there is"), std::string::npos) << short_list;
+  // An Array argument takes a sharding, not a list.
+  const auto plain = mv::jit([](const Array& a) { return a + 1; },
+                             {.in_shardings = {mv::ShardingTree::list({split})}});
+  const std::string array_arg = message_of([&] { plain(mv::arange(8.f)); });
+  EXPECT_NE(array_arg.find("in_shardings[0] is a list of 1 entry but argument 0 is an Array"), std::string::npos)
+      << array_arg;
+}
+
+// shard_map over pytrees: each argument's in_spec lays out every Array in it; a single out_spec
+// every Array of the result; a list of out_specs one per element of a pair/tuple/vector result.
+TEST(Pytrees, ShardMapOverStructures) {
+  const mv::Mesh mesh = mv::make_mesh({4}, {"x"});
+  const mv::Params params{{"w", mv::arange(8.f)}, {"b", mv::arange(12.f) * 2}};
+  const Array scale = mv::scalar(3.f);
+  // Per device: sum each local piece, psum over 'x': the global sums, replicated.
+  const auto sums = mv::shard_map(
+      [](const mv::Params& p, const Array& s) {
+        mv::Params out;
+        for (const auto& [name, x] : p) out.emplace(name, mv::psum(x.sum() * s, "x"));
+        return out;
+      },
+      mesh, {P("x"), P()}, P());
+  const mv::Params got = sums(params, scale);
+  EXPECT_FLOAT_EQ(got.at("w").to_host<float>()[0], 28.f * 3);
+  EXPECT_FLOAT_EQ(got.at("b").to_host<float>()[0], 132.f * 3);
+  // Under jit and grad: d/dw of sum(w * s) is s everywhere.
+  const auto loss = [&](const mv::Params& p) {
+    const mv::Params r = sums(p, scale);
+    return r.at("w") + r.at("b");
+  };
+  const mv::Params g = mv::jit(mv::grad(loss))(params);
+  EXPECT_EQ(g.at("w").to_host<float>(), std::vector<float>(8, 3.f));
+  EXPECT_EQ(g.at("b").to_host<float>(), std::vector<float>(12, 3.f));
+
+  // A pair result: the local pieces stay split (P('x')) and a psum'd total (P()).
+  const auto split = mv::shard_map(
+      [](const std::pair<Array, Array>& q) {
+        return std::make_tuple(q.first * 2, mv::psum(q.second.sum(), "x"));
+      },
+      mesh, {P("x")}, {P("x"), P()});
+  const auto [doubled, total] = split(std::pair<Array, Array>{mv::arange(8.f), mv::ones({4, 3})});
+  EXPECT_EQ(doubled.to_host<float>(), (std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14}));
+  EXPECT_EQ(doubled.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("x"))));
+  EXPECT_FLOAT_EQ(total.to_host<float>()[0], 12.f);
+  // A registered struct in and out, one out_spec for all of it.
+  const Mlp m = make_mlp();
+  const auto scaled = mv::shard_map([](const Mlp& local) {
+    Mlp r = local;
+    r.scale = local.scale * 2;
+    return r;
+  }, mesh, {P()}, P());
+  const Mlp r = scaled(m);
+  EXPECT_FLOAT_EQ(r.scale.to_host<float>()[0], 3.f);
+  EXPECT_EQ(r.layers[1].activation, 0);
+  expect_close(r.layers[0].w, m.layers[0].w);
+
+  // Mismatched specs name what fits.
+  const auto three = mv::shard_map([](const Array& a) { return std::make_tuple(a, a, a); }, mesh, {P("x")},
+                                   {P("x"), P("x")});
+  const std::string count = message_of([&] { three(mv::arange(8.f)); });
+  EXPECT_NE(count.find("2 out_specs for a result that is a sequence of 3 elements"), std::string::npos) << count;
+  const auto one = mv::shard_map([](const mv::Params& p) { return p; }, mesh, {P("x"), P()}, P("x"));
+  const std::string args = message_of([&] { one(params); });
+  EXPECT_NE(args.find("2 in_specs for 1 arguments"), std::string::npos) << args;
+  const mv::Params odd{{"w", mv::arange(8.f)}, {"v", mv::arange(6.f)}};
+  const auto bad_split = mv::shard_map([](const mv::Params& p) { return p; }, mesh, {P("x")}, P("x"));
+  const std::string leaf = message_of([&] { bad_split(odd); });
+  EXPECT_NE(leaf.find("argument 0: Arrays 0-1"), std::string::npos) << leaf;
+}

@@ -7,6 +7,9 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <numeric>
 #include <set>
 
@@ -550,4 +553,108 @@ TEST(RandomErrors, BadInputsNameWhatIsValid) {
                        "divisible"));
   // The runtime stays usable.
   EXPECT_EQ(mv::uniform(key, {3}).size(), 3);
+}
+
+// jax.random.uniform / normal with dtype=: float32 is the plain call; bfloat16 and float16 follow
+// jax's algorithm for them, checked here against the same steps on the host from random_bits.
+TEST(RandomDtypes, UniformAndNormalIn16BitFormats) {
+  const mv::Array key = mv::random_key(42);
+  const mv::Shape shape{37, 5};  // 185 values: not a multiple of 4
+  EXPECT_EQ(mv::uniform(key, shape, mv::DType::float32, -2.f, 3.f).to_host<float>(),
+            mv::uniform(key, shape, -2.f, 3.f).to_host<float>());
+  EXPECT_EQ(mv::normal(key, shape, mv::DType::float32).to_host<float>(), mv::normal(key, shape).to_host<float>());
+  const std::vector<uint32_t> bits = mv::random_bits(key, shape).to_host<uint32_t>();
+  for (const mv::DType dtype : {mv::DType::bfloat16, mv::DType::float16}) {
+    SCOPED_TRACE(std::string(mv::dtype_name(dtype)));
+    const bool bf16 = dtype == mv::DType::bfloat16;
+    const int mantissa = bf16 ? 7 : 10, rng_bits = bf16 ? 8 : 16;
+    const float lo = -2.f, hi = 3.f;
+    const mv::Array u = mv::uniform(key, shape, dtype, lo, hi);
+    EXPECT_EQ(u.dtype(), dtype);
+    EXPECT_EQ(u.shape(), shape);
+    const std::vector<float> got = mv::astype(u, mv::DType::float32).to_host<float>();
+    for (size_t i = 0; i < bits.size(); ++i) {
+      const uint32_t m = (bits[i] & ((1u << rng_bits) - 1)) >> (rng_bits - mantissa);
+      const float floats = static_cast<float>(m) * std::ldexp(1.0f, -mantissa);
+      const float scaled = mv::round_to(dtype, mv::round_to(dtype, floats * (hi - lo)) + lo);
+      ASSERT_EQ(got[i], std::max(scaled, lo)) << i;
+      ASSERT_GE(got[i], lo);
+      ASSERT_LT(got[i], hi);
+      ASSERT_EQ(got[i], mv::round_to(dtype, got[i]));
+    }
+    // normal: every value in the dtype, finite, and standard over 64k draws.
+    const std::vector<float> n =
+        mv::astype(mv::normal(key, {256, 256}, dtype), mv::DType::float32).to_host<float>();
+    double sum = 0, squares = 0;
+    for (const float v : n) {
+      ASSERT_TRUE(std::isfinite(v));
+      ASSERT_EQ(v, mv::round_to(dtype, v));
+      sum += v;
+      squares += double(v) * v;
+    }
+    const double mean = sum / n.size(), var = squares / n.size() - mean * mean;
+    EXPECT_NEAR(mean, 0.0, 0.02);
+    EXPECT_NEAR(var, 1.0, 0.03);
+  }
+  // Integer dtypes are an Error naming the valid ones, as in jax.
+  const std::string message = message_of([&] { mv::uniform(key, shape, mv::DType::int32); });
+  EXPECT_NE(message.find("uniform: dtype int32 is not a floating type; give float32, bfloat16 or float16"),
+            std::string::npos)
+      << message;
+  EXPECT_THROW(mv::normal(key, shape, mv::DType::uint32), mv::Error);
+  EXPECT_THROW(mv::uniform(key, shape, mv::DType::bfloat16, 1.f, 1.001f), mv::Error);  // one bf16 value
+}
+
+namespace {
+// tests/data/jax_random_16bit.txt: one line per name, the 16-bit patterns jax gave.
+std::vector<uint16_t> jax_patterns(const std::string& name) {
+  std::ifstream in(std::string(MESHVK_TEST_DATA_DIR) + "/jax_random_16bit.txt");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    if (key != name) continue;
+    std::vector<uint16_t> out;
+    for (unsigned v; words >> v;) out.push_back(static_cast<uint16_t>(v));
+    return out;
+  }
+  ADD_FAILURE() << "no " << name << " in jax_random_16bit.txt";
+  return {};
+}
+}  // namespace
+
+// Against jax 0.11.2 on its CPU backend (values in tests/data). XLA rounds bfloat16 after every
+// op, as meshvk does: uniform and normal are equal bit for bit. For float16 it fused uniform's
+// scale and shift in float32 with one rounding at the end (143 of these 185 values equal
+// per-op rounding, all 185 equal one rounding), yet rounded per op inside normal: meshvk rounds
+// per op, as numpy would, so float16 normal agrees and float16 uniform agrees where the two
+// roundings do.
+TEST(RandomDtypes, MatchJaxOnItsCpuBackend) {
+  const mv::Array key = mv::random_key(42);
+  const mv::Shape shape{37, 5};
+  const auto bits_of = [](const mv::Array& x) {
+    std::vector<uint16_t> out;
+    for (const float v : mv::astype(x, mv::DType::float32).to_host<float>())
+      out.push_back(x.dtype() == mv::DType::bfloat16 ? mv::bfloat16_bits(v) : mv::float16_bits(v));
+    return out;
+  };
+  const auto equal_count = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] == b[i];
+    return n;
+  };
+  EXPECT_EQ(bits_of(mv::uniform(key, shape, mv::DType::bfloat16, -2.f, 3.f)), jax_patterns("uniform_bfloat16"));
+  EXPECT_EQ(bits_of(mv::normal(key, shape, mv::DType::bfloat16)), jax_patterns("normal_bfloat16"));
+  // float16 normal: meshvk's erfinv and XLA's may differ by an ulp of float32, which can move a
+  // rounding to float16 by one ulp.
+  const std::vector<uint16_t> normal16 = bits_of(mv::normal(key, shape, mv::DType::float16));
+  const std::vector<uint16_t> jax_normal16 = jax_patterns("normal_float16");
+  ASSERT_EQ(normal16.size(), jax_normal16.size());
+  EXPECT_GE(equal_count(normal16, jax_normal16), 183u);
+  for (size_t i = 0; i < normal16.size(); ++i)
+    EXPECT_LE(std::abs(int(normal16[i]) - int(jax_normal16[i])), 1) << i;
+  EXPECT_GE(equal_count(bits_of(mv::uniform(key, shape, mv::DType::float16, -2.f, 3.f)),
+                        jax_patterns("uniform_float16")),
+            140u);
 }

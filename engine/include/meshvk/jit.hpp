@@ -23,8 +23,11 @@
 namespace meshvk {
 
 struct JitOptions {
-  // Per argument: the layout to put it in (nullopt: follow the data).
-  std::vector<std::optional<Sharding>> in_shardings;
+  // Per argument: the layout to put it in (nullopt: follow the data), as jax.jit's in_shardings.
+  // For a structured argument (Params, a std::vector, std::pair or std::tuple) the entry is one
+  // sharding for every Array in it, or a ShardingTree shaped like it (JAX's prefix rule, as
+  // out_shardings below).
+  std::vector<ShardingTree> in_shardings;
   // The results' layouts, as jax.jit's out_shardings: one entry per result of a function that
   // returns several (a std::vector, std::pair or std::tuple), or one entry for the whole result,
   // which for a structured result may be a ShardingTree shaped like it (a list for a pair, tuple or
@@ -34,8 +37,8 @@ struct JitOptions {
   // jax.jit's static_argnums: the arguments that are static values (ints, bools, floats, enums,
   // strings) keying the cache, so the function is traced again for a new value. Any argument that
   // is not an Array or a structure of them (Params, std::vector, std::pair, std::tuple) is static
-  // anyway; when this list is given it must name exactly those arguments. With static arguments or
-  // structures, in_shardings has one entry per non-static argument (applying to all its Arrays).
+  // anyway; when this list is given it must name exactly those arguments. With static arguments,
+  // in_shardings has one entry per non-static argument.
   std::vector<int> static_argnums;
 };
 
@@ -305,12 +308,24 @@ class Jitted {
       const size_t wanted = static_cast<size_t>(std::count(traced.begin(), traced.end(), true));
       if (options_.in_shardings.size() != wanted)
         detail::jit_tree_shardings_error(options_.name, options_.in_shardings.size(), wanted);
-      options.in_shardings.clear();
-      for (size_t i = 0, k = 0; i < traced.size(); ++i) {
-        if (!traced[i]) continue;
-        for (size_t j = 0; j < leaf_counts[i]; ++j) options.in_shardings.push_back(options_.in_shardings[k]);
-        ++k;
-      }
+      detail::LeafShardings per_leaf;
+      size_t k = 0;
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        (
+            [&] {
+              if (!traced[I]) return;
+              const ShardingTree& tree = options_.in_shardings[k++];
+              if (tree.kind() == ShardingTree::Kind::leaf) {
+                per_leaf.insert(per_leaf.end(), leaf_counts[I], tree.sharding());
+              } else if constexpr (detail::is_leafy_v<A>) {
+                detail::Tree<std::remove_cvref_t<A>>::shardings(
+                    std::get<I>(protos), tree, per_leaf,
+                    detail::TreePlace{options_.name, "argument " + std::to_string(I), "in_shardings"});
+              }
+            }(),
+            ...);
+      }(std::index_sequence_for<A...>{});
+      options.in_shardings.assign(per_leaf.begin(), per_leaf.end());
     }
     // The body lays its results out itself: only it knows their structure.
     options.out_shardings.clear();

@@ -47,6 +47,14 @@ Array uniform(const Array& key, Shape shape, const Sharding& sharding, float min
 Array normal(const Array& key, Shape shape);
 Array normal(const Array& key, Shape shape, const Sharding& sharding);
 
+// uniform and normal with jax's dtype argument: float32, bfloat16 or float16 (other dtypes are an
+// Error, as in jax). The 16-bit formats follow jax's algorithm for them (threefry
+// partitionable): the low 8 (bfloat16) or 16 (float16) bits of each word give the mantissa of a
+// value in [1, 2), less 1, scaled by maxval - minval and shifted by minval, each step rounded to
+// the dtype; normal is sqrt(2) * erfinv of such a uniform in (nextafter(-1, 0), 1).
+Array uniform(const Array& key, Shape shape, DType dtype, float minval = 0.0f, float maxval = 1.0f);
+Array normal(const Array& key, Shape shape, DType dtype);
+
 // More of jax.random, composed of uniform and meshvk's ops (so the keys are as above and a
 // sharded result equals the unsharded one). bernoulli is uniform(key, shape) < p, JAX's own
 // formula, so it follows uniform bit for bit; the others use meshvk's log / erf / erfinv and are

@@ -90,11 +90,12 @@ using LeafShardings = std::vector<std::optional<Sharding>>;
 // Where an out_shardings tree is matched against a result: for messages.
 struct TreePlace {
   const std::string& function;  // jit's name
-  std::string path;             // "the result", "the result[1]['w']"
-  TreePlace at(const std::string& step) const { return {function, path + step}; }
+  std::string path;             // "the result", "the result[1]['w']", "argument 0['w']"
+  const char* option = "out_shardings";  // or "in_shardings"
+  TreePlace at(const std::string& step) const { return {function, path + step, option}; }
 };
 
-// A tree that does not fit the result there (`what` is the result's kind, `valid` what fits it).
+// A tree that does not fit the value there (`what` is the value's kind, `valid` what fits it).
 [[noreturn]] void out_sharding_tree_error(const TreePlace& where, const ShardingTree& given,
                                           const std::string& what, const std::string& valid);
 // A dict's names against the Params' names (each must have exactly one entry).

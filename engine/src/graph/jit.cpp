@@ -129,6 +129,15 @@ struct JitFunction::State {
   // (which copies them into the program's inputs), so a previous result still lent by a program
   // may be placed by sharing its buffers; device_put would copy it (see shareable_value), once
   // per step of a training loop given in_shardings.
+  // Argument i's in_sharding: each argument here is one Array, so its entry must be a leaf.
+  std::optional<Sharding> leaf_in_sharding(size_t i) const {
+    const ShardingTree& tree = options.in_shardings[i];
+    if (tree.kind() != ShardingTree::Kind::leaf)
+      throw Error("jit(" + options.name + "): in_shardings[" + std::to_string(i) + "] is " + tree.describe() +
+                  " but argument " + std::to_string(i) + " is an Array; give a sharding (or nullopt)");
+    return tree.sharding();
+  }
+
   std::vector<Array> place_inputs(const std::vector<Array>& args, bool transient = false) const {
     if (!options.in_shardings.empty() && options.in_shardings.size() != args.size())
       throw Error("jit(" + options.name + "): " + std::to_string(options.in_shardings.size()) + " in_shardings for " +
@@ -136,7 +145,7 @@ struct JitFunction::State {
     std::vector<Array> placed;
     for (size_t i = 0; i < args.size(); ++i) {
       if (!args[i].valid()) throw Error("jit(" + options.name + "): argument " + std::to_string(i) + " is an empty Array");
-      const auto& want = options.in_shardings.empty() ? std::optional<Sharding>() : options.in_shardings[i];
+      const std::optional<Sharding> want = options.in_shardings.empty() ? std::nullopt : leaf_in_sharding(i);
       const detail::ArrayImpl& impl = *args[i].impl();
       if (want && transient && impl.lent && want->is_equivalent_to(args[i].sharding(), args[i].ndim())) {
         exec::ShardedValue v = detail::materialized(args[i]);

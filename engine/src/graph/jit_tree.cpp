@@ -43,16 +43,21 @@ void jit_tree_shardings_error(const std::string& name, size_t given, size_t want
 }
 
 namespace {
-// "jit(step): out_shardings", or device_put's own.
+// "jit(step): out_shardings" (or in_shardings), or device_put's own.
 std::string shardings_of(const TreePlace& where) {
-  return where.function == "device_put" ? std::string("device_put: the shardings") : "jit(" + where.function + "): out_shardings";
+  return where.function == "device_put" ? std::string("device_put: the shardings")
+                                        : "jit(" + where.function + "): " + where.option;
+}
+// What the tree is matched against there.
+std::string value_at(const TreePlace& where) {
+  return std::string(where.option) == "in_shardings" ? "the argument" : "the result";
 }
 }  // namespace
 
 void out_sharding_tree_error(const TreePlace& where, const ShardingTree& given,
                              const std::string& what, const std::string& valid) {
-  throw Error(shardings_of(where) + " for " + where.path + " is " +
-              given.describe() + " but the result there is " + what + "; give " + valid);
+  throw Error(shardings_of(where) + " for " + where.path + " is " + given.describe() + " but " +
+              value_at(where) + " there is " + what + "; give " + valid);
 }
 
 void check_out_sharding_names(const TreePlace& where, const ShardingTree& given,
@@ -64,15 +69,13 @@ void check_out_sharding_names(const TreePlace& where, const ShardingTree& given,
       throw Error(
           shardings_of(where) + " for " + where.path + " (Params) " +
           (entries ? "names '" + name + "' more than once" : "has no entry '" + name + "'") +
-          "; ShardingTree::dict needs one entry for every name of the result (nullopt to follow "
-          "the "
-          "data), or give one sharding for all of it");
+          "; ShardingTree::dict needs one entry for every name of " + value_at(where) +
+          " (nullopt to follow the data), or give one sharding for all of it");
   }
   for (const std::string& name : dict)
     if (std::find(names.begin(), names.end(), name) == names.end())
-      throw Error("jit(" + where.function + "): out_shardings for " + where.path +
-                  " (Params) names '" + name +
-                  "', which the result lacks; the result's names are " + quoted(names));
+      throw Error(shardings_of(where) + " for " + where.path + " (Params) names '" + name +
+                  "', which " + value_at(where) + " lacks; its names are " + quoted(names));
 }
 
 ShardingTree whole_result_tree(const std::vector<ShardingTree>& out_shardings) {

@@ -29,6 +29,7 @@
 #include "graph/op_scope.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
 #include "sharding/checked_shape.hpp"
 
 namespace meshvk {
@@ -337,6 +338,51 @@ Array normal(const Array& key, Shape shape) {
 }
 Array normal(const Array& key, Shape shape, const Sharding& sharding) {
   return normal_impl(key, std::move(shape), &sharding);
+}
+
+namespace {
+
+void check_float_dtype(const char* op, DType dtype) {
+  if (!is_floating(dtype))
+    throw Error(std::string(op) + ": dtype " + std::string(dtype_name(dtype)) +
+                " is not a floating type; give float32, bfloat16 or float16 (as jax.random." + op + ")");
+}
+
+// jax.random.uniform for bfloat16 and float16 (jax._src.random._uniform): rng_bits = max(8,
+// mantissa bits + 1) random bits per value (the low ones of the partitionable threefry word),
+// their top `mantissa` bits as the mantissa of a value in [1, 2), minus 1: that is
+// m * 2^-mantissa exactly, made here without a bitcast.
+Array uniform_16(const Array& key, Shape shape, DType dtype, float minval, float maxval) {
+  const bool bf16 = dtype == DType::bfloat16;
+  const int mantissa = bf16 ? 7 : 10, rng_bits = bf16 ? 8 : 16;
+  const float lo = round_to(dtype, minval), hi = round_to(dtype, maxval);
+  if (!(std::isfinite(lo) && std::isfinite(hi) && lo < hi))
+    throw Error("uniform: needs finite minval < maxval in " + std::string(dtype_name(dtype)) +
+                "; got minval=" + float_text(minval) + ", maxval=" + float_text(maxval));
+  const Array bits = random_bits(key, std::move(shape));
+  const Array low = bitwise_and(bits, (1 << rng_bits) - 1);  // weak ints: uint32 stays
+  const Array m = floor_divide(low, 1 << (rng_bits - mantissa));
+  const Array floats = astype(astype(m, DType::float32) * std::ldexp(1.0f, -mantissa), dtype);
+  const Array scaled = floats * round_to(dtype, hi - lo) + lo;  // weak scalars: rounded in dtype
+  return maximum(scaled, lo);
+}
+
+}  // namespace
+
+Array uniform(const Array& key, Shape shape, DType dtype, float minval, float maxval) {
+  check_float_dtype("uniform", dtype);
+  if (dtype == DType::float32) return uniform(key, std::move(shape), minval, maxval);
+  return uniform_16(key, std::move(shape), dtype, minval, maxval);
+}
+
+Array normal(const Array& key, Shape shape, DType dtype) {
+  check_float_dtype("normal", dtype);
+  if (dtype == DType::float32) return normal(key, std::move(shape));
+  // jax: lo = nextafter(-1, 0) in dtype, u = uniform(key, shape, dtype, lo, 1),
+  // sqrt(2) (in dtype) * erf_inv(u).
+  const float lo = -(1.0f - std::ldexp(1.0f, dtype == DType::bfloat16 ? -8 : -11));
+  const Array u = uniform_16(key, std::move(shape), dtype, lo, 1.0f);
+  return astype(erfinv(astype(u, DType::float32)), dtype) * round_to(dtype, std::sqrt(2.0f));
 }
 
 namespace detail {

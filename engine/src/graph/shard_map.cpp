@@ -123,10 +123,44 @@ PartitionSpec combined(const std::vector<SpecEntry>& manual_spec, const std::vec
 
 }  // namespace
 
+void detail::shard_map_in_specs_error(size_t given, size_t arguments) {
+  throw Error("shard_map: " + std::to_string(given) + " in_specs for " + std::to_string(arguments) +
+              " arguments; give one PartitionSpec per argument (it applies to every Array of a "
+              "structured argument)");
+}
+
+void detail::shard_map_out_specs_error(size_t given, const std::string& result) {
+  throw Error("shard_map: " + std::to_string(given) + " out_specs for a result that is " + result +
+              "; give one PartitionSpec per element of a std::pair, std::tuple or std::vector "
+              "result, or one for the whole result");
+}
+
+void detail::shard_map_leaf_error(const std::string& message, const std::vector<size_t>& leaf_argument) {
+  std::string where;
+  for (size_t k = 0; k < leaf_argument.size(); ++k) {
+    if (k && leaf_argument[k] == leaf_argument[k - 1]) continue;
+    size_t last = k;
+    while (last + 1 < leaf_argument.size() && leaf_argument[last + 1] == leaf_argument[k]) ++last;
+    where += std::string(where.empty() ? "" : ", ") + "argument " + std::to_string(leaf_argument[k]) + ": " +
+             (last == k ? "Array " + std::to_string(k) : "Arrays " + std::to_string(k) + "-" + std::to_string(last));
+  }
+  throw Error(message + " (the arguments are flattened into Arrays in order, each taking its argument's "
+              "in_spec; " + (where.empty() ? std::string("none has Arrays") : where) + ")");
+}
+
 std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
                                   const std::vector<PartitionSpec>& in_specs,
                                   const std::vector<PartitionSpec>& out_specs, const std::vector<Array>& args,
                                   const std::vector<std::string>& axis_names) {
+  return detail::shard_map_call_deferred(
+      body, mesh, in_specs, [&out_specs](size_t) { return out_specs; }, args, axis_names);
+}
+
+std::vector<Array> detail::shard_map_call_deferred(const ShardMapBody& body, const Mesh& mesh,
+                                                   const std::vector<PartitionSpec>& in_specs,
+                                                   const ShardMapOutSpecs& out_specs_for,
+                                                   const std::vector<Array>& args,
+                                                   const std::vector<std::string>& axis_names) {
   if (args.size() != in_specs.size())
     throw Error("shard_map: " + std::to_string(in_specs.size()) + " in_specs for " + std::to_string(args.size()) +
                 " arguments; give one PartitionSpec per argument");
@@ -153,7 +187,6 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
                     "), and the body keeps its values' layout along the others");
   };
   for (size_t i = 0; i < in_specs.size(); ++i) check_spec(in_specs[i], "in_specs", i);
-  for (size_t i = 0; i < out_specs.size(); ++i) check_spec(out_specs[i], "out_specs", i);
   // The program text is built only when someone reads it: a watch, or a jit trace around us.
   const ShardMapWatch::Callback* watch = ShardMapWatchAccess::callback();
   const bool listened = watch || exec::logging();
@@ -233,6 +266,8 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
     const detail::ManualScope scope(manual);
     results = body(locals);
   }
+  const std::vector<PartitionSpec> out_specs = out_specs_for(results.size());
+  for (size_t i = 0; i < out_specs.size(); ++i) check_spec(out_specs[i], "out_specs", i);
   if (results.size() != out_specs.size())
     throw Error("shard_map: the function returned " + std::to_string(results.size()) + " arrays but " +
                 std::to_string(out_specs.size()) + " out_specs were given");
