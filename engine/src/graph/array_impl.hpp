@@ -24,6 +24,7 @@ struct PendingElementwise {
 struct PartialSum {
   std::vector<std::string> axes;  // in the mesh's order
   Array summands;
+  std::string op;  // the op that made it ("dot_general", "sum"), naming the sum in the program text
 };
 
 // What an Array is: a value on the devices of one runtime, and whether it was placed on purpose.

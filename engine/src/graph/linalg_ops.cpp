@@ -186,13 +186,14 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
       contract_axes.clear();
     }
   }
-  if (exec::logging() && !out.shards.empty()) exec::name_result(out.shards.front().get(), "dot_general");
   // With k split, each device's product is a summand: the result stays partial over those axes
   // until a consumer needs it summed (graph/partial_sum.hpp), so sums of products (dQ + dK + dV's
-  // input gradients) are added first and all-reduced once.
+  // input gradients) are added first and all-reduced once. The sum is what later lines read.
+  if (exec::logging() && !out.shards.empty() && contract_axes.empty())
+    exec::name_result(out.shards.front().get(), "dot_general");
   Array r = detail::make_partial(
       detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b})),
-      contract_axes);
+      contract_axes, "dot_general");
   if (detail::taping() && dtype == DType::float32) {
     // d(a @ b) = ct @ b^T for a and a^T @ ct for b, summed over batch dimensions broadcasting added.
     // C = op(A) op(B): dA = ct op(B)^T (or its transpose when A is held transposed), and alike

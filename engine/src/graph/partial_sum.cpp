@@ -47,7 +47,7 @@ const std::vector<std::string>& partial_axes(const Array& x) {
 
 Array summands_of(const Array& x) { return is_partial(x) ? x.impl()->partial->summands : x; }
 
-Array make_partial(const Array& summands, std::vector<std::string> axes) {
+Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op) {
   if (axes.empty()) return summands;
   const Array& base = summands_of(summands);
   for (const auto& axis : partial_axes(summands))
@@ -62,7 +62,7 @@ Array make_partial(const Array& summands, std::vector<std::string> axes) {
   auto impl = std::make_shared<ArrayImpl>(
       ArrayImpl{s.runtime, exec::ShardedValue{s.value.shape, s.value.dtype, s.value.sharding, {}}, s.committed, nullptr,
                 s.varying});
-  impl->partial = std::make_shared<const PartialSum>(PartialSum{std::move(axes), base});
+  impl->partial = std::make_shared<const PartialSum>(PartialSum{std::move(axes), base, op});
   return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
 }
 
@@ -78,6 +78,8 @@ const exec::ShardedValue& resolve_partial(const Array& x) {
   impl.value.shards = count == 0 ? s.shards
                                  : all_reduce_over(rt, mesh_of(p->summands), p->axes, s.shards, count, s.dtype,
                                                    collectives::Reduction::sum);
+  if (exec::logging() && !p->op.empty() && !impl.value.shards.empty() && impl.value.shards.front())
+    exec::name_result(impl.value.shards.front().get(), p->op);  // later lines read it as the op's result
   impl.partial = nullptr;
   return impl.value;
 }

@@ -26,8 +26,9 @@ bool shards_over_any(const Sharding& s, const std::vector<std::string>& axes);
 // The array of x's summands (x itself when x is not partial).
 Array summands_of(const Array& x);
 // A value partial over `axes` whose summands are `summands` (already partial ones: over the
-// union). `axes` must not shard summands. No axes: summands itself.
-Array make_partial(const Array& summands, std::vector<std::string> axes);
+// union). `axes` must not shard summands. No axes: summands itself. `op` names the sum in the
+// program text once it is taken, as if op had made it.
+Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op = "");
 
 // x's value: the all-reduce of its summands, kept in x (called by materialized(), under the
 // runtime's lock).

@@ -196,8 +196,8 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
                                          kinds[static_cast<int>(kind)]);
     split_axes.clear();
   }
-  if (exec::logging() && !out.shards.empty()) exec::name_result(out.shards.front().get(), op);
-  return detail::make_partial(detail::make_array(rt, std::move(out), x.committed(), x.impl()->varying), split_axes);
+  if (exec::logging() && !out.shards.empty() && split_axes.empty()) exec::name_result(out.shards.front().get(), op);
+  return detail::make_partial(detail::make_array(rt, std::move(out), x.committed(), x.impl()->varying), split_axes, op);
 }
 
 }  // namespace
