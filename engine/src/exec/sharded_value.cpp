@@ -1,5 +1,6 @@
 #include "exec/sharded_value.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -284,6 +285,24 @@ std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& v
   return buffer;
 }
 
+// The mesh axes a move from `from` to `to` gathers when it is exactly an all-gather: the same
+// mesh, and each dimension keeps a leading part of its axes (P('x', 'y') -> P('x')), one at least
+// fewer; empty otherwise.
+static std::vector<std::string> gathered_axes(const Sharding& from, const Sharding& to) {
+  const NamedSharding* f = from.named();
+  const NamedSharding* t = to.named();
+  if (!f || !t || !(f->mesh() == t->mesh())) return {};
+  std::vector<std::string> gathered;
+  const size_t rank = std::max(f->spec().size(), t->spec().size());
+  for (size_t d = 0; d < rank; ++d) {
+    const std::vector<std::string> fa = d < f->spec().size() ? f->spec()[d].axes : std::vector<std::string>{};
+    const std::vector<std::string> ta = d < t->spec().size() ? t->spec()[d].axes : std::vector<std::string>{};
+    if (ta.size() > fa.size() || !std::equal(ta.begin(), ta.end(), fa.begin())) return {};
+    gathered.insert(gathered.end(), fa.begin() + static_cast<std::ptrdiff_t>(ta.size()), fa.end());
+  }
+  return gathered;
+}
+
 ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target,
                      bool on_every_process) {
   check_devices(rt, target);
@@ -312,9 +331,19 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
     const std::string line = "reshard " + spec(value.sharding) + " -> " + spec(target) + ": " +
                              std::to_string(moved.between) + " bytes between devices, " +
                              std::to_string(moved.within) + " bytes within devices";
-    if (moved.between)
+    if (const auto gathered = gathered_axes(value.sharding, target); moved.between && !gathered.empty()) {
+      // Exactly an all-gather (FSDP's weights): named so, with what each device receives.
+      std::string axes;
+      for (const auto& a : gathered) axes += (axes.empty() ? "'" : ", '") + a + "'";
+      const uint64_t per_device = moved.between / std::max<size_t>(to.size(), 1);
+      log_collective("all-gather", per_device,
+                     "all-gather over (" + axes + (gathered.size() == 1 ? ",)" : ")") + ": " + line.substr(8) + ", " +
+                         std::to_string(per_device) + " bytes per device");
+    } else if (moved.between) {
       log_collective("reshard", moved.between, line);
-    else log_op(line);
+    } else {
+      log_op(line);
+    }
     // A moved value is named for the lines that read it; a shared piece keeps its name.
     if (!out.shards.empty() && !value.shards.empty() && out.shards.front() != value.shards.front())
       name_result(out.shards.front().get(), "reshard");

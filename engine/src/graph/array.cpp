@@ -10,6 +10,7 @@
 #include "graph/dtype_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
 #include "io/host_array.hpp"
 #include "runtime/process_group.hpp"
@@ -295,6 +296,10 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
   if ((infer >= 0 && new_shape[infer] < 0) || checked_size(new_shape, "reshape") != self.size())
     throw Error("reshape: cannot reshape an array of shape " + shape_to_string(self.shape()) + " (" +
                 std::to_string(self.size()) + " elements) into shape " + shape_to_string(new_shape));
+  // A partial value reshaped without moving data is its summands reshaped (linear, per device).
+  if (const NamedSharding* n = self.sharding().named(); n && detail::is_partial(self))
+    if (local_reshape_spec(self.shape(), n->spec(), new_shape, n->mesh()))
+      return detail::on_summands(self, [&](const Array& s) { return reshape_untaped(s, new_shape); });
   std::lock_guard lock(a.runtime->mutex());
   exec::ShardedValue v = detail::shareable_value(self);
   if (const NamedSharding* n = v.sharding.named()) {
@@ -464,6 +469,10 @@ Array device_put(const Array& x, const Sharding& requested) {
 // naming the same move).
 Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt) {
   const detail::OpScope op_scope("reshard");  // profile hook
+  // A partial value wanted split along one of its partial axes: a reduce-scatter, half the bytes
+  // of an all-reduce and a slice.
+  if (const auto scattered = detail::scatter_partial(x, sharding))
+    return device_put_untaped(*scattered, sharding, *scattered->impl(), rt);
   const exec::ShardedValue& current = detail::materialized(x);
   // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
   exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())

@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "exec/sharded_value.hpp"
@@ -14,6 +15,16 @@ namespace meshvk::detail {
 struct PendingElementwise {
   kernels::EwProgram program;
   std::vector<Array> inputs;
+};
+
+// A value partial over mesh axes (JAX's `unreduced`, DTensor's Partial placement): each device
+// holds a summand, the value is the sum over `axes` of what the devices along them hold.
+// `summands` is an ordinary array laid out as the value is (its sharding names none of `axes`)
+// whose per-device pieces are those summands; it never leaves graph/. See partial_sum.hpp.
+struct PartialSum {
+  std::vector<std::string> axes;  // in the mesh's order
+  Array summands;
+  std::string op;  // the op that made it ("dot_general", "sum"), naming the sum in the program text
 };
 
 // What an Array is: a value on the devices of one runtime, and whether it was placed on purpose.
@@ -32,9 +43,13 @@ struct ArrayImpl {
   // Only this ArrayImpl is moved to copies then, so nothing else may share its buffers: see
   // shareable_value. Read and written under the runtime's lock.
   mutable bool lent = false;
+  // Set while the value is a sum not yet taken (value.shards empty then): materialized() takes
+  // it, with an all-reduce over partial->axes, and clears this.
+  mutable std::shared_ptr<const PartialSum> partial;
 };
 
-// The value with its device buffers, running pending work first.
+// The value with its device buffers, running pending work first and summing a partial value
+// (partial_sum.hpp): the one accessor ops read data through.
 const exec::ShardedValue& materialized(const Array& x);
 // With several processes, whether every process holds its own copy of x: uncommitted, on this
 // process's first device (where each process makes its uncommitted arrays).

@@ -6,6 +6,7 @@
 
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
+#include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
 #include "meshvk/autodiff.hpp"
 #include "meshvk/error.hpp"
@@ -357,6 +358,8 @@ Array stop_gradient(const Array& x) {
   std::lock_guard lock(a.runtime->mutex());
   // A new handle on the same value (or the same pending elementwise work, so it still fuses into
   // its consumer): the tape knows values by their handle, so nothing flows back through it.
+  if (detail::is_partial(x))  // still a sum not taken, under a new handle
+    return detail::make_partial(detail::summands_of(x), detail::partial_axes(x));
   if (const auto pending = a.pending)
     return detail::make_pending(a.runtime, a.value.shape, a.value.dtype, a.value.sharding,
                                 a.committed, *pending, a.varying);

@@ -13,6 +13,7 @@
 #include "exec/program.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/loop_support.hpp"
+#include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -41,6 +42,9 @@ class TracedLoop {
     rt_->begin_capture(capture.get());
     try {
       results = carried_like(owned, body_(owned));
+      // Results still partial (a layer's weight gradients over 'data') summed together: few
+      // all-reduces per iteration, not one each.
+      resolve_together(results);
       // Every result in buffers of its own that the body wrote: a carry returned unchanged, or
       // one value returned twice, would be rewritten while read between iterations.
       std::vector<const DeviceBuffer*> seen;

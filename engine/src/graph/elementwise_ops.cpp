@@ -12,6 +12,7 @@
 #include "graph/dtype_support.hpp"
 #include "graph/elementwise_core.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/partial_sum.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/runtime.hpp"
@@ -293,6 +294,46 @@ Layout choose_layout(const char* op, const std::vector<const Array*>& arrays, co
   return l;
 }
 
+// A linear op of partial values (graph/partial_sum.hpp) stays partial, run on the summands: an
+// add or subtract of values partial over the same axes (the input gradients of q, k and v summed
+// before one all-reduce), a negation, a product with (or a quotient by) a value that is the same
+// on every device along those axes. In one dtype (float32, or int32 whose sums wrap alike in any
+// order); anything else takes the sums first (nothing here: materialized() does).
+std::optional<Array> on_partial_summands(const char* op, EwOp ew, const std::vector<Operand>& operands, DType compute,
+                                         DType result) {
+  std::optional<std::vector<std::string>> axes;
+  const Mesh* mesh = nullptr;
+  size_t partials = 0;
+  for (const Operand& o : operands) {
+    const auto* a = std::get_if<Array>(&o.get());
+    if (!a || !detail::is_partial(*a)) continue;
+    if ((axes && *axes != detail::partial_axes(*a)) || a->dtype() != compute) return std::nullopt;
+    axes = detail::partial_axes(*a);
+    mesh = &a->sharding().named()->mesh();  // its summands' mesh
+    ++partials;
+  }
+  if (!axes || compute != result || (compute != DType::float32 && compute != DType::int32)) return std::nullopt;
+  const auto* first = std::get_if<Array>(&operands.front().get());
+  const bool first_partial = first && detail::is_partial(*first);
+  const bool linear = ((ew == EwOp::add || ew == EwOp::sub) && partials == operands.size()) || ew == EwOp::neg ||
+                      (ew == EwOp::mul && partials == 1) ||
+                      (ew == EwOp::div && partials == 1 && first_partial && compute == DType::float32);
+  if (!linear) return std::nullopt;
+  std::vector<Operand> on_summands;
+  for (const Operand& o : operands) {
+    const auto* a = std::get_if<Array>(&o.get());
+    if (a && !detail::is_partial(*a)) {
+      const NamedSharding* n = a->sharding().named();
+      if (n ? !(n->mesh() == *mesh) || detail::shards_over_any(a->sharding(), *axes) : a->committed())
+        return std::nullopt;
+    }
+    on_summands.push_back(a ? Operand(detail::summands_of(*a)) : o);
+  }
+  const Array r = detail::ew::elementwise(op, ew, std::move(on_summands), compute, result);
+  if (detail::shards_over_any(r.sharding(), *axes)) return std::nullopt;
+  return detail::make_partial(r, *axes);
+}
+
 }  // namespace
 
 namespace detail::ew {
@@ -314,6 +355,11 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
   }
   Shape out = arrays.front()->shape();
   for (const Array* a : arrays) out = broadcast_shapes(out, a->shape(), op);
+  for (const Array* a : arrays)
+    if (detail::is_partial(*a)) {
+      if (auto r = on_partial_summands(op, ew, operands, compute, result)) return *r;
+      break;
+    }
 
   auto rt = arrays.front()->impl()->runtime;
   for (const Array* a : arrays)
@@ -433,6 +479,7 @@ const exec::ShardedValue& materialized(const Array& x) {
   const ArrayImpl& impl = *x.impl();
   RuntimeState& rt = *impl.runtime;
   std::lock_guard lock(rt.mutex());
+  if (impl.partial) return resolve_partial(x);
   if (!impl.pending) return impl.value;
   // The chain runs now, not where its ops were called: its dispatches are the "fusion" line.
   const OpScope op_scope("fusion");  // profile hook

@@ -15,6 +15,7 @@
 #include "graph/loop_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/mesh_context.hpp"
@@ -186,6 +187,8 @@ struct JitFunction::State {
       else detail::Tree<std::vector<Array>>::shardings(results, tree, shardings, where);
       results = detail::jit_place_outputs(std::move(results), shardings);
     }
+    // Partial results (gradients over 'data', say) summed together: few all-reduces, not one each.
+    detail::resolve_together(results);
     for (const Array& r : results) detail::materialized(r);
     return results;
   }

@@ -15,6 +15,7 @@
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
 #include "kernels/matmul.hpp"
 #include "meshvk/error.hpp"
@@ -175,30 +176,24 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
           scatter_dim = static_cast<int>(d);
     }
     if (scatter_dim >= 0) {
-      const Mesh manual(mesh.axis_sizes(), mesh.axis_names(), std::vector<AxisType>(mesh.ndim(), AxisType::Manual),
-                        mesh.device_ids(), mesh.platform());
-      const Array partial = detail::make_array(
-          rt, exec::ShardedValue{result.shard_shape(shape), dtype, NamedSharding(manual, PartitionSpec()), out.shards},
-          true, contract_axes);
-      Array scattered;
-      {
-        const detail::ManualScope scope(manual);
-        scattered = psum_scatter(partial, contract_axes, scatter_dim, true);
-      }
+      out.shards = detail::reduce_scatter_over(rt, mesh, contract_axes, out.shards, result.shard_shape(shape), dtype,
+                                               scatter_dim);
       std::vector<SpecEntry> spec = result.named()->spec().entries();
       spec.resize(shape.size());
       spec[scatter_dim] = SpecEntry(contract_axes);
       result = NamedSharding(mesh, PartitionSpec(spec).trimmed());
-      out = exec::ShardedValue{shape, dtype, result, detail::materialized(scattered).shards};
-    } else {
-      out.shards = detail::all_reduce_over(*rt, mesh, contract_axes, out.shards,
-                                           static_cast<uint64_t>(shape_size(result.shard_shape(shape))), dtype,
-                                           collectives::Reduction::sum);
+      out.sharding = result;
+      contract_axes.clear();
     }
   }
-  // The matmul's result, after the all-reduce that completes it, is what later lines read.
-  if (exec::logging() && !out.shards.empty()) exec::name_result(out.shards.front().get(), "dot_general");
-  Array r = detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b}));
+  // With k split, each device's product is a summand: the result stays partial over those axes
+  // until a consumer needs it summed (graph/partial_sum.hpp), so sums of products (dQ + dK + dV's
+  // input gradients) are added first and all-reduced once. The sum is what later lines read.
+  if (exec::logging() && !out.shards.empty() && contract_axes.empty())
+    exec::name_result(out.shards.front().get(), "dot_general");
+  Array r = detail::make_partial(
+      detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b})),
+      contract_axes, "dot_general");
   if (detail::taping() && dtype == DType::float32) {
     // d(a @ b) = ct @ b^T for a and a^T @ ct for b, summed over batch dimensions broadcasting added.
     // C = op(A) op(B): dA = ct op(B)^T (or its transpose when A is held transposed), and alike

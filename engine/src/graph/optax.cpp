@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/partial_sum.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 
@@ -189,6 +190,11 @@ std::pair<Params, OptState> GradientTransformation::update(const Params& updates
                                                            const OptState& state,
                                                            const Params& params) const {
   if (!params.empty()) require_like(op_name(name_), params, "the params", updates, "the updates");
+  // Gradients still partial (over 'data' in data parallelism) are summed here together, packed
+  // into few all-reduces (XLA's combiner, DDP's buckets), before the transformation reads them.
+  std::vector<Array> partial;
+  for (const auto& [name, u] : updates) partial.push_back(u);
+  meshvk::detail::resolve_together(partial);
   return update_(updates, state, params);
 }
 

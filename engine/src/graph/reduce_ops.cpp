@@ -10,6 +10,7 @@
 #include "graph/dtype_support.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/strided_copy.hpp"
@@ -79,6 +80,9 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
   const detail::OpScope op_scope(op);  // profile hook: the line this prints ("sum", ...)
   const size_t rank = input.ndim();
   detail::reject_uint32(op, input);
+  // The sum of a partial value is the partial value of its summands' sums.
+  if (kind == kernels::ReduceOp::sum && detail::is_partial(input))
+    return detail::on_summands(input, [&](const Array& s) { return reduce_untaped(op, kind, s, reduced, keepdims); });
   Array x = input.dtype() == DType::bool_ ? astype(input, DType::int32) : input;
   int64_t count = 1;
   for (size_t d = 0; d < rank; ++d)
@@ -181,15 +185,19 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
     exec::log_op(std::string(op) + ": local " + std::string(dtype_name(x.dtype())) +
                  shape_to_string(x.sharding().shard_shape(x.shape())) + " -> " +
                  shape_to_string(sharding.shard_shape(shape)) + " on each device");
-  if (!split_axes.empty()) {
+  // A sum's per-device results are summands: partial over the split axes until a consumer needs
+  // the sum (graph/partial_sum.hpp), so a batch sum is all-reduced after the local reductions
+  // that follow it, and resolved with the other gradients.
+  if (!split_axes.empty() && kind != kernels::ReduceOp::sum) {
     static const collectives::Reduction kinds[] = {collectives::Reduction::sum, collectives::Reduction::max,
                                                    collectives::Reduction::min};
     out.shards = detail::all_reduce_over(*rt, x.sharding().named()->mesh(), split_axes, out.shards,
                                          static_cast<uint64_t>(shape_size(sharding.shard_shape(shape))), out_dtype,
                                          kinds[static_cast<int>(kind)]);
+    split_axes.clear();
   }
-  if (exec::logging() && !out.shards.empty()) exec::name_result(out.shards.front().get(), op);
-  return detail::make_array(rt, std::move(out), x.committed(), x.impl()->varying);
+  if (exec::logging() && !out.shards.empty() && split_axes.empty()) exec::name_result(out.shards.front().get(), op);
+  return detail::make_partial(detail::make_array(rt, std::move(out), x.committed(), x.impl()->varying), split_axes, op);
 }
 
 }  // namespace

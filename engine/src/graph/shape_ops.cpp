@@ -16,6 +16,7 @@
 #include "graph/array_impl.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/partial_sum.hpp"
 #include "graph/shape_op_support.hpp"
 #include "graph/tape.hpp"
 #include "kernels/strided_copy.hpp"
@@ -159,6 +160,8 @@ kernels::StridedCopy copy_into(const Shape& box, const std::vector<int64_t>& in_
 Array reshape(const Array& x, Shape shape) { return x.reshape(std::move(shape)); }
 
 static Array transpose_untaped(const Array& x, std::vector<int> axes) {
+  if (detail::is_partial(x))  // linear, on each device's piece: the summands' transpose
+    return detail::on_summands(x, [&](const Array& s) { return transpose_untaped(s, axes); });
   const size_t rank = x.ndim();
   if (axes.empty())
     for (size_t d = rank; d-- > 0;) axes.push_back(static_cast<int>(d));
@@ -191,6 +194,8 @@ static Array transpose_untaped(const Array& x, std::vector<int> axes) {
 }
 
 static Array broadcast_to_untaped(const Array& x, Shape shape) {
+  if (detail::is_partial(x))  // linear, on each device's piece: the summands broadcast
+    return detail::on_summands(x, [&](const Array& s) { return broadcast_to_untaped(s, shape); });
   const Shape joined = broadcast_shapes(x.shape(), shape, "broadcast_to");
   if (joined != shape)
     throw Error("broadcast_to: cannot broadcast shape " + shape_to_string(x.shape()) + " to " + shape_to_string(shape));
@@ -353,6 +358,8 @@ static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vect
   std::vector<size_t> cut;  // the dimensions the slice changes
   for (size_t d = 0; d < rank; ++d)
     if (start[d] != 0 || stop[d] != x.shape()[d] || step[d] != 1) cut.push_back(d);
+  if (unsplit(x, cut) && detail::is_partial(x))  // linear, on each device's piece: the summands' slice
+    return detail::on_summands(x, [&](const Array& s) { return slice_untaped(s, start, stop, step); });
   if (unsplit(x, cut))
     return on_each_device(
         "slice", {x}, shape, x.dtype(), x.sharding(),

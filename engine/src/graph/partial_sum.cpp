@@ -1,0 +1,247 @@
+// Partial values (partial_sum.hpp): making them, and taking their sums where they are needed.
+#include "graph/partial_sum.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "exec/program_log.hpp"
+#include "graph/manual_context.hpp"
+#include "graph/mesh_groups.hpp"
+#include "graph/op_scope.hpp"
+#include "kernels/strided_copy.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/shard_map.hpp"
+
+namespace meshvk::detail {
+
+namespace {
+
+// Values resolved together are packed into all-reduces of at most this many bytes per device
+// (PyTorch DDP's default bucket; XLA's GPU combiner threshold is of the same order).
+constexpr uint64_t kCombineThresholdBytes = 25ull << 20;
+
+const Mesh& mesh_of(const Array& summands) {
+  const NamedSharding* n = summands.sharding().named();
+  if (!n) throw Error("internal: a partial value's summands are not laid out on a mesh");
+  return n->mesh();
+}
+
+uint64_t local_count(const Array& x) { return static_cast<uint64_t>(shape_size(x.sharding().shard_shape(x.shape()))); }
+
+}  // namespace
+
+bool shards_over_any(const Sharding& s, const std::vector<std::string>& axes) {
+  const NamedSharding* n = s.named();
+  if (!n) return false;
+  for (const auto& axis : n->spec().axes())
+    if (std::find(axes.begin(), axes.end(), axis) != axes.end()) return true;
+  return false;
+}
+
+bool is_partial(const Array& x) { return x.valid() && x.impl()->partial != nullptr; }
+
+const std::vector<std::string>& partial_axes(const Array& x) {
+  static const std::vector<std::string> none;
+  return is_partial(x) ? x.impl()->partial->axes : none;
+}
+
+Array summands_of(const Array& x) { return is_partial(x) ? x.impl()->partial->summands : x; }
+
+Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op) {
+  if (axes.empty()) return summands;
+  const Array& base = summands_of(summands);
+  for (const auto& axis : partial_axes(summands))
+    if (std::find(axes.begin(), axes.end(), axis) == axes.end()) axes.push_back(axis);
+  const Mesh& mesh = mesh_of(base);
+  if (shards_over_any(base.sharding(), axes))
+    throw Error("internal: a partial value's summands are split over one of its partial axes " + axes_text(axes));
+  // One order per set of axes, so values partial over the same axes sum alike.
+  std::sort(axes.begin(), axes.end(),
+            [&](const std::string& a, const std::string& b) { return mesh.axis_position(a) < mesh.axis_position(b); });
+  const ArrayImpl& s = *base.impl();
+  auto impl = std::make_shared<ArrayImpl>(
+      ArrayImpl{s.runtime, exec::ShardedValue{s.value.shape, s.value.dtype, s.value.sharding, {}}, s.committed, nullptr,
+                s.varying});
+  impl->partial = std::make_shared<const PartialSum>(PartialSum{std::move(axes), base, op});
+  return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
+}
+
+const exec::ShardedValue& resolve_partial(const Array& x) {
+  const ArrayImpl& impl = *x.impl();
+  RuntimeState& rt = *impl.runtime;
+  std::lock_guard lock(rt.mutex());
+  if (!impl.partial) return impl.value;
+  const std::shared_ptr<const PartialSum> p = impl.partial;
+  const exec::ShardedValue& s = materialized(p->summands);
+  const uint64_t count = local_count(p->summands);
+  // Nothing to sum in an empty value: its (empty) pieces are already the value.
+  impl.value.shards = count == 0 ? s.shards
+                                 : all_reduce_over(rt, mesh_of(p->summands), p->axes, s.shards, count, s.dtype,
+                                                   collectives::Reduction::sum);
+  if (exec::logging() && !p->op.empty() && !impl.value.shards.empty() && impl.value.shards.front())
+    exec::name_result(impl.value.shards.front().get(), p->op);  // later lines read it as the op's result
+  impl.partial = nullptr;
+  return impl.value;
+}
+
+namespace {
+
+// One all-reduce for `group` (values partial over the same axes, of one dtype): each device
+// packs its summands into one buffer, the buffers are all-reduced, and each value's part is
+// copied out again.
+void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
+  const Array first = group.front().impl()->partial->summands;  // a copy: the loop below clears it
+  const Mesh& mesh = mesh_of(first);
+  const std::vector<std::string> axes = group.front().impl()->partial->axes;
+  const DType dtype = first.dtype();
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  std::vector<const exec::ShardedValue*> values;
+  for (const Array& x : group) {
+    offsets.push_back(total);
+    total += local_count(x);
+    values.push_back(&materialized(x.impl()->partial->summands));
+  }
+  if (exec::logging())
+    exec::log_op("all-reduce combiner: " + std::to_string(group.size()) + " values partial over " + axes_text(axes) +
+                 " packed into one buffer of " + bytes_text(total * 4) + " per device");
+  const auto copy_run = [&](int device, const DeviceBuffer& from, int64_t from_offset, const DeviceBuffer& to,
+                            int64_t to_offset, int64_t n) {
+    Recording rec = rt.begin(device);
+    rec.wait_for(from.ready());
+    kernels::record_strided_copy(rt, rec, {{n}, {1}, {1}, from_offset, to_offset}, from, to);
+    const Fence f = rt.submit(std::move(rec));
+    const_cast<DeviceBuffer&>(from).used_by(f);
+    const_cast<DeviceBuffer&>(to).written_by(f);
+  };
+  collectives::Buffers packed;
+  for (int p = 0; p < mesh.size(); ++p) {
+    const int device = mesh.device_ids()[static_cast<size_t>(p)];
+    packed.push_back(rt.allocate(device, total * 4));
+    for (size_t i = 0; i < group.size(); ++i)
+      copy_run(device, *values[i]->shards[static_cast<size_t>(p)], 0, *packed.back(),
+               static_cast<int64_t>(offsets[i]), static_cast<int64_t>(local_count(group[i])));
+  }
+  const collectives::Buffers summed = all_reduce_over(rt, mesh, axes, packed, total, dtype, collectives::Reduction::sum);
+  for (size_t i = 0; i < group.size(); ++i) {
+    const ArrayImpl& impl = *group[i].impl();
+    const uint64_t n = local_count(group[i]);
+    std::vector<std::shared_ptr<DeviceBuffer>> shards;
+    for (int p = 0; p < mesh.size(); ++p) {
+      const int device = mesh.device_ids()[static_cast<size_t>(p)];
+      shards.push_back(rt.allocate(device, n * 4));
+      copy_run(device, *summed[static_cast<size_t>(p)], static_cast<int64_t>(offsets[i]), *shards.back(), 0,
+               static_cast<int64_t>(n));
+    }
+    impl.value.shards = std::move(shards);
+    impl.partial = nullptr;
+  }
+}
+
+}  // namespace
+
+void resolve_together(const std::vector<Array>& values) {
+  std::vector<std::vector<Array>> groups;
+  for (const Array& x : values) {
+    if (!is_partial(x) || local_count(x) == 0) continue;
+    const PartialSum& p = *x.impl()->partial;
+    auto same = [&](const std::vector<Array>& g) {
+      const PartialSum& q = *g.front().impl()->partial;
+      return q.axes == p.axes && q.summands.dtype() == p.summands.dtype() &&
+             mesh_of(q.summands) == mesh_of(p.summands) &&
+             std::none_of(g.begin(), g.end(), [&](const Array& y) { return y.impl() == x.impl(); });
+    };
+    auto it = std::find_if(groups.begin(), groups.end(), same);
+    if (it == groups.end()) {
+      groups.push_back({x});
+    } else {
+      it->push_back(x);
+    }
+  }
+  if (groups.empty()) return;
+  RuntimeState& rt = *groups.front().front().impl()->runtime;
+  std::lock_guard lock(rt.mutex());
+  for (const auto& group : groups) {
+    // Buckets in the values' order, each up to the threshold (a larger value is a bucket alone).
+    std::vector<Array> bucket;
+    uint64_t bytes = 0;
+    const auto flush = [&] {
+      if (bucket.size() == 1) materialized(bucket.front());
+      if (bucket.size() > 1) resolve_packed(rt, bucket);
+      bucket.clear();
+      bytes = 0;
+    };
+    for (const Array& x : group) {
+      const uint64_t b = local_count(x) * 4;
+      if (!bucket.empty() && bytes + b > kCombineThresholdBytes) flush();
+      bucket.push_back(x);
+      bytes += b;
+    }
+    flush();
+  }
+}
+
+Array on_summands(const Array& x, const std::function<Array(const Array&)>& op) {
+  if (!is_partial(x)) return op(x);
+  const std::vector<std::string> axes = partial_axes(x);
+  const Array r = op(summands_of(x));
+  // A layout over a partial axis would mean data moved between the summands: take the sum first.
+  if (!shards_over_any(r.sharding(), axes)) return make_partial(r, axes);
+  materialized(x);
+  return op(x);
+}
+
+collectives::Buffers reduce_scatter_over(const std::shared_ptr<RuntimeState>& rt, const Mesh& mesh,
+                                         const std::vector<std::string>& axes, const collectives::Buffers& summands,
+                                         const Shape& local, DType dtype, int dim) {
+  // psum_scatter over a manual copy of the mesh, on the per-device summands as shard_map sees them.
+  const Mesh manual(mesh.axis_sizes(), mesh.axis_names(), std::vector<AxisType>(mesh.ndim(), AxisType::Manual),
+                    mesh.device_ids(), mesh.platform());
+  const Array pieces =
+      make_array(rt, exec::ShardedValue{local, dtype, NamedSharding(manual, PartitionSpec()), summands}, true, axes);
+  Array scattered;
+  {
+    const ManualScope scope(manual);
+    scattered = psum_scatter(pieces, axes, dim, true);
+  }
+  return materialized(scattered).shards;
+}
+
+std::optional<Array> scatter_partial(const Array& x, const Sharding& target) {
+  const NamedSharding* from = x.sharding().named();
+  const NamedSharding* to = target.named();
+  if (!is_partial(x) || !from || !to || !(to->mesh() == from->mesh())) return std::nullopt;
+  const Mesh& mesh = from->mesh();
+  const std::vector<std::string>& axes = partial_axes(x);
+  const Shape local = x.sharding().shard_shape(x.shape());
+  for (size_t d = 0; d < x.ndim(); ++d) {
+    const SpecEntry want = d < to->spec().size() ? to->spec()[d] : SpecEntry();
+    const SpecEntry have = d < from->spec().size() ? from->spec()[d] : SpecEntry();
+    if (want.is_none() || !have.is_none()) continue;
+    int64_t group = 1;
+    bool within = true;
+    for (const auto& axis : want.axes) {
+      within = within && std::find(axes.begin(), axes.end(), axis) != axes.end();
+      group *= mesh.axis_size(axis);
+    }
+    if (!within || local[d] % group != 0) continue;
+    auto rt = x.impl()->runtime;
+    std::lock_guard lock(rt->mutex());
+    const Array s = summands_of(x);
+    const collectives::Buffers shards =
+        reduce_scatter_over(rt, mesh, want.axes, materialized(s).shards, local, x.dtype(), static_cast<int>(d));
+    std::vector<SpecEntry> spec = from->spec().entries();
+    spec.resize(x.ndim());
+    spec[d] = want;
+    const Array scattered = make_array(
+        rt, exec::ShardedValue{x.shape(), x.dtype(), NamedSharding(mesh, PartitionSpec(spec).trimmed()), shards},
+        x.committed(), x.impl()->varying);
+    std::vector<std::string> rest;
+    for (const auto& axis : axes)
+      if (std::find(want.axes.begin(), want.axes.end(), axis) == want.axes.end()) rest.push_back(axis);
+    return make_partial(scattered, rest);
+  }
+  return std::nullopt;
+}
+
+}  // namespace meshvk::detail

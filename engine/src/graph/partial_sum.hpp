@@ -1,0 +1,57 @@
+#pragma once
+// Values partial over mesh axes (JAX's `unreduced`, PyTorch DTensor's Partial placement): a
+// contraction or a sum over a split dimension leaves each device a summand instead of
+// all-reducing at once, linear ops carry the summands on, and the sum is taken where a consumer
+// needs the value: an all-reduce, or a reduce-scatter where the value is wanted split along one
+// of the axes (half the bytes), or one all-reduce of several values packed together.
+//
+// detail::materialized() takes the sum, so a path that forgets partial values costs bytes,
+// never correctness. Only sums are ever partial (float32 and int32: int32 summands wrap as numpy
+// does, exactly, in any order).
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/collectives.hpp"
+#include "graph/array_impl.hpp"
+
+namespace meshvk::detail {
+
+bool is_partial(const Array& x);
+// The mesh axes x is partial over (empty when it is not).
+const std::vector<std::string>& partial_axes(const Array& x);
+// Whether s splits a dimension over any of `axes`.
+bool shards_over_any(const Sharding& s, const std::vector<std::string>& axes);
+// The array of x's summands (x itself when x is not partial).
+Array summands_of(const Array& x);
+// A value partial over `axes` whose summands are `summands` (already partial ones: over the
+// union). `axes` must not shard summands. No axes: summands itself. `op` names the sum in the
+// program text once it is taken, as if op had made it.
+Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op = "");
+
+// x's value: the all-reduce of its summands, kept in x (called by materialized(), under the
+// runtime's lock).
+const exec::ShardedValue& resolve_partial(const Array& x);
+// Resolves the partial ones of `values` that are partial over the same axes of the same mesh
+// and of one dtype together, packed into as few all-reduces as the byte threshold allows (XLA's
+// all-reduce combiner; PyTorch DDP's buckets): the gradients an optimizer reads, a jit's results.
+void resolve_together(const std::vector<Array>& values);
+
+// A linear op of one operand (a transpose, broadcast, slice, reshape that moves no data, a sum):
+// `op` on x's summands, partial over x's axes; op(x) when x is not partial. `op` must not move
+// data between devices (it sees summands as if they were one value).
+Array on_summands(const Array& x, const std::function<Array(const Array&)>& op);
+
+// device_put of a partial x into `target` where target splits a dimension x holds whole over
+// some of x's partial axes: a reduce-scatter over them (partial over the rest, if any); nothing
+// when target splits no such dimension.
+std::optional<Array> scatter_partial(const Array& x, const Sharding& target);
+
+// The reduce-scatter over `axes` of per-device summands (mesh position order) of local shape
+// `local`, scattered along dimension `dim`; results in mesh position order.
+collectives::Buffers reduce_scatter_over(const std::shared_ptr<RuntimeState>& rt, const Mesh& mesh,
+                                         const std::vector<std::string>& axes, const collectives::Buffers& summands,
+                                         const Shape& local, DType dtype, int dim);
+
+}  // namespace meshvk::detail
