@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "graph/array_impl.hpp"
+#include "graph/constant_remake.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
@@ -73,6 +74,9 @@ Array made(std::shared_ptr<detail::RuntimeState> rt, exec::ShardedValue value) {
   return detail::make_array(std::move(rt), std::move(value), manual);
 }
 
+// The most elements of a host array that is kept to be uploaded again where it is used.
+constexpr int64_t kRemadeHostElements = 1 << 14;
+
 // bfloat16 / float16 host values as the device stores them: one float32 word each.
 template <class T>
 std::vector<float> widened(std::span<const T> values) {
@@ -94,7 +98,15 @@ Array from_host(std::span<const T> values, std::optional<Shape> shape, DType dty
   const Mesh* mesh = constant_mesh();
   auto value = exec::upload(*rt, values.data(), s, dtype,
                             mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
-  return made(rt, std::move(value));
+  const Array a = made(rt, std::move(value));
+  // Small constants (a scan's slice indices, a table of a few values) are uploaded again where
+  // they are used; a large host array is data, moved as any other.
+  if (a.committed() || size > kRemadeHostElements) return a;
+  std::vector<uint32_t> words(values.size());
+  std::memcpy(words.data(), values.data(), words.size() * 4);
+  return detail::with_remake(a, [rt, words = std::move(words), s, dtype](const Sharding& everywhere) {
+    return made(rt, exec::upload(*rt, words.data(), s, dtype, everywhere));
+  });
 }
 
 Array filled(const char* op, Shape shape, DType dtype, uint32_t word) {
@@ -104,7 +116,11 @@ Array filled(const char* op, Shape shape, DType dtype, uint32_t word) {
   const detail::PartOpScope op_scope("full");  // profile hook
   const Mesh* mesh = constant_mesh();
   auto value = exec::fill(*rt, shape, dtype, word, mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
-  return made(rt, std::move(value));
+  const Array a = made(rt, std::move(value));
+  if (a.committed()) return a;
+  return detail::with_remake(a, [rt, shape, dtype, word](const Sharding& everywhere) {
+    return made(rt, exec::fill(*rt, shape, dtype, word, everywhere));
+  });
 }
 
 template <class T>
@@ -126,14 +142,12 @@ Array ranged(double start, double stop, double step, DType dtype) {
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
   const detail::PartOpScope op_scope("arange");  // profile hook
-  if (const Mesh* mesh = constant_mesh()) {
-    exec::ShardedValue value{Shape{count}, dtype, NamedSharding(*mesh, PartitionSpec()), {}};
-    for (const int d : mesh->device_ids())
-      value.shards.push_back(exec::iota(*rt, count, dtype, start, step, SingleDeviceSharding(d, rt->platform())).shards.front());
-    return made(rt, std::move(value));
-  }
-  auto value = exec::iota(*rt, count, dtype, start, step, default_device(*rt));
-  return made(rt, std::move(value));
+  if (const Mesh* mesh = constant_mesh())
+    return made(rt, detail::iota_on(*rt, count, dtype, start, step, NamedSharding(*mesh, PartitionSpec())));
+  const Array a = made(rt, detail::iota_on(*rt, count, dtype, start, step, default_device(*rt)));
+  return detail::with_remake(a, [rt, count, dtype, start, step](const Sharding& everywhere) {
+    return made(rt, detail::iota_on(*rt, count, dtype, start, step, everywhere));
+  });
 }
 
 }  // namespace
@@ -304,6 +318,14 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
       return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
     }
   }
+  if (const auto remake = detail::remake_of(self)) {  // a constant's reshape is one too
+    exec::ShardedValue same = v;
+    same.shape = new_shape;
+    return detail::with_remake(detail::make_array(a.runtime, std::move(same), false, a.varying),
+                               [remake, new_shape](const Sharding& everywhere) {
+                                 return reshape_untaped((*remake)(everywhere), new_shape);
+                               });
+  }
   if (!v.sharding.is_fully_replicated()) {
     // Pieces of a sharded array are not pieces of the reshaped one: gather a full copy on each
     // of its devices (device to device) and reshape that.
@@ -464,6 +486,10 @@ Array device_put(const Array& x, const Sharding& requested) {
 // naming the same move).
 Array device_put_untaped(const Array& x, const Sharding& sharding, const detail::ArrayImpl& a, detail::RuntimeState& rt) {
   const detail::OpScope op_scope("reshard");  // profile hook
+  if (std::optional<exec::ShardedValue> made = detail::remade_on(x, sharding)) {
+    made->sharding = sharding;
+    return detail::make_array(a.runtime, std::move(*made), true, a.varying);
+  }
   const exec::ShardedValue& current = detail::materialized(x);
   // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
   exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())

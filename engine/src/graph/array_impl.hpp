@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct ArrayImpl {
   // Only this ArrayImpl is moved to copies then, so nothing else may share its buffers: see
   // shareable_value. Read and written under the runtime's lock.
   mutable bool lent = false;
+  // A value with no data dependence (a fill, an iota, a small host constant, and what elementwise
+  // ops and reshapes make of only such values): how to make it again, replicated on the devices
+  // of a given sharding (see graph/constant_remake.hpp). Null for everything else.
+  std::shared_ptr<const std::function<Array(const Sharding& replicated)>> remake;
 };
 
 // The value with its device buffers, running pending work first.
