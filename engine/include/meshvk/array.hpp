@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <source_location>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -219,7 +220,7 @@ Array ones_like(const Array& x);
 
 // jax.device_put: lays `x` out as `sharding`, moving data device to device (never through the
 // host). The result is committed.
-Array device_put(const Array& x, const Sharding& sharding);
+Array device_put(const Array& x, const Sharding& sharding, std::source_location loc = std::source_location::current());
 Array device_put(std::span<const float> values, Shape shape, const Sharding& sharding);
 Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& sharding);
 

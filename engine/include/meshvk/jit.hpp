@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -47,6 +48,21 @@ struct CollectiveCount {
   uint64_t bytes = 0;
 };
 
+// One collective or reshard of a program, and where it came from: the rule that inserted it and
+// the user's source line (the innermost call of meshvk's API from user code that inserted it; in a
+// backward pass, the forward op's line, with `backward` set). `file` is empty where no line is
+// known (an operator such as a + b, or a call the engine made on its own).
+struct CollectiveRecord {
+  std::string kind;               // HLO's name: all-reduce, all-gather, reduce-scatter, reshard, ...
+  std::vector<std::string> axes;  // the mesh axes it moves data along
+  uint64_t bytes = 0;             // what each device sends
+  std::string rule;               // "dot_general contracts dim 1 sharded on 'model'", "out_shardings[0]", ...
+  std::string file;               // the source file's path, as std::source_location gives it
+  uint32_t line = 0;
+  std::string function;           // the enclosing function's name
+  bool backward = false;
+};
+
 // A compiled program, as jax.jit(f).lower(args) gives it.
 //
 // Accessors of the public value classes (Lowered, Array, Mesh, PartitionSpec, NamedSharding,
@@ -56,8 +72,9 @@ struct CollectiveCount {
 // object.
 class Lowered {
  public:
-  Lowered(std::string text, std::map<std::string, CollectiveCount> counts)
-      : text_(std::move(text)), counts_(std::move(counts)) {}
+  Lowered(std::string text, std::map<std::string, CollectiveCount> counts,
+          std::vector<CollectiveRecord> collectives = {})
+      : text_(std::move(text)), counts_(std::move(counts)), collectives_(std::move(collectives)) {}
   // The per-device program: local shapes, each op, every collective with its replica groups and
   // bytes (HLO's names: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute).
   const std::string& as_text() const& { return text_; }
@@ -67,10 +84,16 @@ class Lowered {
   const std::map<std::string, CollectiveCount>& collective_counts() const& { return counts_; }
   std::map<std::string, CollectiveCount> collective_counts() && { return std::move(counts_); }
   std::map<std::string, CollectiveCount> collective_counts() const&& { return counts_; }
+  // Every collective and reshard in program order, with the rule and source line that made it
+  // (the same as the "  # rule - file:line (function)" ends of as_text()'s lines).
+  const std::vector<CollectiveRecord>& collectives() const& { return collectives_; }
+  std::vector<CollectiveRecord> collectives() && { return std::move(collectives_); }
+  std::vector<CollectiveRecord> collectives() const&& { return collectives_; }
 
  private:
   std::string text_;
   std::map<std::string, CollectiveCount> counts_;
+  std::vector<CollectiveRecord> collectives_;
 };
 
 // The type-erased jitted function: a cache of compiled programs keyed by the arguments' shapes,
@@ -372,10 +395,11 @@ Jitted<F> jit(F f, JitOptions options = {}) {
 }
 
 // A hard layout constraint inside jit (and a device_put outside it).
-Array with_sharding_constraint(const Array& x, const Sharding& sharding);
+Array with_sharding_constraint(const Array& x, const Sharding& sharding,
+          std::source_location loc = std::source_location::current());
 // Explicit mode: move x to another PartitionSpec over its own mesh (over use_mesh's mesh for an
 // array on one device), or to any sharding.
-Array reshard(const Array& x, const PartitionSpec& spec);
-Array reshard(const Array& x, const Sharding& sharding);
+Array reshard(const Array& x, const PartitionSpec& spec, std::source_location loc = std::source_location::current());
+Array reshard(const Array& x, const Sharding& sharding, std::source_location loc = std::source_location::current());
 
 }  // namespace meshvk

@@ -1,5 +1,6 @@
 #include "exec/sharded_value.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -284,6 +285,30 @@ std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& v
   return buffer;
 }
 
+std::vector<std::string> moved_axes(const Sharding& from, const Sharding& to, size_t rank) {
+  const NamedSharding* f = from.named();
+  const NamedSharding* t = to.named();
+  std::vector<std::string> axes;
+  const auto add = [&](const std::string& a) {
+    if (std::find(axes.begin(), axes.end(), a) == axes.end()) axes.push_back(a);
+  };
+  if (!f || !t || f->mesh().axis_names() != t->mesh().axis_names()) {
+    for (const NamedSharding* n : {f, t})
+      if (n)
+        for (const auto& a : n->mesh().axis_names()) add(a);
+    return axes;
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    const std::vector<std::string> none;
+    const auto& fa = d < f->spec().size() ? f->spec()[d].axes : none;
+    const auto& ta = d < t->spec().size() ? t->spec()[d].axes : none;
+    if (fa == ta) continue;
+    for (const auto& a : fa) add(a);
+    for (const auto& a : ta) add(a);
+  }
+  return axes;
+}
+
 ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target,
                      bool on_every_process) {
   check_devices(rt, target);
@@ -313,7 +338,7 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
                              std::to_string(moved.between) + " bytes between devices, " +
                              std::to_string(moved.within) + " bytes within devices";
     if (moved.between)
-      log_collective("reshard", moved.between, line);
+      log_collective("reshard", moved.between, line, moved_axes(value.sharding, target, value.shape.size()));
     else log_op(line);
     // A moved value is named for the lines that read it; a shared piece keeps its name.
     if (!out.shards.empty() && !value.shards.empty() && out.shards.front() != value.shards.front())

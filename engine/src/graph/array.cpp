@@ -1,3 +1,4 @@
+#include "exec/program_log.hpp"
 #include "meshvk/array.hpp"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <optional>
 
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
 #include "graph/constant_remake.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/manual_context.hpp"
@@ -331,6 +333,7 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
     // of its devices (device to device) and reshape that.
     const NamedSharding& n = *v.sharding.named();
     const detail::OpScope op_scope("reshard");  // profile hook: the line exec::reshard prints
+    const exec::RuleScope rule([] { return std::string("reshape of a split array: gathered whole"); });
     v = exec::reshard(*a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()),
                       detail::on_every_process(self));
   }
@@ -460,7 +463,8 @@ static std::optional<Sharding> in_partial_manual_body(const Sharding& sharding) 
   return Sharding(NamedSharding(*manual, n->spec()));
 }
 
-Array device_put(const Array& x, const Sharding& requested) {
+Array device_put(const Array& x, const Sharding& requested, std::source_location loc) {
+  const detail::UserCallSite call_site(loc);
   const std::optional<Sharding> on_body_mesh = in_partial_manual_body(requested);
   const Sharding& sharding = on_body_mesh ? *on_body_mesh : requested;
   const ArrayImpl& a = impl_of(x);
@@ -470,6 +474,7 @@ Array device_put(const Array& x, const Sharding& requested) {
   sharding.check_shape(a.value.shape);
   std::lock_guard lock(rt.mutex());
   exec::check_devices(rt, sharding);
+  const exec::RuleScope rule([] { return std::string("device_put"); });
   const Array placed = device_put_untaped(x, sharding, a, rt);
   return detail::on_tape(placed, {x}, [x](const Array& ct) {
     if (ct.sharding().is_equivalent_to(x.sharding(), x.ndim())) return std::vector<Array>{ct};

@@ -336,6 +336,10 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
     const Sharding& want = layout.operands[array_index++];
     Array x = *a;
     if (!x.sharding().is_equivalent_to(want, x.ndim())) {
+      const exec::RuleScope rule([&] {
+        return std::string(op) + ": operands with different shardings; operand " + std::to_string(array_index - 1) +
+               " moved to the result's layout";
+      });
       x = device_put(x, want);
     } else if (detail::is_pending(x)) {
       const auto [n, k] = fused_size(x);

@@ -11,6 +11,7 @@
 #include "exec/program_log.hpp"
 #include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/shape_op_support.hpp"
@@ -68,6 +69,7 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
       if (!shared) index_spec[d] = in_named->spec()[d];
     }
     const Sharding index_layout = NamedSharding(xn->mesh(), PartitionSpec(index_spec).trimmed());
+    const exec::RuleScope rule([] { return std::string("take: ids laid out on the table's devices (whole along the table's axes)"); });
     const Array idx = indices.sharding().is_equivalent_to(index_layout, indices.ndim())
                           ? indices
                           : device_put(indices, index_layout);
@@ -98,6 +100,7 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
   const NamedSharding* in_named = indices.sharding().named();
   const bool split_indices = in_named && indices.committed() && !indices.sharding().is_fully_replicated();
   // An uncommitted table (on device 0) follows the committed indices, whole on their devices.
+  const exec::RuleScope rule([] { return std::string("take: the table whole on every device of the split ids"); });
   const Array table = split_indices && !x.committed() && x.sharding().single()
                           ? device_put(x, NamedSharding(in_named->mesh(), PartitionSpec()))
                           : x;
@@ -130,7 +133,8 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
       });
 }
 
-Array one_hot(const Array& x, int num_classes, DType dtype) {
+Array one_hot(const Array& x, int num_classes, DType dtype, std::source_location loc) {
+  const detail::UserCallSite call_site(loc);
   const detail::PartOpScope op_scope("one_hot");  // profile hook
   if (num_classes < 0) throw Error("one_hot: num_classes must not be negative");
   detail::check_dtype("one_hot", dtype);
@@ -210,7 +214,8 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
 }  // namespace
 
 Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
-           std::optional<Operand> fill_value) {
+           std::optional<Operand> fill_value, std::source_location loc) {
+  const detail::UserCallSite call_site(loc);
   // Any other value, cast from an integer, was taken as fill.
   if (mode != TakeMode::fill && mode != TakeMode::clip && mode != TakeMode::wrap)
     throw Error("take: mode TakeMode(" + std::to_string(static_cast<int>(mode)) +
