@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
-#include <source_location>
 #include <utility>
 
 namespace meshvk::programs {
@@ -27,12 +26,12 @@ struct Forward {
   // The caller's line goes on to einsum, so the program text names the line of the layer (not
   // this helper's) beside the collectives its contraction needs.
   Array einsum2(const std::string& subscripts, const Array& a, const Array& b,
-                std::source_location loc = std::source_location::current()) const {
+                SourceLocation loc = SourceLocation::current()) const {
     return einsum(subscripts, operand(a), operand(b), DType::float32, loc);
   }
   // x @ weight^T + bias over the last axis of a [batch, seq, in] x (nn::linear takes 2-D x).
   Array linear3(const Array& x, const Params& p, const std::string& name,
-                std::source_location loc = std::source_location::current()) const {
+                SourceLocation loc = SourceLocation::current()) const {
     return einsum2("bsi,oi->bso", x, param(p.at(name + ".weight")), loc) + param(p.at(name + ".bias"));
   }
   Array layer_norm(const Array& x, const Params& p, const std::string& name) const {

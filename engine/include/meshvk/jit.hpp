@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -19,6 +18,7 @@
 
 #include "meshvk/array.hpp"
 #include "meshvk/sharding.hpp"
+#include "meshvk/source_location.hpp"
 #include "meshvk/tree.hpp"
 
 namespace meshvk {
@@ -57,7 +57,7 @@ struct CollectiveRecord {
   std::vector<std::string> axes;  // the mesh axes it moves data along
   uint64_t bytes = 0;             // what each device sends
   std::string rule;               // "dot_general contracts dim 1 sharded on 'model'", "out_shardings[0]", ...
-  std::string file;               // the source file's path, as std::source_location gives it
+  std::string file;               // the source file's path, as SourceLocation::current() gives it
   uint32_t line = 0;
   std::string function;           // the enclosing function's name
   bool backward = false;
@@ -396,10 +396,10 @@ Jitted<F> jit(F f, JitOptions options = {}) {
 
 // A hard layout constraint inside jit (and a device_put outside it).
 Array with_sharding_constraint(const Array& x, const Sharding& sharding,
-          std::source_location loc = std::source_location::current());
+          SourceLocation loc = SourceLocation::current());
 // Explicit mode: move x to another PartitionSpec over its own mesh (over use_mesh's mesh for an
 // array on one device), or to any sharding.
-Array reshard(const Array& x, const PartitionSpec& spec, std::source_location loc = std::source_location::current());
-Array reshard(const Array& x, const Sharding& sharding, std::source_location loc = std::source_location::current());
+Array reshard(const Array& x, const PartitionSpec& spec, SourceLocation loc = SourceLocation::current());
+Array reshard(const Array& x, const Sharding& sharding, SourceLocation loc = SourceLocation::current());
 
 }  // namespace meshvk

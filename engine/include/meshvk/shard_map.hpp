@@ -3,7 +3,6 @@
 // device of a mesh, communicating through collectives over named mesh axes.
 #include <functional>
 #include <initializer_list>
-#include <source_location>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -12,6 +11,7 @@
 #include "meshvk/array.hpp"
 #include "meshvk/mesh.hpp"
 #include "meshvk/partition_spec.hpp"
+#include "meshvk/source_location.hpp"
 
 namespace meshvk {
 
@@ -81,19 +81,19 @@ auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<
 }
 
 // Collectives over named mesh axes, with JAX's semantics; valid inside shard_map.
-Array psum(const Array& x, const AxisNames& axis_name, std::source_location loc = std::source_location::current());
-Array pmean(const Array& x, const AxisNames& axis_name, std::source_location loc = std::source_location::current());
-Array pmax(const Array& x, const AxisNames& axis_name, std::source_location loc = std::source_location::current());
-Array pmin(const Array& x, const AxisNames& axis_name, std::source_location loc = std::source_location::current());
+Array psum(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
+Array pmean(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
+Array pmax(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
+Array pmin(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
 Array all_gather(const Array& x, const AxisNames& axis_name, int axis = 0, bool tiled = false,
-          std::source_location loc = std::source_location::current());
+          SourceLocation loc = SourceLocation::current());
 Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimension = 0, bool tiled = false,
-          std::source_location loc = std::source_location::current());
+          SourceLocation loc = SourceLocation::current());
 // Sends each (source, destination) pair's value; destinations nobody sends to get zeros.
 Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm,
-          std::source_location loc = std::source_location::current());
+          SourceLocation loc = SourceLocation::current());
 Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled = false,
-          std::source_location loc = std::source_location::current());
+          SourceLocation loc = SourceLocation::current());
 // Every device of a group gets the value of the group's member with index `source`.
 Array pbroadcast(const Array& x, const AxisNames& axis_name, int source = 0);
 // This device's index along the axes (mixed radix, first axis major), as an int32 scalar.

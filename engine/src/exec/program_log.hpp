@@ -13,7 +13,7 @@ const std::string& current_rule();
 
 // Where a collective came from. The call site is the user's source line: the innermost call of
 // the public API made from outside the engine (graph/call_site.hpp sets it), or, in a backward
-// pass, the line of the forward op whose rule runs. Pointers are source_location's (static).
+// pass, the line of the forward op whose rule runs. Pointers are SourceLocation's (static strings).
 struct CallSite {
   const char* file = nullptr;
   uint32_t line = 0;
@@ -61,7 +61,7 @@ void log_op(const std::string& line);
 // appended to the line ("  # <rule> - gpt.cpp:88 (function)").
 void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
                     const std::vector<std::string>& axes = {});
-// A function's name from its source_location::function_name ("meshvk::programs::causal_attention").
+// A function's name from a pretty signature ("R ns::name(args)") or a plain name (__builtin_FUNCTION's).
 std::string short_function(const char* signature);
 // The provenance suffix log_collective appends: "  # rule - file:line (function)".
 std::string provenance_text(const std::string& rule, const CallSite& site);

@@ -463,7 +463,7 @@ static std::optional<Sharding> in_partial_manual_body(const Sharding& sharding) 
   return Sharding(NamedSharding(*manual, n->spec()));
 }
 
-Array device_put(const Array& x, const Sharding& requested, std::source_location loc) {
+Array device_put(const Array& x, const Sharding& requested, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const std::optional<Sharding> on_body_mesh = in_partial_manual_body(requested);
   const Sharding& sharding = on_body_mesh ? *on_body_mesh : requested;

@@ -1,21 +1,21 @@
 #pragma once
 // The user's source line for the program text's provenance of collectives: public entry points
 // that insert collectives (matmul, einsum, sum, take, device_put, the collectives, ...) take a
-// defaulted std::source_location and open a UserCallSite. A location inside the engine (an op
+// defaulted SourceLocation and open a UserCallSite. A location inside the engine (an op
 // calling another op) is not the user's and leaves the outer one in place, so the innermost call
 // made from user code names the line, as JAX's source info skips its own frames.
 #include <optional>
-#include <source_location>
 
 #include "exec/program_log.hpp"
+#include "meshvk/source_location.hpp"
 
 namespace meshvk::detail {
 
 class UserCallSite {
  public:
-  explicit UserCallSite(const std::source_location& loc) {
-    if (exec::logging() && !in_engine(loc.file_name()))
-      scope_.emplace(exec::CallSite{loc.file_name(), loc.line(), loc.function_name(), false});
+  explicit UserCallSite(const SourceLocation& loc) {
+    if (exec::logging() && loc.file && !in_engine(loc.file))
+      scope_.emplace(exec::CallSite{loc.file, loc.line, loc.function, false});
   }
   UserCallSite(const UserCallSite&) = delete;
   UserCallSite& operator=(const UserCallSite&) = delete;

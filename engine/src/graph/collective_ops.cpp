@@ -148,16 +148,16 @@ Array move_axis(const Array& x, int from, int to) {
 
 static Array psum_untaped(const Array& x, const AxisNames& axis_name) { return reduce_over("psum", x, axis_name, collectives::Reduction::sum); }
 static Array pextreme(const char* op, const Array& x, const AxisNames& axes, collectives::Reduction kind);
-Array pmax(const Array& x, const AxisNames& axis_name, std::source_location loc) {
+Array pmax(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return pextreme("pmax", x, axis_name, collectives::Reduction::max);
 }
-Array pmin(const Array& x, const AxisNames& axis_name, std::source_location loc) {
+Array pmin(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return pextreme("pmin", x, axis_name, collectives::Reduction::min);
 }
 
-Array pmean(const Array& x, const AxisNames& axis_name, std::source_location loc) {
+Array pmean(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   // bfloat16 and float16 stay so: their psum, divided in their type (as jax.lax.pmean).
   if (x.valid() && detail::is_16bit_float(x.dtype()))
@@ -329,7 +329,7 @@ bool varies_over(const Array& x, const AxisNames& axes) {
 }
 }  // namespace
 
-Array psum(const Array& x, const AxisNames& axis_name, std::source_location loc) {
+Array psum(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array y = psum_untaped(x, axis_name);
   if (!detail::differentiable(x)) return y;
@@ -340,7 +340,7 @@ Array psum(const Array& x, const AxisNames& axis_name, std::source_location loc)
   });
 }
 
-Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tiled, std::source_location loc) {
+Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tiled, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array y = all_gather_untaped(x, axis_name, axis, tiled);
   if (!detail::differentiable(x)) return y;
@@ -358,7 +358,7 @@ Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tile
 }
 
 Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimension, bool tiled,
-                   std::source_location loc) {
+                   SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array y = psum_scatter_untaped(x, axis_name, scatter_dimension, tiled);
   if (!detail::differentiable(x)) return y;
@@ -369,7 +369,7 @@ Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimen
 }
 
 Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm,
-               std::source_location loc) {
+               SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array y = ppermute_untaped(x, axis_name, perm);
   if (!detail::differentiable(x)) return y;
@@ -379,7 +379,7 @@ Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std
 }
 
 Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled,
-                 std::source_location loc) {
+                 SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array y = all_to_all_untaped(x, axis_name, split_axis, concat_axis, tiled);
   if (!detail::differentiable(x)) return y;

@@ -247,7 +247,7 @@ Array to_output(const Array& x, const std::string& labels, const std::string& ou
 }  // namespace
 
 Array einsum(const std::string& subscripts, const std::vector<Array>& operands,
-             const std::optional<Sharding>& out_sharding, std::source_location loc) {
+             const std::optional<Sharding>& out_sharding, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   Parsed p = parse(subscripts, operands);
   std::vector<Array> ops;
@@ -306,30 +306,30 @@ Array einsum(const std::string& subscripts, const std::vector<Array>& operands,
 }
 
 Array einsum(const std::string& subscripts, const std::vector<Array>& operands, DType preferred_element_type,
-             const std::optional<Sharding>& out_sharding, std::source_location loc) {
+             const std::optional<Sharding>& out_sharding, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const auto ops = detail::for_preferred_type("einsum", operands, preferred_element_type);
   return astype(einsum(subscripts, ops, out_sharding), preferred_element_type);
 }
 
 Array einsum(const std::string& subscripts, const Array& a, const Array& b, DType preferred_element_type,
-             std::source_location loc) {
+             SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a, b}, preferred_element_type);
 }
 
-Array einsum(const std::string& subscripts, const Array& a, std::source_location loc) {
+Array einsum(const std::string& subscripts, const Array& a, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a});
 }
 
-Array einsum(const std::string& subscripts, const Array& a, const Array& b, std::source_location loc) {
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a, b});
 }
 
 Array einsum(const std::string& subscripts, const Array& a, const Array& b,
-             const std::optional<Sharding>& out_sharding, std::source_location loc) {
+             const std::optional<Sharding>& out_sharding, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a, b}, out_sharding);
 }

@@ -351,7 +351,7 @@ void jit_arity_error(size_t n) {
               " Array arguments; check the number of arguments");
 }
 
-Array with_sharding_constraint(const Array& x, const Sharding& sharding, std::source_location loc) {
+Array with_sharding_constraint(const Array& x, const Sharding& sharding, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   if (!x.sharding().is_equivalent_to(sharding, x.ndim()))
     exec::log_op("with_sharding_constraint: " + x.sharding().to_string() + " -> " + sharding.to_string());
@@ -359,7 +359,7 @@ Array with_sharding_constraint(const Array& x, const Sharding& sharding, std::so
   return device_put(x, sharding);
 }
 
-Array reshard(const Array& x, const PartitionSpec& spec, std::source_location loc) {
+Array reshard(const Array& x, const PartitionSpec& spec, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const NamedSharding* n = x.sharding().named();
   if (!n && get_abstract_mesh()) return reshard(x, sharding_in_context(spec, "reshard"));  // use_mesh's mesh
@@ -369,7 +369,7 @@ Array reshard(const Array& x, const PartitionSpec& spec, std::source_location lo
   return reshard(x, NamedSharding(n->mesh(), spec));
 }
 
-Array reshard(const Array& x, const Sharding& sharding, std::source_location loc) {
+Array reshard(const Array& x, const Sharding& sharding, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   if (!x.sharding().is_equivalent_to(sharding, x.ndim()))
     exec::log_op("reshard: " + x.sharding().to_string() + " -> " + sharding.to_string());

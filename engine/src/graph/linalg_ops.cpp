@@ -231,12 +231,12 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
 
 }  // namespace
 
-Array matmul(const Array& a, const Array& b, std::source_location loc) {
+Array matmul(const Array& a, const Array& b, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return matmul(a, b, std::nullopt);
 }
 
-Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding, std::source_location loc) {
+Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const detail::OpScope op_scope("dot_general");  // profile hook: its broadcasts and reshapes too
   if (a.ndim() == 0 || b.ndim() == 0)
@@ -306,19 +306,19 @@ std::vector<Array> for_preferred_type(const char* op, const std::vector<Array>& 
 
 }  // namespace detail
 
-Array matmul(const Array& a, const Array& b, DType preferred_element_type, std::source_location loc) {
+Array matmul(const Array& a, const Array& b, DType preferred_element_type, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const auto ops = detail::for_preferred_type("matmul", {a, b}, preferred_element_type);
   return astype(matmul(ops[0], ops[1]), preferred_element_type);
 }
 
-Array dot(const Array& a, const Array& b, DType preferred_element_type, std::source_location loc) {
+Array dot(const Array& a, const Array& b, DType preferred_element_type, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const auto ops = detail::for_preferred_type("dot", {a, b}, preferred_element_type);
   return astype(dot(ops[0], ops[1]), preferred_element_type);
 }
 
-Array dot(const Array& a, const Array& b, std::source_location loc) {
+Array dot(const Array& a, const Array& b, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   if (a.ndim() == 0 || b.ndim() == 0) return multiply(a, b);
   if (a.ndim() <= 2 && b.ndim() <= 2) return matmul(a, b);

@@ -150,12 +150,12 @@ std::vector<Array> explicit_axes_call(const AxesBody& f, const std::vector<Array
   return out;
 }
 
-Array device_put(const Array& x, const PartitionSpec& spec, std::source_location loc) {
+Array device_put(const Array& x, const PartitionSpec& spec, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return device_put(x, sharding_in_context(spec, "device_put"));
 }
 
-Array with_sharding_constraint(const Array& x, const PartitionSpec& spec, std::source_location loc) {
+Array with_sharding_constraint(const Array& x, const PartitionSpec& spec, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return with_sharding_constraint(x, sharding_in_context(spec, "with_sharding_constraint"));
 }

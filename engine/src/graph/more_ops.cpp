@@ -233,7 +233,7 @@ Array sort(const Array& x, int axis) {
   return take_along_axis(x, argsort(x, axis), axis);
 }
 
-Array gather(const Array& x, const Array& ids, std::source_location loc) {
+Array gather(const Array& x, const Array& ids, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   require_valid("gather", {&x, &ids});
   require_int32_indices("x[ids]", "ids", ids);

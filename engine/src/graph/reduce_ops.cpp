@@ -197,7 +197,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
 
 }  // namespace
 
-Array sum(const Array& x, std::vector<int> axes, bool keepdims, std::source_location loc) {
+Array sum(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return reduce("sum", kernels::ReduceOp::sum, x, reduced_axes("sum", std::move(axes), x.ndim()), keepdims);
 }
@@ -221,7 +221,7 @@ Array in_float_dtype_of(const Array& r, const Array& x) {
 
 }  // namespace
 
-Array mean(const Array& x, std::vector<int> axes, bool keepdims, std::source_location loc) {
+Array mean(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   return in_float_dtype_of(mean_f32(x, std::move(axes), keepdims), x);
 }
@@ -234,14 +234,14 @@ Array var(const Array& x, std::vector<int> axes, bool keepdims) {
 Array std(const Array& x, std::vector<int> axes, bool keepdims) { return sqrt(var(x, std::move(axes), keepdims)); }
 
 // The max / min of bools is a bool (any / all), as in jax.numpy; the kernels reduce them as int32.
-Array max(const Array& x, std::vector<int> axes, bool keepdims, std::source_location loc) {
+Array max(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array r = reduce("max", kernels::ReduceOp::max, x,
                          reduced_axes("max", std::move(axes), x.ndim()), keepdims);
   return x.dtype() == DType::bool_ ? astype(r, DType::bool_) : r;
 }
 
-Array min(const Array& x, std::vector<int> axes, bool keepdims, std::source_location loc) {
+Array min(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array r = reduce("min", kernels::ReduceOp::min, x,
                          reduced_axes("min", std::move(axes), x.ndim()), keepdims);

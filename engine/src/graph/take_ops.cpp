@@ -133,7 +133,7 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
       });
 }
 
-Array one_hot(const Array& x, int num_classes, DType dtype, std::source_location loc) {
+Array one_hot(const Array& x, int num_classes, DType dtype, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const detail::PartOpScope op_scope("one_hot");  // profile hook
   if (num_classes < 0) throw Error("one_hot: num_classes must not be negative");
@@ -214,7 +214,7 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
 }  // namespace
 
 Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
-           std::optional<Operand> fill_value, std::source_location loc) {
+           std::optional<Operand> fill_value, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   // Any other value, cast from an integer, was taken as fill.
   if (mode != TakeMode::fill && mode != TakeMode::clip && mode != TakeMode::wrap)
