@@ -21,9 +21,7 @@ int count(const mv::Lowered& l, const std::string& kind) {
   return c.count(kind) ? c.at(kind).count : 0;
 }
 
-Array put(const std::vector<float>& v, mv::Shape s, const mv::Sharding& sharding) {
-  return mv::device_put(std::span<const float>(v), s, sharding);
-}
+const auto put = placed_array;
 
 Array put_ids(const std::vector<int32_t>& v, mv::Shape s, const mv::Sharding& sharding) {
   return mv::device_put(std::span<const int32_t>(v), s, sharding);
