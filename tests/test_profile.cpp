@@ -211,7 +211,10 @@ struct GatherMatmul {
         },
         mv::JitOptions{.name = "gather_matmul"});
     f = [jitted](const mv::Array& a, const mv::Array& b) { return jitted(a, b); };
-    x = mv::device_put(mv::arange(64.f * 32).reshape({64, 32}), mv::NamedSharding(mesh, P("x")));
+    // Committed to device 0 first: a constant would be made on each device instead of moved, and
+    // the trace's flows include this move's transfers.
+    const mv::Array on_0 = mv::device_put(mv::arange(64.f * 32).reshape({64, 32}), mv::Sharding(mv::SingleDeviceSharding(0)));
+    x = mv::device_put(on_0, mv::NamedSharding(mesh, P("x")));
     w = mv::device_put(mv::arange(32.f * 16).reshape({32, 16}), mv::NamedSharding(mesh, P()));
   }
 };

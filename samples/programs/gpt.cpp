@@ -23,12 +23,16 @@ struct Forward {
   // A parameter as the forward pass reads it: gathered (use), then cast.
   Array param(const Array& p) const { return astype(use ? use(p) : p, cfg.compute); }
   Array operand(const Array& x) const { return astype(x, cfg.compute); }
-  Array einsum2(const std::string& subscripts, const Array& a, const Array& b) const {
-    return einsum(subscripts, operand(a), operand(b), DType::float32);
+  // The caller's line goes on to einsum, so the program text names the line of the layer (not
+  // this helper's) beside the collectives its contraction needs.
+  Array einsum2(const std::string& subscripts, const Array& a, const Array& b,
+                SourceLocation loc = SourceLocation::current()) const {
+    return einsum(subscripts, operand(a), operand(b), DType::float32, loc);
   }
   // x @ weight^T + bias over the last axis of a [batch, seq, in] x (nn::linear takes 2-D x).
-  Array linear3(const Array& x, const Params& p, const std::string& name) const {
-    return einsum2("bsi,oi->bso", x, param(p.at(name + ".weight"))) + param(p.at(name + ".bias"));
+  Array linear3(const Array& x, const Params& p, const std::string& name,
+                SourceLocation loc = SourceLocation::current()) const {
+    return einsum2("bsi,oi->bso", x, param(p.at(name + ".weight")), loc) + param(p.at(name + ".bias"));
   }
   Array layer_norm(const Array& x, const Params& p, const std::string& name) const {
     return nn::layer_norm(x, param(p.at(name + ".weight")), param(p.at(name + ".bias")), cfg.ln_eps);

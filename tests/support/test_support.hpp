@@ -97,6 +97,11 @@ inline meshvk::Array host_array(const std::vector<float>& v) {
   return host_array(v, {static_cast<int64_t>(v.size())});
 }
 
+// Host values laid out as `sharding` (committed).
+inline meshvk::Array placed_array(const std::vector<float>& v, meshvk::Shape shape, const meshvk::Sharding& sharding) {
+  return meshvk::device_put(std::span<const float>(v), std::move(shape), sharding);
+}
+
 // Tests of per-device pieces past one binding (hundreds of MiB) peak at 8-15 GB under
 // AddressSanitizer (measured), more than CI machines can be assumed to have: the sanitizer run
 // skips them and keeps the tests that shrink the binding limits instead (the same code paths);

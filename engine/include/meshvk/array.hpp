@@ -12,6 +12,7 @@
 
 #include "meshvk/dtype.hpp"
 #include "meshvk/sharding.hpp"
+#include "meshvk/source_location.hpp"
 
 namespace meshvk {
 
@@ -219,7 +220,7 @@ Array ones_like(const Array& x);
 
 // jax.device_put: lays `x` out as `sharding`, moving data device to device (never through the
 // host). The result is committed.
-Array device_put(const Array& x, const Sharding& sharding);
+Array device_put(const Array& x, const Sharding& sharding, SourceLocation loc = SourceLocation::current());
 Array device_put(std::span<const float> values, Shape shape, const Sharding& sharding);
 Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& sharding);
 

@@ -18,6 +18,7 @@
 
 #include "meshvk/array.hpp"
 #include "meshvk/sharding.hpp"
+#include "meshvk/source_location.hpp"
 #include "meshvk/tree.hpp"
 
 namespace meshvk {
@@ -50,6 +51,21 @@ struct CollectiveCount {
   uint64_t bytes = 0;
 };
 
+// One collective or reshard of a program, and where it came from: the rule that inserted it and
+// the user's source line (the innermost call of meshvk's API from user code that inserted it; in a
+// backward pass, the forward op's line, with `backward` set). `file` is empty where no line is
+// known (an operator such as a + b, or a call the engine made on its own).
+struct CollectiveRecord {
+  std::string kind;               // HLO's name: all-reduce, all-gather, reduce-scatter, reshard, ...
+  std::vector<std::string> axes;  // the mesh axes it moves data along
+  uint64_t bytes = 0;             // what each device sends
+  std::string rule;               // "dot_general contracts dim 1 sharded on 'model'", "out_shardings[0]", ...
+  std::string file;               // the source file's path, as SourceLocation::current() gives it
+  uint32_t line = 0;
+  std::string function;           // the enclosing function's name
+  bool backward = false;
+};
+
 // A compiled program, as jax.jit(f).lower(args) gives it.
 //
 // Accessors of the public value classes (Lowered, Array, Mesh, PartitionSpec, NamedSharding,
@@ -59,8 +75,9 @@ struct CollectiveCount {
 // object.
 class Lowered {
  public:
-  Lowered(std::string text, std::map<std::string, CollectiveCount> counts)
-      : text_(std::move(text)), counts_(std::move(counts)) {}
+  Lowered(std::string text, std::map<std::string, CollectiveCount> counts,
+          std::vector<CollectiveRecord> collectives = {})
+      : text_(std::move(text)), counts_(std::move(counts)), collectives_(std::move(collectives)) {}
   // The per-device program: local shapes, each op, every collective with its replica groups and
   // bytes (HLO's names: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute).
   const std::string& as_text() const& { return text_; }
@@ -70,10 +87,16 @@ class Lowered {
   const std::map<std::string, CollectiveCount>& collective_counts() const& { return counts_; }
   std::map<std::string, CollectiveCount> collective_counts() && { return std::move(counts_); }
   std::map<std::string, CollectiveCount> collective_counts() const&& { return counts_; }
+  // Every collective and reshard in program order, with the rule and source line that made it
+  // (the same as the "  # rule - file:line (function)" ends of as_text()'s lines).
+  const std::vector<CollectiveRecord>& collectives() const& { return collectives_; }
+  std::vector<CollectiveRecord> collectives() && { return std::move(collectives_); }
+  std::vector<CollectiveRecord> collectives() const&& { return collectives_; }
 
  private:
   std::string text_;
   std::map<std::string, CollectiveCount> counts_;
+  std::vector<CollectiveRecord> collectives_;
 };
 
 // The type-erased jitted function: a cache of compiled programs keyed by the arguments' shapes,
@@ -387,10 +410,11 @@ Jitted<F> jit(F f, JitOptions options = {}) {
 }
 
 // A hard layout constraint inside jit (and a device_put outside it).
-Array with_sharding_constraint(const Array& x, const Sharding& sharding);
+Array with_sharding_constraint(const Array& x, const Sharding& sharding,
+          SourceLocation loc = SourceLocation::current());
 // Explicit mode: move x to another PartitionSpec over its own mesh (over use_mesh's mesh for an
 // array on one device), or to any sharding.
-Array reshard(const Array& x, const PartitionSpec& spec);
-Array reshard(const Array& x, const Sharding& sharding);
+Array reshard(const Array& x, const PartitionSpec& spec, SourceLocation loc = SourceLocation::current());
+Array reshard(const Array& x, const Sharding& sharding, SourceLocation loc = SourceLocation::current());
 
 }  // namespace meshvk

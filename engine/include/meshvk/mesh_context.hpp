@@ -11,17 +11,18 @@
 // innermost guard alive wins, and the outer one is back when it goes.
 #include <cstddef>
 #include <functional>
+#include <optional>
+#include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
-#include <optional>
-#include <type_traits>
-#include <string>
 
 #include "meshvk/array.hpp"
 #include "meshvk/mesh.hpp"
 #include "meshvk/partition_spec.hpp"
+#include "meshvk/source_location.hpp"
 
 namespace meshvk {
 
@@ -51,8 +52,9 @@ std::optional<Mesh> get_abstract_mesh();
 NamedSharding sharding_in_context(const PartitionSpec& spec, const char* op);
 
 // jax.device_put(x, P(...)) and jax.lax.with_sharding_constraint(x, P(...)) under use_mesh.
-Array device_put(const Array& x, const PartitionSpec& spec);
-Array with_sharding_constraint(const Array& x, const PartitionSpec& spec);
+Array device_put(const Array& x, const PartitionSpec& spec, SourceLocation loc = SourceLocation::current());
+Array with_sharding_constraint(const Array& x, const PartitionSpec& spec,
+          SourceLocation loc = SourceLocation::current());
 
 // A sharding as auto_axes' out_sharding and explicit_axes' in_sharding take it: a bare
 // PartitionSpec (over the context mesh, or the arguments' mesh outside any) or a NamedSharding.

@@ -8,10 +8,11 @@
 #include <optional>
 #include <string>
 #include <type_traits>
-#include <vector>
 #include <variant>
+#include <vector>
 
 #include "meshvk/array.hpp"
+#include "meshvk/source_location.hpp"
 
 namespace meshvk {
 
@@ -177,21 +178,27 @@ namespace meshvk {
 
 // Reductions over `axes` (all axes when empty; negative axes count from the end). Float sums
 // are pairwise (tree) sums.
-Array sum(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
-Array mean(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array sum(const Array& x, std::vector<int> axes = {}, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current());
+Array mean(const Array& x, std::vector<int> axes = {}, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current());
 Array var(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
 Array std(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
-Array max(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
-Array min(const Array& x, std::vector<int> axes = {}, bool keepdims = false);
+Array max(const Array& x, std::vector<int> axes = {}, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current());
+Array min(const Array& x, std::vector<int> axes = {}, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current());
 // One int axis, as jnp.sum(x, 0) / jnp.max(x, -1, keepdims=True) spell it. Templates, so that a
 // braced list still means a list of axes: sum(x, {}) reduces all axes, sum(x, {0}) axis 0.
 template <std::integral I>
-Array sum(const Array& x, I axis, bool keepdims = false) {
-  return sum(x, std::vector<int>{detail::int_axis(axis, "sum", x.ndim())}, keepdims);
+Array sum(const Array& x, I axis, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current()) {
+  return sum(x, std::vector<int>{detail::int_axis(axis, "sum", x.ndim())}, keepdims, loc);
 }
 template <std::integral I>
-Array mean(const Array& x, I axis, bool keepdims = false) {
-  return mean(x, std::vector<int>{detail::int_axis(axis, "mean", x.ndim())}, keepdims);
+Array mean(const Array& x, I axis, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current()) {
+  return mean(x, std::vector<int>{detail::int_axis(axis, "mean", x.ndim())}, keepdims, loc);
 }
 template <std::integral I>
 Array var(const Array& x, I axis, bool keepdims = false) {
@@ -202,12 +209,14 @@ Array std(const Array& x, I axis, bool keepdims = false) {
   return std(x, std::vector<int>{detail::int_axis(axis, "std", x.ndim())}, keepdims);
 }
 template <std::integral I>
-Array max(const Array& x, I axis, bool keepdims = false) {
-  return max(x, std::vector<int>{detail::int_axis(axis, "max", x.ndim())}, keepdims);
+Array max(const Array& x, I axis, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current()) {
+  return max(x, std::vector<int>{detail::int_axis(axis, "max", x.ndim())}, keepdims, loc);
 }
 template <std::integral I>
-Array min(const Array& x, I axis, bool keepdims = false) {
-  return min(x, std::vector<int>{detail::int_axis(axis, "min", x.ndim())}, keepdims);
+Array min(const Array& x, I axis, bool keepdims = false,
+          SourceLocation loc = SourceLocation::current()) {
+  return min(x, std::vector<int>{detail::int_axis(axis, "min", x.ndim())}, keepdims, loc);
 }
 // Index of the first maximum / minimum along `axis` (int32); without an axis, of the flattened
 // array (jnp.argmax's axis=None).
@@ -218,22 +227,28 @@ Array argmin(const Array& x);
 
 // Linear algebra: numpy's matmul (batched, broadcasting batch dimensions; 1-D operands are
 // promoted as numpy does), dot, and einsum (below: any number of operands).
-Array matmul(const Array& a, const Array& b);
-Array dot(const Array& a, const Array& b);
-Array einsum(const std::string& subscripts, const Array& a, const Array& b);
+Array matmul(const Array& a, const Array& b, SourceLocation loc = SourceLocation::current());
+Array dot(const Array& a, const Array& b, SourceLocation loc = SourceLocation::current());
+Array einsum(const std::string& subscripts, const Array& a, const Array& b,
+          SourceLocation loc = SourceLocation::current());
 // With the result's layout given (JAX's out_sharding), as explicit mode needs when a contracting
 // dimension is sharded the same way on both sides.
-Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding);
-Array einsum(const std::string& subscripts, const Array& a, const Array& b, const std::optional<Sharding>& out_sharding);
-Array einsum(const std::string& subscripts, const Array& a);
+Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding,
+          SourceLocation loc = SourceLocation::current());
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, const std::optional<Sharding>& out_sharding,
+          SourceLocation loc = SourceLocation::current());
+Array einsum(const std::string& subscripts, const Array& a, SourceLocation loc = SourceLocation::current());
 // JAX's preferred_element_type (jnp.matmul(a, b, preferred_element_type=jnp.float32)): the
 // result's dtype. With floating operands the products are summed in float32 and the result is
 // rounded to it, so bfloat16 operands give a float32 result that was never rounded to bfloat16.
 // Without it, bfloat16 @ bfloat16 is bfloat16 (summed in float32, then rounded, as XLA on CPU).
 // An integer type for floating operands is an Error, as in JAX.
-Array matmul(const Array& a, const Array& b, DType preferred_element_type);
-Array dot(const Array& a, const Array& b, DType preferred_element_type);
-Array einsum(const std::string& subscripts, const Array& a, const Array& b, DType preferred_element_type);
+Array matmul(const Array& a, const Array& b, DType preferred_element_type,
+          SourceLocation loc = SourceLocation::current());
+Array dot(const Array& a, const Array& b, DType preferred_element_type,
+          SourceLocation loc = SourceLocation::current());
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, DType preferred_element_type,
+          SourceLocation loc = SourceLocation::current());
 
 }  // namespace meshvk
 
@@ -288,9 +303,11 @@ Array roll(const Array& x, int64_t shift, int axis);
 // Gradients flow to the elements taken; filled elements get none.
 enum class TakeMode { fill, clip, wrap };
 Array take(const Array& x, const Array& indices, int axis = 0, TakeMode mode = TakeMode::fill,
-           std::optional<Operand> fill_value = std::nullopt);
+           std::optional<Operand> fill_value = std::nullopt,
+           SourceLocation loc = SourceLocation::current());
 // jax.nn.one_hot: x (int32) compared against 0..num_classes-1 along a new last axis.
-Array one_hot(const Array& x, int num_classes, DType dtype = DType::float32);
+Array one_hot(const Array& x, int num_classes, DType dtype = DType::float32,
+          SourceLocation loc = SourceLocation::current());
 // jnp.argsort (stable): int32 indices that sort `x` along `axis`; NaN sorts last.
 Array argsort(const Array& x, int axis = -1);
 
@@ -305,9 +322,11 @@ namespace meshvk {
 // operands are contracted two at a time, the pair with the smallest result first. Bad subscripts
 // throw Error naming what is wrong. out_sharding lays out the result, as JAX's.
 Array einsum(const std::string& subscripts, const std::vector<Array>& operands,
-             const std::optional<Sharding>& out_sharding = std::nullopt);
+             const std::optional<Sharding>& out_sharding = std::nullopt,
+             SourceLocation loc = SourceLocation::current());
 Array einsum(const std::string& subscripts, const std::vector<Array>& operands, DType preferred_element_type,
-             const std::optional<Sharding>& out_sharding = std::nullopt);
+             const std::optional<Sharding>& out_sharding = std::nullopt,
+             SourceLocation loc = SourceLocation::current());
 template <class... A>
   requires(sizeof...(A) >= 1 && (std::same_as<A, Array> && ...))
 Array einsum(const std::string& subscripts, const Array& a, const Array& b, const A&... rest) {
@@ -377,7 +396,7 @@ Array sort(const Array& x, int axis = -1);
 // JAX's x[ids] for an int32 index array on axis 0 (also spelled x[ids] on Array): rows of x in the
 // shape ids.shape + x.shape[1:]. As JAX's indexing (not jnp.take's fill): a negative index counts
 // from the end, and one still out of range is clamped into [0, n). Gradients scatter-add back.
-Array gather(const Array& x, const Array& ids);
+Array gather(const Array& x, const Array& ids, SourceLocation loc = SourceLocation::current());
 // JAX's x.at[ids].set(v) / x.at[ids].add(v) on axis 0: a new array (x is unchanged), with v (an
 // Array or a scalar) broadcast to ids.shape + x.shape[1:] and cast to x's dtype. A negative index
 // in [-n, 0) counts from the end; one still out of range is dropped (JAX's default for updates).

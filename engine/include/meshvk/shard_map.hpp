@@ -13,6 +13,7 @@
 #include "meshvk/error.hpp"
 #include "meshvk/mesh.hpp"
 #include "meshvk/partition_spec.hpp"
+#include "meshvk/source_location.hpp"
 #include "meshvk/tree.hpp"
 
 namespace meshvk {
@@ -186,15 +187,19 @@ auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<
 }
 
 // Collectives over named mesh axes, with JAX's semantics; valid inside shard_map.
-Array psum(const Array& x, const AxisNames& axis_name);
-Array pmean(const Array& x, const AxisNames& axis_name);
-Array pmax(const Array& x, const AxisNames& axis_name);
-Array pmin(const Array& x, const AxisNames& axis_name);
-Array all_gather(const Array& x, const AxisNames& axis_name, int axis = 0, bool tiled = false);
-Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimension = 0, bool tiled = false);
+Array psum(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
+Array pmean(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
+Array pmax(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
+Array pmin(const Array& x, const AxisNames& axis_name, SourceLocation loc = SourceLocation::current());
+Array all_gather(const Array& x, const AxisNames& axis_name, int axis = 0, bool tiled = false,
+          SourceLocation loc = SourceLocation::current());
+Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimension = 0, bool tiled = false,
+          SourceLocation loc = SourceLocation::current());
 // Sends each (source, destination) pair's value; destinations nobody sends to get zeros.
-Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm);
-Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled = false);
+Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm,
+          SourceLocation loc = SourceLocation::current());
+Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled = false,
+          SourceLocation loc = SourceLocation::current());
 // Every device of a group gets the value of the group's member with index `source`.
 Array pbroadcast(const Array& x, const AxisNames& axis_name, int source = 0);
 // This device's index along the axes (mixed radix, first axis major), as an int32 scalar.

@@ -35,10 +35,56 @@ void log_op(const std::string& line) {
   if (active) active->lines_.push_back(line);
 }
 
-void log_collective(const std::string& kind, uint64_t bytes, const std::string& line) {
+namespace {
+thread_local CallSite call_site;
+thread_local std::string rule;
+}  // namespace
+
+const CallSite& current_call_site() { return call_site; }
+CallSiteScope::CallSiteScope(const CallSite& site) : saved_(call_site) { call_site = site; }
+CallSiteScope::~CallSiteScope() { call_site = saved_; }
+
+const std::string& current_rule() { return rule; }
+void RuleScope::set(std::string r) {
+  rule = std::move(r);
+  set_ = true;
+}
+RuleScope::~RuleScope() {
+  if (set_) rule.clear();
+}
+
+std::string short_function(const char* signature) {
+  if (!signature) return "";
+  std::string s = signature;
+  // "R ns::name(args) [with ...]" -> "name"; a lambda ("ns::f(args)::<lambda(...)>") -> "f lambda".
+  const size_t lambda = s.find("::<lambda");
+  if (lambda != std::string::npos) s = s.substr(0, lambda);
+  std::string head = s.substr(0, s.find('('));
+  const size_t space = head.find_last_of(' ');
+  if (space != std::string::npos) head = head.substr(space + 1);
+  const size_t colons = head.rfind("::");
+  if (colons != std::string::npos) head = head.substr(colons + 2);
+  return lambda == std::string::npos ? head : head + " lambda";
+}
+
+std::string provenance_text(const std::string& why, const CallSite& site) {
+  std::string s = "  # " + (why.empty() ? std::string("(no rule recorded)") : why);
+  if (!site.known()) return s;
+  std::string file = site.file;
+  const size_t slash = file.find_last_of("/\\");
+  if (slash != std::string::npos) file = file.substr(slash + 1);
+  s += " - " + file + ":" + std::to_string(site.line);
+  const std::string function = short_function(site.function);
+  if (!function.empty()) s += " (" + function + ")";
+  if (site.backward) s += " [backward]";
+  return s;
+}
+
+void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
+                    const std::vector<std::string>& axes) {
   if (!active) return;
-  active->lines_.push_back(line);
-  active->collectives_.push_back({kind, bytes});
+  active->lines_.push_back(line + provenance_text(rule, call_site));
+  active->collectives_.push_back({kind, bytes, axes, rule, call_site});
 }
 
 }  // namespace meshvk::exec

@@ -8,12 +8,63 @@
 
 namespace meshvk::exec {
 
+bool logging();
+const std::string& current_rule();
+
+// Where a collective came from. The call site is the user's source line: the innermost call of
+// the public API made from outside the engine (graph/call_site.hpp sets it), or, in a backward
+// pass, the line of the forward op whose rule runs. Pointers are SourceLocation's (static strings).
+struct CallSite {
+  const char* file = nullptr;
+  uint32_t line = 0;
+  const char* function = nullptr;
+  bool backward = false;
+  bool known() const { return file != nullptr; }
+};
+const CallSite& current_call_site();
+// While alive, `site` is the thread's call site.
+class CallSiteScope {
+ public:
+  explicit CallSiteScope(const CallSite& site);
+  ~CallSiteScope();
+  CallSiteScope(const CallSiteScope&) = delete;
+  CallSiteScope& operator=(const CallSiteScope&) = delete;
+
+ private:
+  CallSite saved_;
+};
+
+// The rule that inserts the collectives and reshards run while it is alive ("dot_general
+// contracts dim 1 sharded on 'model'", "out_shardings[0]"). The outermost rule wins: an op that
+// lays out its operands with device_put names why, and device_put's own rule does not replace it.
+// `describe` (a callable returning std::string) runs only while a trace listens.
+class RuleScope {
+ public:
+  template <class F>
+  explicit RuleScope(F&& describe) {
+    if (logging() && current_rule().empty()) set(describe());
+  }
+  ~RuleScope();
+  RuleScope(const RuleScope&) = delete;
+  RuleScope& operator=(const RuleScope&) = delete;
+
+ private:
+  void set(std::string rule);
+  bool set_ = false;
+};
+
 // Appends a line when a trace is listening; costs nothing otherwise.
 void log_op(const std::string& line);
 // A line for data moved between devices: `kind` is HLO's name ("all-reduce", "all-gather",
-// "reduce-scatter", "all-to-all", "collective-permute", ...), `bytes` what each device sends.
-void log_collective(const std::string& kind, uint64_t bytes, const std::string& line);
-bool logging();
+// "reduce-scatter", "all-to-all", "collective-permute", ...), `bytes` what each device sends,
+// `axes` the mesh axes it moves along. The current rule and call site are recorded with it and
+// appended to the line ("  # <rule> - gpt.cpp:88 (function)").
+void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
+                    const std::vector<std::string>& axes = {});
+// A function's name from a pretty signature ("R ns::name(args)") or a plain name (__builtin_FUNCTION's).
+std::string short_function(const char* signature);
+// The provenance suffix log_collective appends: "  # rule - file:line (function)".
+std::string provenance_text(const std::string& rule, const CallSite& site);
 // While a trace listens: names the value whose first buffer is `key` after the op that made it
 // and returns the name ("" otherwise).
 std::string name_result(const void* key, const std::string& op);
@@ -23,6 +74,9 @@ std::string value_name(const void* key);
 struct CollectiveRecord {
   std::string kind;
   uint64_t bytes = 0;
+  std::vector<std::string> axes;
+  std::string rule;
+  CallSite site;
 };
 
 class ProgramLog {
@@ -47,7 +101,8 @@ class ProgramLog {
   friend std::string value_name(const void* key);
 
   friend void log_op(const std::string& line);
-  friend void log_collective(const std::string& kind, uint64_t bytes, const std::string& line);
+  friend void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
+                             const std::vector<std::string>& axes);
   std::vector<std::string> lines_;
   std::vector<CollectiveRecord> collectives_;
   std::map<const void*, std::string> names_;

@@ -303,6 +303,30 @@ static std::vector<std::string> gathered_axes(const Sharding& from, const Shardi
   return gathered;
 }
 
+std::vector<std::string> moved_axes(const Sharding& from, const Sharding& to, size_t rank) {
+  const NamedSharding* f = from.named();
+  const NamedSharding* t = to.named();
+  std::vector<std::string> axes;
+  const auto add = [&](const std::string& a) {
+    if (std::find(axes.begin(), axes.end(), a) == axes.end()) axes.push_back(a);
+  };
+  if (!f || !t || f->mesh().axis_names() != t->mesh().axis_names()) {
+    for (const NamedSharding* n : {f, t})
+      if (n)
+        for (const auto& a : n->mesh().axis_names()) add(a);
+    return axes;
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    const std::vector<std::string> none;
+    const auto& fa = d < f->spec().size() ? f->spec()[d].axes : none;
+    const auto& ta = d < t->spec().size() ? t->spec()[d].axes : none;
+    if (fa == ta) continue;
+    for (const auto& a : fa) add(a);
+    for (const auto& a : ta) add(a);
+  }
+  return axes;
+}
+
 ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding& target,
                      bool on_every_process) {
   check_devices(rt, target);
@@ -338,9 +362,10 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
       const uint64_t per_device = moved.between / std::max<size_t>(to.size(), 1);
       log_collective("all-gather", per_device,
                      "all-gather over (" + axes + (gathered.size() == 1 ? ",)" : ")") + ": " + line.substr(8) + ", " +
-                         std::to_string(per_device) + " bytes per device");
+                         std::to_string(per_device) + " bytes per device",
+                     gathered);
     } else if (moved.between) {
-      log_collective("reshard", moved.between, line);
+      log_collective("reshard", moved.between, line, moved_axes(value.sharding, target, value.shape.size()));
     } else {
       log_op(line);
     }

@@ -2,6 +2,7 @@
 // A global array's value as per-device pieces, and the eager ways to make and move one: upload
 // from the host, read back, fill on the device and reshard device to device.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "meshvk/sharding.hpp"
@@ -41,6 +42,10 @@ ShardedValue fill(detail::RuntimeState& rt, const Shape& shape, DType dtype, uin
 // device_put of host-local data onto a global sharding).
 ShardedValue reshard(detail::RuntimeState& rt, const ShardedValue& value, const Sharding& target,
                      bool on_every_process = false);
+
+// The mesh axes a move from `from` to `to` crosses: those whose use by some dimension differs
+// between the two (a value on one device moved onto a mesh: every axis of that mesh).
+std::vector<std::string> moved_axes(const Sharding& from, const Sharding& to, size_t rank);
 
 // Bytes a gather_box copied: from other devices, and within the device.
 struct Moved {

@@ -1,3 +1,4 @@
+#include "exec/program_log.hpp"
 #include "meshvk/array.hpp"
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <optional>
 
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
+#include "graph/constant_remake.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
@@ -74,6 +77,9 @@ Array made(std::shared_ptr<detail::RuntimeState> rt, exec::ShardedValue value) {
   return detail::make_array(std::move(rt), std::move(value), manual);
 }
 
+// The most elements of a host array that is kept to be uploaded again where it is used.
+constexpr int64_t kRemadeHostElements = 1 << 14;
+
 // bfloat16 / float16 host values as the device stores them: one float32 word each.
 template <class T>
 std::vector<float> widened(std::span<const T> values) {
@@ -95,7 +101,15 @@ Array from_host(std::span<const T> values, std::optional<Shape> shape, DType dty
   const Mesh* mesh = constant_mesh();
   auto value = exec::upload(*rt, values.data(), s, dtype,
                             mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
-  return made(rt, std::move(value));
+  const Array a = made(rt, std::move(value));
+  // Small constants (a scan's slice indices, a table of a few values) are uploaded again where
+  // they are used; a large host array is data, moved as any other.
+  if (a.committed() || size > kRemadeHostElements) return a;
+  std::vector<uint32_t> words(values.size());
+  std::memcpy(words.data(), values.data(), words.size() * 4);
+  return detail::with_remake(a, [rt, words = std::move(words), s, dtype](const Sharding& everywhere) {
+    return made(rt, exec::upload(*rt, words.data(), s, dtype, everywhere));
+  });
 }
 
 Array filled(const char* op, Shape shape, DType dtype, uint32_t word) {
@@ -105,7 +119,11 @@ Array filled(const char* op, Shape shape, DType dtype, uint32_t word) {
   const detail::PartOpScope op_scope("full");  // profile hook
   const Mesh* mesh = constant_mesh();
   auto value = exec::fill(*rt, shape, dtype, word, mesh ? Sharding(NamedSharding(*mesh, PartitionSpec())) : default_device(*rt));
-  return made(rt, std::move(value));
+  const Array a = made(rt, std::move(value));
+  if (a.committed()) return a;
+  return detail::with_remake(a, [rt, shape, dtype, word](const Sharding& everywhere) {
+    return made(rt, exec::fill(*rt, shape, dtype, word, everywhere));
+  });
 }
 
 template <class T>
@@ -127,14 +145,12 @@ Array ranged(double start, double stop, double step, DType dtype) {
   auto rt = current_state();
   std::lock_guard lock(rt->mutex());
   const detail::PartOpScope op_scope("arange");  // profile hook
-  if (const Mesh* mesh = constant_mesh()) {
-    exec::ShardedValue value{Shape{count}, dtype, NamedSharding(*mesh, PartitionSpec()), {}};
-    for (const int d : mesh->device_ids())
-      value.shards.push_back(exec::iota(*rt, count, dtype, start, step, SingleDeviceSharding(d, rt->platform())).shards.front());
-    return made(rt, std::move(value));
-  }
-  auto value = exec::iota(*rt, count, dtype, start, step, default_device(*rt));
-  return made(rt, std::move(value));
+  if (const Mesh* mesh = constant_mesh())
+    return made(rt, detail::iota_on(*rt, count, dtype, start, step, NamedSharding(*mesh, PartitionSpec())));
+  const Array a = made(rt, detail::iota_on(*rt, count, dtype, start, step, default_device(*rt)));
+  return detail::with_remake(a, [rt, count, dtype, start, step](const Sharding& everywhere) {
+    return made(rt, detail::iota_on(*rt, count, dtype, start, step, everywhere));
+  });
 }
 
 }  // namespace
@@ -309,11 +325,20 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
       return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
     }
   }
+  if (const auto remake = detail::remake_of(self)) {  // a constant's reshape is one too
+    exec::ShardedValue same = v;
+    same.shape = new_shape;
+    return detail::with_remake(detail::make_array(a.runtime, std::move(same), false, a.varying),
+                               [remake, new_shape](const Sharding& everywhere) {
+                                 return reshape_untaped((*remake)(everywhere), new_shape);
+                               });
+  }
   if (!v.sharding.is_fully_replicated()) {
     // Pieces of a sharded array are not pieces of the reshaped one: gather a full copy on each
     // of its devices (device to device) and reshape that.
     const NamedSharding& n = *v.sharding.named();
     const detail::OpScope op_scope("reshard");  // profile hook: the line exec::reshard prints
+    const exec::RuleScope rule([] { return std::string("reshape of a split array: gathered whole"); });
     v = exec::reshard(*a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()),
                       detail::on_every_process(self));
   }
@@ -443,7 +468,8 @@ static std::optional<Sharding> in_partial_manual_body(const Sharding& sharding) 
   return Sharding(NamedSharding(*manual, n->spec()));
 }
 
-Array device_put(const Array& x, const Sharding& requested) {
+Array device_put(const Array& x, const Sharding& requested, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const std::optional<Sharding> on_body_mesh = in_partial_manual_body(requested);
   const Sharding& sharding = on_body_mesh ? *on_body_mesh : requested;
   const ArrayImpl& a = impl_of(x);
@@ -453,6 +479,7 @@ Array device_put(const Array& x, const Sharding& requested) {
   sharding.check_shape(a.value.shape);
   std::lock_guard lock(rt.mutex());
   exec::check_devices(rt, sharding);
+  const exec::RuleScope rule([] { return std::string("device_put"); });
   const Array placed = device_put_untaped(x, sharding, a, rt);
   return detail::on_tape(placed, {x}, [x](const Array& ct) {
     if (ct.sharding().is_equivalent_to(x.sharding(), x.ndim())) return std::vector<Array>{ct};
@@ -473,6 +500,10 @@ Array device_put_untaped(const Array& x, const Sharding& sharding, const detail:
   // of an all-reduce and a slice.
   if (const auto scattered = detail::scatter_partial(x, sharding))
     return device_put_untaped(*scattered, sharding, *scattered->impl(), rt);
+  if (std::optional<exec::ShardedValue> made = detail::remade_on(x, sharding)) {
+    made->sharding = sharding;
+    return detail::make_array(a.runtime, std::move(*made), true, a.varying);
+  }
   const exec::ShardedValue& current = detail::materialized(x);
   // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
   exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ struct ArrayImpl {
   // Set while the value is a sum not yet taken (value.shards empty then): materialized() takes
   // it, with an all-reduce over partial->axes, and clears this.
   mutable std::shared_ptr<const PartialSum> partial;
+  // A value with no data dependence (a fill, an iota, a small host constant, and what elementwise
+  // ops and reshapes make of only such values): how to make it again, replicated on the devices
+  // of a given sharding (see graph/constant_remake.hpp). Null for everything else.
+  std::shared_ptr<const std::function<Array(const Sharding& replicated)>> remake;
 };
 
 // The value with its device buffers, running pending work first and summing a partial value

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <set>
 
+#include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/partial_sum.hpp"
@@ -23,6 +24,7 @@ struct Node {
   std::vector<Array> inputs;
   MultiVjp vjp;
   std::optional<Mesh> manual;  // the shard_map mesh the op ran under, for collectives in its rule
+  exec::CallSite site;         // the user's line of the op: its rule's collectives name it
 };
 
 struct Tape {
@@ -72,7 +74,7 @@ void record(const std::vector<Array>& outputs, const std::vector<Array>& inputs,
     if (!any) continue;
     for (const Array& out : outputs)
       if (out.valid()) tape->tracked.insert(out.impl().get());
-    tape->nodes.push_back({outputs, inputs, vjp, m ? std::optional<Mesh>(*m) : std::nullopt});
+    tape->nodes.push_back({outputs, inputs, vjp, m ? std::optional<Mesh>(*m) : std::nullopt, exec::current_call_site()});
   }
 }
 
@@ -91,6 +93,9 @@ std::map<const ArrayImpl*, Array> backprop(const Tape& tape, std::map<const Arra
       if (!cts[k].valid() && it->outputs[k].valid()) cts[k] = zeros_like(it->outputs[k]);
     std::optional<detail::ManualScope> scope;
     if (it->manual) scope.emplace(*it->manual);
+    exec::CallSite backward_site = it->site;
+    backward_site.backward = backward_site.known();
+    const exec::CallSiteScope site_scope(backward_site);
     std::vector<bool> needs;
     for (const Array& in : it->inputs) needs.push_back(tape.is_tracked(in));
     detail::wanted = &needs;
@@ -309,6 +314,7 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
     Array g = found != cotangent.end() ? found->second : zeros_like(inputs[i]);
     // Gradients take their parameter's layout (and stay as free to move as it is).
     if (!g.sharding().is_equivalent_to(args[i].sharding(), args[i].ndim())) {
+      const exec::RuleScope rule([] { return std::string("grad: the gradient laid out as its argument"); });
       g = device_put(g, args[i].sharding());
       if (!args[i].committed()) {
         const Array placed = g;  // an outer grad differentiates through the uncommitted copy

@@ -8,6 +8,7 @@
 #include "collectives/collectives.hpp"
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
@@ -85,12 +86,14 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
       {"all_gather", "all-gather"},    {"psum_scatter", "reduce-scatter"}, {"ppermute", "collective-permute"},
       {"all_to_all", "all-to-all"},    {"pbroadcast", "collective-broadcast"}};
   const auto kind = hlo.count(op) ? hlo.at(op) : std::string(op);
+  const exec::RuleScope rule([&] { return op + " (explicit, in shard_map)"; });
   if (exec::logging())  // the text is built only while a trace listens
     exec::log_collective(
         kind, static_cast<uint64_t>(x.size()) * 4,
         kind + " (" + op + ") over " + detail::axes_text(axes) +
             ": replica_groups=" + detail::replica_groups_text(mesh, g) + ", local " + type_of(x) +
-            ", " + detail::bytes_text(static_cast<uint64_t>(x.size()) * 4) + " per device");
+            ", " + detail::bytes_text(static_cast<uint64_t>(x.size()) * 4) + " per device",
+        axes);
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
   const exec::ShardedValue& v = detail::materialized(x);
@@ -145,10 +148,17 @@ Array move_axis(const Array& x, int from, int to) {
 
 static Array psum_untaped(const Array& x, const AxisNames& axis_name) { return reduce_over("psum", x, axis_name, collectives::Reduction::sum); }
 static Array pextreme(const char* op, const Array& x, const AxisNames& axes, collectives::Reduction kind);
-Array pmax(const Array& x, const AxisNames& axis_name) { return pextreme("pmax", x, axis_name, collectives::Reduction::max); }
-Array pmin(const Array& x, const AxisNames& axis_name) { return pextreme("pmin", x, axis_name, collectives::Reduction::min); }
+Array pmax(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
+  return pextreme("pmax", x, axis_name, collectives::Reduction::max);
+}
+Array pmin(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
+  return pextreme("pmin", x, axis_name, collectives::Reduction::min);
+}
 
-Array pmean(const Array& x, const AxisNames& axis_name) {
+Array pmean(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   // bfloat16 and float16 stay so: their psum, divided in their type (as jax.lax.pmean).
   if (x.valid() && detail::is_16bit_float(x.dtype()))
     return psum(x, axis_name) / static_cast<float>(axis_size(axis_name));
@@ -319,7 +329,8 @@ bool varies_over(const Array& x, const AxisNames& axes) {
 }
 }  // namespace
 
-Array psum(const Array& x, const AxisNames& axis_name) {
+Array psum(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const Array y = psum_untaped(x, axis_name);
   if (!detail::differentiable(x)) return y;
   // A cotangent that is the same on every device of a group passes through; one that differs
@@ -329,7 +340,8 @@ Array psum(const Array& x, const AxisNames& axis_name) {
   });
 }
 
-Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tiled) {
+Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tiled, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const Array y = all_gather_untaped(x, axis_name, axis, tiled);
   if (!detail::differentiable(x)) return y;
   const int ax = axis < 0 ? axis + static_cast<int>(tiled ? x.ndim() : x.ndim() + 1) : axis;
@@ -345,7 +357,9 @@ Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tile
   });
 }
 
-Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimension, bool tiled) {
+Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimension, bool tiled,
+                   SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const Array y = psum_scatter_untaped(x, axis_name, scatter_dimension, tiled);
   if (!detail::differentiable(x)) return y;
   const int dim = scatter_dimension < 0 ? scatter_dimension + static_cast<int>(x.ndim()) : scatter_dimension;
@@ -354,7 +368,9 @@ Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimen
   });
 }
 
-Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm) {
+Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std::pair<int, int>>& perm,
+               SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const Array y = ppermute_untaped(x, axis_name, perm);
   if (!detail::differentiable(x)) return y;
   std::vector<std::pair<int, int>> back;
@@ -362,7 +378,9 @@ Array ppermute(const Array& x, const AxisNames& axis_name, const std::vector<std
   return detail::on_tape(y, {x}, [axis_name, back](const Array& ct) { return std::vector<Array>{ppermute(ct, axis_name, back)}; });
 }
 
-Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled) {
+Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled,
+                 SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const Array y = all_to_all_untaped(x, axis_name, split_axis, concat_axis, tiled);
   if (!detail::differentiable(x)) return y;
   return detail::on_tape(y, {x}, [axis_name, split_axis, concat_axis, tiled](const Array& ct) {

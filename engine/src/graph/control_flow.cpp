@@ -3,6 +3,7 @@
 // recorded command buffers again for every further iteration (exec/loop.hpp): a 48-step scan is
 // the program of one step. Reverse mode through scan is a scan of the body's vjp, run backwards
 // over the carries the forward pass kept.
+#include "exec/program_log.hpp"
 #include "meshvk/control_flow.hpp"
 
 #include <algorithm>
@@ -107,6 +108,7 @@ class TracedLoop {
   // The next iteration starts from `carry` instead of the current one.
   void restart_from(const std::vector<Array>& carry) {
     for (size_t i = 0; i < carry.size(); ++i) {
+      const exec::RuleScope rule([&] { return name_ + ": the carry laid out as the loop's input"; });
       const Array placed = device_put(carry[i], current_[i].sharding());
       if (unrolled_) {
         current_[i] = placed;
@@ -136,6 +138,7 @@ class TracedLoop {
                     " but its input was " + type_of(carry[i]) +
                     "; a loop's carry must keep its shape and dtype from one iteration to the next");
       if (!results[i].sharding().is_equivalent_to(carry[i].sharding(), carry[i].ndim())) {
+        const exec::RuleScope rule([&] { return name_ + ": the body's carry " + leaf(i) + " moved back to its input's layout"; });
         results[i] = device_put(results[i], carry[i].sharding());
         // Moved back to an uncommitted input's place: as free to move as that input was (a
         // carry that started on device 0 and met xs on a mesh must not pin the result there).

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/program_log.hpp"
+#include "graph/call_site.hpp"
 #include "graph/einsum.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -245,7 +247,8 @@ Array to_output(const Array& x, const std::string& labels, const std::string& ou
 }  // namespace
 
 Array einsum(const std::string& subscripts, const std::vector<Array>& operands,
-             const std::optional<Sharding>& out_sharding) {
+             const std::optional<Sharding>& out_sharding, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   Parsed p = parse(subscripts, operands);
   std::vector<Array> ops;
   std::vector<std::string>& labels = p.inputs;
@@ -298,29 +301,36 @@ Array einsum(const std::string& subscripts, const std::vector<Array>& operands,
   Array r = ops.size() == 2 ? detail::einsum_pair(subscripts, labels[0], labels[1], p.output,
                                                   ops[0], ops[1], out_sharding)
                             : to_output(ops[0], labels[0], p.output);
+  const exec::RuleScope rule([] { return std::string("einsum's out_sharding"); });
   return out_sharding && !(r.sharding() == *out_sharding) ? device_put(r, *out_sharding) : r;
 }
 
 Array einsum(const std::string& subscripts, const std::vector<Array>& operands, DType preferred_element_type,
-             const std::optional<Sharding>& out_sharding) {
+             const std::optional<Sharding>& out_sharding, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const auto ops = detail::for_preferred_type("einsum", operands, preferred_element_type);
   return astype(einsum(subscripts, ops, out_sharding), preferred_element_type);
 }
 
-Array einsum(const std::string& subscripts, const Array& a, const Array& b, DType preferred_element_type) {
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, DType preferred_element_type,
+             SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a, b}, preferred_element_type);
 }
 
-Array einsum(const std::string& subscripts, const Array& a) {
+Array einsum(const std::string& subscripts, const Array& a, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a});
 }
 
-Array einsum(const std::string& subscripts, const Array& a, const Array& b) {
+Array einsum(const std::string& subscripts, const Array& a, const Array& b, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a, b});
 }
 
 Array einsum(const std::string& subscripts, const Array& a, const Array& b,
-             const std::optional<Sharding>& out_sharding) {
+             const std::optional<Sharding>& out_sharding, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return einsum(subscripts, std::vector<Array>{a, b}, out_sharding);
 }
 

@@ -9,6 +9,7 @@
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/constant_remake.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/elementwise_core.hpp"
 #include "graph/op_scope.hpp"
@@ -381,6 +382,10 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
     const Sharding& want = layout.operands[array_index++];
     Array x = *a;
     if (!x.sharding().is_equivalent_to(want, x.ndim())) {
+      const exec::RuleScope rule([&] {
+        return std::string(op) + ": operands with different shardings; operand " + std::to_string(array_index - 1) +
+               " moved to the result's layout";
+      });
       x = device_put(x, want);
     } else if (detail::is_pending(x)) {
       const auto [n, k] = fused_size(x);
@@ -403,9 +408,21 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
   b.program.num_inputs = static_cast<int>(b.inputs.size());
   bool committed = false;
   for (const Array* a : arrays) committed = committed || a->committed();
-  return detail::make_pending(rt, out, result, layout.result, committed,
-                              PendingElementwise{std::move(b.program), std::move(b.inputs)},
-                              detail::varying_of(arrays));
+  std::vector<std::shared_ptr<const Remake>> input_remakes;
+  for (const Array& in : b.inputs)
+    if (auto r = remake_of(in)) input_remakes.push_back(std::move(r));
+  const bool constant = !committed && input_remakes.size() == b.inputs.size();
+  kernels::EwProgram program = b.program;
+  Array r = detail::make_pending(rt, out, result, layout.result, committed,
+                                 PendingElementwise{std::move(b.program), std::move(b.inputs)},
+                                 detail::varying_of(arrays));
+  if (!constant) return r;
+  // Only constants in: the same program over the inputs made again (see constant_remake.hpp).
+  return with_remake(r, [rt, out, result, program, input_remakes](const Sharding& everywhere) {
+    std::vector<Array> inputs;
+    for (const auto& remake : input_remakes) inputs.push_back((*remake)(everywhere));
+    return detail::make_pending(rt, out, result, everywhere, false, PendingElementwise{program, std::move(inputs)});
+  });
 }
 
 bool is_float_op(EwOp op) {

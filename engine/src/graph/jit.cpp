@@ -12,6 +12,7 @@
 #include "exec/program.hpp"
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
 #include "graph/loop_support.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
@@ -81,6 +82,7 @@ struct Compiled {
   std::unique_ptr<exec::Program> program;
   std::string text;
   std::map<std::string, CollectiveCount> counts;
+  std::vector<CollectiveRecord> collectives;
   // The results handed out last time: they share the program's output buffers, which the next
   // replay overwrites, so any still referenced then are moved to copies first.
   std::vector<std::weak_ptr<const detail::ArrayImpl>> lent;
@@ -154,6 +156,7 @@ struct JitFunction::State {
         placed.push_back(detail::make_array(impl.runtime, std::move(v), true, impl.varying));
         continue;
       }
+      const exec::RuleScope rule([&] { return "jit(" + options.name + "): in_shardings[" + std::to_string(i) + "]"; });
       placed.push_back(want ? device_put(args[i], *want) : args[i]);
     }
     return placed;
@@ -252,9 +255,12 @@ struct JitFunction::State {
     c.retrace = detail::host_decisions() != decided;
     c.text = text.str();
     c.counts.clear();
+    c.collectives.clear();
     for (const auto& r : log.collectives()) {
       c.counts[r.kind].count += 1;
       c.counts[r.kind].bytes += r.bytes;
+      c.collectives.push_back({r.kind, r.axes, r.bytes, r.rule, r.site.file ? r.site.file : "", r.site.line,
+                               exec::short_function(r.site.function), r.site.backward});
     }
     return c.lend(rt, outputs);
   }
@@ -325,7 +331,8 @@ Lowered JitFunction::lower(const std::vector<Array>& args) const {
   std::lock_guard runtime_lock(runtime->mutex());  // before the function's own: see call()
   const std::string text = program_text(args);
   std::lock_guard lock(state_->mutex);
-  return Lowered(text, state_->cache.at(State::key_of(state_->place_inputs(args))).counts);
+  const Compiled& c = state_->cache.at(State::key_of(state_->place_inputs(args)));
+  return Lowered(text, c.counts, c.collectives);
 }
 
 size_t JitFunction::cache_size() const {
@@ -345,6 +352,7 @@ std::vector<Array> detail::jit_place_outputs(std::vector<Array> results, const L
     if (!results[i].sharding().is_equivalent_to(want, results[i].ndim()))
       exec::log_op("out_shardings[" + std::to_string(i) + "]: " + results[i].sharding().to_string() + " -> " +
                    want.to_string());
+    const exec::RuleScope rule([&] { return "out_shardings[" + std::to_string(i) + "]"; });
     results[i] = device_put(results[i], want);  // equivalent: the same buffers, the requested sharding object
   }
   return results;
@@ -355,13 +363,16 @@ void jit_arity_error(size_t n) {
               " Array arguments; check the number of arguments");
 }
 
-Array with_sharding_constraint(const Array& x, const Sharding& sharding) {
+Array with_sharding_constraint(const Array& x, const Sharding& sharding, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   if (!x.sharding().is_equivalent_to(sharding, x.ndim()))
     exec::log_op("with_sharding_constraint: " + x.sharding().to_string() + " -> " + sharding.to_string());
+  const exec::RuleScope rule([] { return std::string("with_sharding_constraint"); });
   return device_put(x, sharding);
 }
 
-Array reshard(const Array& x, const PartitionSpec& spec) {
+Array reshard(const Array& x, const PartitionSpec& spec, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const NamedSharding* n = x.sharding().named();
   if (!n && get_abstract_mesh()) return reshard(x, sharding_in_context(spec, "reshard"));  // use_mesh's mesh
   if (!n)
@@ -370,9 +381,11 @@ Array reshard(const Array& x, const PartitionSpec& spec) {
   return reshard(x, NamedSharding(n->mesh(), spec));
 }
 
-Array reshard(const Array& x, const Sharding& sharding) {
+Array reshard(const Array& x, const Sharding& sharding, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   if (!x.sharding().is_equivalent_to(sharding, x.ndim()))
     exec::log_op("reshard: " + x.sharding().to_string() + " -> " + sharding.to_string());
+  const exec::RuleScope rule([] { return std::string("reshard"); });
   return device_put(x, sharding);
 }
 

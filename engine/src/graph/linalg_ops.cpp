@@ -10,6 +10,7 @@
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/einsum.hpp"
 #include "graph/manual_context.hpp"
@@ -29,6 +30,13 @@ using detail::DeviceBuffer;
 using detail::Recording;
 
 namespace {
+
+// Why a contraction communicates: its summed dimension is split, so each device holds a partial sum.
+std::string contraction_rule(size_t dim, const std::vector<std::string>& axes) {
+  std::string names;
+  for (const auto& axis : axes) names += (names.empty() ? "'" : ", '") + axis + "'";
+  return "dot_general contracts dim " + std::to_string(dim) + " sharded on " + names;
+}
 
 Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding, bool apply_out,
                      bool ta = false, bool tb = false);
@@ -113,9 +121,11 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     sa[am] = spec[batch_rank];
     sb[bn] = spec[batch_rank + 1];
     const Sharding want_a = NamedSharding(mesh, PartitionSpec(sa).trimmed()), want_b = NamedSharding(mesh, PartitionSpec(sb).trimmed());
+    const exec::RuleScope rule([&] { return "dot_general: operands laid out for the result's " + result.named()->spec().to_string(); });
     if (!a.sharding().is_equivalent_to(want_a, ra)) a = device_put(a, want_a);
     if (!b.sharding().is_equivalent_to(want_b, rb)) b = device_put(b, want_b);
   } else {
+    const exec::RuleScope rule([] { return std::string("dot_general: operands moved onto the result's devices"); });
     if (!(a.sharding() == result)) a = device_put(a, result);
     if (!(b.sharding() == result)) b = device_put(b, result);
   }
@@ -162,6 +172,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
                  " x " + shape_to_string(lb) + " -> " + shape_to_string(result.shard_shape(shape)) +
                  " on each of " + std::to_string(map_out.size()) + " devices");
   if (!contract_axes.empty()) {
+    const exec::RuleScope rule([&] { return contraction_rule(ak, contract_axes); });
     const Mesh& mesh = result.named()->mesh();
     // Wanted sharded over the contracted axes along a result dimension: a reduce-scatter gives each
     // device its piece of the sum directly, instead of an all-reduce and a local slice.
@@ -209,14 +220,19 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     });
   }
   if (promoted != dtype) r = astype(r, promoted);
+  const exec::RuleScope rule([] { return std::string("matmul's out_sharding"); });
   return out_sharding && apply_out ? device_put(r, *out_sharding) : r;
 }
 
 }  // namespace
 
-Array matmul(const Array& a, const Array& b) { return matmul(a, b, std::nullopt); }
+Array matmul(const Array& a, const Array& b, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
+  return matmul(a, b, std::nullopt);
+}
 
-Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding) {
+Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_sharding, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const detail::OpScope op_scope("dot_general");  // profile hook: its broadcasts and reshapes too
   if (a.ndim() == 0 || b.ndim() == 0)
     throw Error("matmul: operands must not be scalars (shapes " + shape_to_string(a.shape()) + " and " +
@@ -251,6 +267,7 @@ Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_
   if (a.ndim() == 1) out.erase(out.end() - 2);
   if (b.ndim() == 1) out.erase(out.end() - 1);
   r = out == r.shape() ? r : reshape(r, out);
+  const exec::RuleScope rule([] { return std::string("matmul's out_sharding"); });
   return squeeze && out_sharding ? device_put(r, *out_sharding) : r;
 }
 
@@ -284,17 +301,20 @@ std::vector<Array> for_preferred_type(const char* op, const std::vector<Array>& 
 
 }  // namespace detail
 
-Array matmul(const Array& a, const Array& b, DType preferred_element_type) {
+Array matmul(const Array& a, const Array& b, DType preferred_element_type, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const auto ops = detail::for_preferred_type("matmul", {a, b}, preferred_element_type);
   return astype(matmul(ops[0], ops[1]), preferred_element_type);
 }
 
-Array dot(const Array& a, const Array& b, DType preferred_element_type) {
+Array dot(const Array& a, const Array& b, DType preferred_element_type, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const auto ops = detail::for_preferred_type("dot", {a, b}, preferred_element_type);
   return astype(dot(ops[0], ops[1]), preferred_element_type);
 }
 
-Array dot(const Array& a, const Array& b) {
+Array dot(const Array& a, const Array& b, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   if (a.ndim() == 0 || b.ndim() == 0) return multiply(a, b);
   if (a.ndim() <= 2 && b.ndim() <= 2) return matmul(a, b);
   throw Error("dot: operands of rank above 2 (" + shape_to_string(a.shape()) + ", " + shape_to_string(b.shape()) +
@@ -410,6 +430,7 @@ Array einsum_pair(const std::string& subscripts, std::string la, std::string lb,
   bool identity = true;
   for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int>(i);
   r = identity ? r : transpose(r, perm);
+  const exec::RuleScope rule([] { return std::string("dot's out_sharding"); });
   return out_sharding && !(r.sharding() == *out_sharding) ? device_put(r, *out_sharding) : r;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "graph/call_site.hpp"
 #include "graph/manual_context.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/jit.hpp"
@@ -149,11 +150,13 @@ std::vector<Array> explicit_axes_call(const AxesBody& f, const std::vector<Array
   return out;
 }
 
-Array device_put(const Array& x, const PartitionSpec& spec) {
+Array device_put(const Array& x, const PartitionSpec& spec, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return device_put(x, sharding_in_context(spec, "device_put"));
 }
 
-Array with_sharding_constraint(const Array& x, const PartitionSpec& spec) {
+Array with_sharding_constraint(const Array& x, const PartitionSpec& spec, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return with_sharding_constraint(x, sharding_in_context(spec, "with_sharding_constraint"));
 }
 

@@ -67,7 +67,8 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
                          "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " +
                              axes_text(axes) + ": replica_groups=" + replica_groups_text(mesh, g) +
                              ", " + bytes_text(count * 4) + " per device, " +
-                             collectives::algorithm_name(algorithm));
+                             collectives::algorithm_name(algorithm),
+                         axes);
   collectives::Buffers out(buffers.size());
   for (const auto& members : g.members) {
     collectives::Buffers in;

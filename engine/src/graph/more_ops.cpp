@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshvk/autodiff.hpp"
+#include "graph/call_site.hpp"
 #include "graph/shape_op_support.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/nn.hpp"
@@ -232,7 +233,8 @@ Array sort(const Array& x, int axis) {
   return take_along_axis(x, argsort(x, axis), axis);
 }
 
-Array gather(const Array& x, const Array& ids) {
+Array gather(const Array& x, const Array& ids, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   require_valid("gather", {&x, &ids});
   require_int32_indices("x[ids]", "ids", ids);
   if (x.ndim() == 0)

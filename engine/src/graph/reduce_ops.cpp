@@ -7,6 +7,7 @@
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
@@ -102,6 +103,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
       std::vector<SpecEntry> spec(rank);
       for (size_t d = 0; d < rank; ++d)
         if (!reduced[d]) spec[d] = n->spec()[d];
+      const exec::RuleScope rule([&] { return std::string(op) + " over a split axis: the reduced axes gathered whole first"; });
       x = device_put(x, NamedSharding(n->mesh(), PartitionSpec(spec).trimmed()));
       split_axes.clear();
     }
@@ -191,6 +193,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
   if (!split_axes.empty() && kind != kernels::ReduceOp::sum) {
     static const collectives::Reduction kinds[] = {collectives::Reduction::sum, collectives::Reduction::max,
                                                    collectives::Reduction::min};
+    const exec::RuleScope rule([&] { return std::string(op) + " over a dimension sharded on " + detail::axes_text(split_axes); });
     out.shards = detail::all_reduce_over(*rt, x.sharding().named()->mesh(), split_axes, out.shards,
                                          static_cast<uint64_t>(shape_size(sharding.shard_shape(shape))), out_dtype,
                                          kinds[static_cast<int>(kind)]);
@@ -202,7 +205,8 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
 
 }  // namespace
 
-Array sum(const Array& x, std::vector<int> axes, bool keepdims) {
+Array sum(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return reduce("sum", kernels::ReduceOp::sum, x, reduced_axes("sum", std::move(axes), x.ndim()), keepdims);
 }
 
@@ -225,7 +229,8 @@ Array in_float_dtype_of(const Array& r, const Array& x) {
 
 }  // namespace
 
-Array mean(const Array& x, std::vector<int> axes, bool keepdims) {
+Array mean(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   return in_float_dtype_of(mean_f32(x, std::move(axes), keepdims), x);
 }
 
@@ -237,13 +242,15 @@ Array var(const Array& x, std::vector<int> axes, bool keepdims) {
 Array std(const Array& x, std::vector<int> axes, bool keepdims) { return sqrt(var(x, std::move(axes), keepdims)); }
 
 // The max / min of bools is a bool (any / all), as in jax.numpy; the kernels reduce them as int32.
-Array max(const Array& x, std::vector<int> axes, bool keepdims) {
+Array max(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const Array r = reduce("max", kernels::ReduceOp::max, x,
                          reduced_axes("max", std::move(axes), x.ndim()), keepdims);
   return x.dtype() == DType::bool_ ? astype(r, DType::bool_) : r;
 }
 
-Array min(const Array& x, std::vector<int> axes, bool keepdims) {
+Array min(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const Array r = reduce("min", kernels::ReduceOp::min, x,
                          reduced_axes("min", std::move(axes), x.ndim()), keepdims);
   return x.dtype() == DType::bool_ ? astype(r, DType::bool_) : r;

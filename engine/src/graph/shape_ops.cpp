@@ -79,6 +79,9 @@ Array whole_along(const Array& x, size_t dim) {
   std::vector<SpecEntry> spec;
   for (size_t d = 0; d < n->spec().size(); ++d)
     spec.push_back(d == dim ? SpecEntry() : n->spec()[d]);
+  const exec::RuleScope rule([&] {
+    return "the op runs along dim " + std::to_string(dim) + ", split on " + n->spec()[dim].to_string() + ": gathered whole";
+  });
   return device_put(x, NamedSharding(n->mesh(), PartitionSpec(spec).trimmed()));
 }
 
@@ -137,6 +140,7 @@ std::vector<Array> gather_whole(const char* op, const std::vector<Array>& arrays
       break;
     }
   const Sharding target = replicated_like(anchor->sharding());
+  const exec::RuleScope rule([&] { return std::string(op) + ": operands gathered whole on every device"; });
   std::vector<Array> out;
   for (const Array& a : arrays) {
     if (a.committed() && a.sharding().device_ids() != anchor->sharding().device_ids())
@@ -252,6 +256,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
                const Sharding& target, std::optional<uint32_t> fill_word,
                const std::function<std::vector<Part>(const Index&)>& parts_of) {
   const detail::PartOpScope op_scope(op);  // profile hook
+  const exec::RuleScope rule([&] { return std::string(op) + " of a split dimension: pieces fetched from their holders"; });
   auto rt = sources.front().impl()->runtime;
   std::lock_guard lock(rt->mutex());
   std::vector<const exec::ShardedValue*> values;
@@ -313,8 +318,13 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
                              target.named()->spec().to_string() + ": " +
                              std::to_string(moved.between) + " bytes between devices, " +
                              std::to_string(moved.within) + " bytes within devices";
-    if (moved.between)
-      exec::log_collective("reshard", moved.between, line);
+    if (moved.between) {
+      std::vector<std::string> axes;
+      for (const Array& a : sources)
+        for (const auto& axis : exec::moved_axes(a.sharding(), target, shape.size()))
+          if (std::find(axes.begin(), axes.end(), axis) == axes.end()) axes.push_back(axis);
+      exec::log_collective("reshard", moved.between, line, axes);
+    }
     else
       exec::log_op(line);
   }

@@ -213,6 +213,7 @@ std::vector<Array> detail::shard_map_call_deferred(const ShardMapBody& body, con
         if (an->mesh().device_ids() == mesh.device_ids() && an->mesh().axis_names() == mesh.axis_names())
           auto_part = filtered(an->spec(), args[i].ndim(), is_auto);
     Array placed;
+    const exec::RuleScope rule([&] { return "shard_map in_specs[" + std::to_string(i) + "] " + in_specs[i].to_string(); });
     try {
       placed = device_put(args[i], sharding);
       if (!auto_part.empty()) {

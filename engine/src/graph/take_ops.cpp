@@ -11,6 +11,7 @@
 #include "exec/program_log.hpp"
 #include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/shape_op_support.hpp"
@@ -51,18 +52,31 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
   for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
   for (size_t d = axis + 1; d < x.ndim(); ++d) inner *= x.shape()[d];
   auto& rt = *x.impl()->runtime;
-  // x not split along the axis: every device takes from its own piece, with all the indices.
+  // x not split along the axis: every device takes from its own piece, with its indices: the
+  // indices keep their split over the mesh axes x does not split (token ids split over 'data'
+  // into a table split over 'model': the result is split over both, as JAX's gather), and are
+  // whole along the others.
   const NamedSharding* xn = x.sharding().named();
   if (xn && !x.sharding().is_fully_replicated() && unsplit(x, {static_cast<size_t>(axis)}) &&
       (!indices.committed() || indices.sharding().device_ids() == x.sharding().device_ids())) {
-    const Sharding everywhere = NamedSharding(xn->mesh(), PartitionSpec());
-    const Array idx = indices.sharding().is_equivalent_to(everywhere, indices.ndim())
+    std::vector<SpecEntry> index_spec(indices.ndim(), SpecEntry());
+    const NamedSharding* in_named = indices.committed() ? indices.sharding().named() : nullptr;
+    const std::vector<std::string> x_axes = xn->spec().axes();
+    for (size_t d = 0; in_named && d < indices.ndim() && d < in_named->spec().size(); ++d) {
+      bool shared = false;
+      for (const auto& a : in_named->spec()[d].axes)
+        shared = shared || std::find(x_axes.begin(), x_axes.end(), a) != x_axes.end();
+      if (!shared) index_spec[d] = in_named->spec()[d];
+    }
+    const Sharding index_layout = NamedSharding(xn->mesh(), PartitionSpec(index_spec).trimmed());
+    const exec::RuleScope rule([] { return std::string("take: ids laid out on the table's devices (whole along the table's axes)"); });
+    const Array idx = indices.sharding().is_equivalent_to(index_layout, indices.ndim())
                           ? indices
-                          : device_put(indices, everywhere);
+                          : device_put(indices, index_layout);
     std::vector<SpecEntry> spec;
     for (int d = 0; d < axis; ++d)
       spec.push_back(d < static_cast<int>(xn->spec().size()) ? xn->spec()[d] : SpecEntry());
-    spec.insert(spec.end(), indices.ndim(), SpecEntry());
+    spec.insert(spec.end(), index_spec.begin(), index_spec.end());
     for (size_t d = axis + 1; d < x.ndim(); ++d)
       spec.push_back(d < xn->spec().size() ? xn->spec()[d] : SpecEntry());
     return on_each_device("take", {x, idx}, shape, x.dtype(),
@@ -74,8 +88,9 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
                             for (int d = 0; d < axis; ++d) local_outer *= box[d];
                             for (size_t d = axis + 1; d < box.size(); ++d) local_inner *= box[d];
                             kernels::record_take(rt, rec, *in[0], *in[1], out, local_outer,
-                                                 x.shape()[axis], local_inner, indices.size(),
-                                                 bounds, fill_bits);
+                                                 x.shape()[axis], local_inner,
+                                                 shape_size(local_shape(in_pieces[1])), bounds,
+                                                 fill_bits);
                           });
   }
   // x whole on every device and the indices split over those devices (an embedding table and a
@@ -83,9 +98,14 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
   // split as the indices are, as JAX lays out jnp.take there. Gathering the indices instead
   // left the rest of a data-parallel step computing the whole batch on every device.
   const NamedSharding* in_named = indices.sharding().named();
-  if (in_named && indices.committed() && x.committed() && x.sharding().is_fully_replicated() &&
-      !indices.sharding().is_fully_replicated()) {
-    std::vector<int> x_devices = x.sharding().device_ids();
+  const bool split_indices = in_named && indices.committed() && !indices.sharding().is_fully_replicated();
+  // An uncommitted table (on device 0) follows the committed indices, whole on their devices.
+  const exec::RuleScope rule([] { return std::string("take: the table whole on every device of the split ids"); });
+  const Array table = split_indices && !x.committed() && x.sharding().single()
+                          ? device_put(x, NamedSharding(in_named->mesh(), PartitionSpec()))
+                          : x;
+  if (split_indices && table.committed() && table.sharding().is_fully_replicated()) {
+    std::vector<int> x_devices = table.sharding().device_ids();
     std::vector<int> index_devices = indices.sharding().device_ids();
     std::sort(x_devices.begin(), x_devices.end());
     std::sort(index_devices.begin(), index_devices.end());
@@ -94,7 +114,7 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
       for (size_t d = 0; d < indices.ndim(); ++d)
         spec.push_back(d < in_named->spec().size() ? in_named->spec()[d] : SpecEntry());
       spec.insert(spec.end(), x.ndim() - static_cast<size_t>(axis) - 1, SpecEntry());
-      return on_each_device("take", {x, indices}, shape, x.dtype(),
+      return on_each_device("take", {table, indices}, shape, x.dtype(),
                             NamedSharding(in_named->mesh(), PartitionSpec(spec).trimmed()),
                             [&](Recording& rec, const auto& in, const auto& in_pieces,
                                 const DeviceBuffer& out, const Index&) {
@@ -113,7 +133,8 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
       });
 }
 
-Array one_hot(const Array& x, int num_classes, DType dtype) {
+Array one_hot(const Array& x, int num_classes, DType dtype, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   const detail::PartOpScope op_scope("one_hot");  // profile hook
   if (num_classes < 0) throw Error("one_hot: num_classes must not be negative");
   detail::check_dtype("one_hot", dtype);
@@ -193,7 +214,8 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
 }  // namespace
 
 Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
-           std::optional<Operand> fill_value) {
+           std::optional<Operand> fill_value, SourceLocation loc) {
+  const detail::UserCallSite call_site(loc);
   // Any other value, cast from an integer, was taken as fill.
   if (mode != TakeMode::fill && mode != TakeMode::clip && mode != TakeMode::wrap)
     throw Error("take: mode TakeMode(" + std::to_string(static_cast<int>(mode)) +
