@@ -83,8 +83,9 @@ void expect_same_windowed(const std::string& what, const std::function<mv::Array
 // 6000 x 6000 int32 (137 MiB) on one device: input and output each past one storage binding.
 TEST(LargeBuffers, TransposeSliceConcatenatePadRollBroadcast) {
   SKIP_FULL_SIZE_UNDER_ASAN();
-  ASSERT_GT(6000ull * 6000 * 4, storage_limit())
-      << "the adapter binds the whole piece: nothing to test";
+  // An adapter that binds the whole piece (a GPU's 4 GiB maxStorageBufferRange) has no path
+  // past one binding to test at this size (lavapipe's is 128 MiB).
+  if (6000ull * 6000 * 4 <= storage_limit()) GTEST_SKIP() << "the adapter binds the whole piece";
   const int64_t n = 6000;
   const auto x = positions({n, n});
   {
@@ -162,7 +163,7 @@ TEST(LargeBuffers, ReductionsWithOutputsPastOneBinding) {
   SKIP_FULL_SIZE_UNDER_ASAN();
   // 36M rows: the 144 MiB of results are written through several windows.
   const int64_t rows = 36'000'000;
-  ASSERT_GT(static_cast<uint64_t>(rows) * 4, storage_limit());
+  if (static_cast<uint64_t>(rows) * 4 <= storage_limit()) GTEST_SKIP() << "the adapter binds the whole output";
   {
     const auto x = positions({rows, 2});
     expect_all(mv::sum(x, {1}).to_host<int32_t>(), rows,

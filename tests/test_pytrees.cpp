@@ -136,13 +136,16 @@ TEST(Pytrees, InShardingsAsTrees) {
   EXPECT_EQ(second.to_host<float>(), mv::arange(24.f).to_host<float>());
 
   // A registered struct: a list with one entry per field (a field's entry may be a list too).
-  const auto g = mv::jit([](const Mlp& m) { return m.layers[0].w * m.scale; },
+  const auto g = mv::jit([](const Mlp& m) { return std::make_pair(m.layers[1].w, m.layers[0].b * m.scale); },
                          {.in_shardings = {mv::ShardingTree::list(
-                              {mv::ShardingTree::list({mv::ShardingTree::list({whole, std::nullopt}),
-                                                       mv::ShardingTree::list({split, std::nullopt})}),
+                              {mv::ShardingTree::list({mv::ShardingTree::list({std::nullopt, std::nullopt}),
+                                                       mv::ShardingTree::list({whole, std::nullopt})}),
                                whole})}});
   const Mlp m = make_mlp();
-  expect_close(g(m), m.layers[0].w * m.scale);
+  const auto [w1, scaled] = g(m);
+  EXPECT_EQ(w1.sharding(), whole);
+  EXPECT_EQ(w1.to_host<float>(), m.layers[1].w.to_host<float>());
+  expect_close(scaled, m.layers[0].b * m.scale);
 
   // Trees that do not fit the argument name where and what would.
   const auto wrong_names = mv::jit(identity, {.in_shardings = {mv::ShardingTree::dict({{"w", split}}),
@@ -165,8 +168,8 @@ TEST(Pytrees, InShardingsAsTrees) {
 // shard_map over pytrees: each argument's in_spec lays out every Array in it; a single out_spec
 // every Array of the result; a list of out_specs one per element of a pair/tuple/vector result.
 TEST(Pytrees, ShardMapOverStructures) {
-  const mv::Mesh mesh = mv::make_mesh({4}, {"x"});
-  const mv::Params params{{"w", mv::arange(8.f)}, {"b", mv::arange(12.f) * 2}};
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Params params{{"w", mv::arange(8.f)}, {"b", mv::arange(16.f) * 2}};
   const Array scale = mv::scalar(3.f);
   // Per device: sum each local piece, psum over 'x': the global sums, replicated.
   const auto sums = mv::shard_map(
@@ -178,7 +181,7 @@ TEST(Pytrees, ShardMapOverStructures) {
       mesh, {P("x"), P()}, P());
   const mv::Params got = sums(params, scale);
   EXPECT_FLOAT_EQ(got.at("w").to_host<float>()[0], 28.f * 3);
-  EXPECT_FLOAT_EQ(got.at("b").to_host<float>()[0], 132.f * 3);
+  EXPECT_FLOAT_EQ(got.at("b").to_host<float>()[0], 240.f * 3);
   // Under jit and grad: d/dw of sum(w * s) is s everywhere.
   const auto loss = [&](const mv::Params& p) {
     const mv::Params r = sums(p, scale);
@@ -186,7 +189,7 @@ TEST(Pytrees, ShardMapOverStructures) {
   };
   const mv::Params g = mv::jit(mv::grad(loss))(params);
   EXPECT_EQ(g.at("w").to_host<float>(), std::vector<float>(8, 3.f));
-  EXPECT_EQ(g.at("b").to_host<float>(), std::vector<float>(12, 3.f));
+  EXPECT_EQ(g.at("b").to_host<float>(), std::vector<float>(16, 3.f));
 
   // A pair result: the local pieces stay split (P('x')) and a psum'd total (P()).
   const auto split = mv::shard_map(
@@ -194,10 +197,10 @@ TEST(Pytrees, ShardMapOverStructures) {
         return std::make_tuple(q.first * 2, mv::psum(q.second.sum(), "x"));
       },
       mesh, {P("x")}, {P("x"), P()});
-  const auto [doubled, total] = split(std::pair<Array, Array>{mv::arange(8.f), mv::ones({4, 3})});
+  const auto [doubled, total] = split(std::pair<Array, Array>{mv::arange(8.f), mv::ones({8, 3})});
   EXPECT_EQ(doubled.to_host<float>(), (std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14}));
   EXPECT_EQ(doubled.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("x"))));
-  EXPECT_FLOAT_EQ(total.to_host<float>()[0], 12.f);
+  EXPECT_FLOAT_EQ(total.to_host<float>()[0], 24.f);
   // A registered struct in and out, one out_spec for all of it.
   const Mlp m = make_mlp();
   const auto scaled = mv::shard_map([](const Mlp& local) {

@@ -356,15 +356,16 @@ TEST(RandomSamplers, NormalMatchesReference) {
       worst = std::max(worst, ulps(got[i], normal_of(bits_at(kKey, i))));
   }
   // The shader repeats the reference's float32 operations; sqrt and division may round
-  // differently on a device that does not round them correctly (lavapipe: 0 ulps).
-  EXPECT_LE(worst, 2);
+  // differently on a device that does not round them correctly (lavapipe: 0 ulps; an NVIDIA
+  // H200: 3 ulps in the tails below).
+  EXPECT_LE(worst, 3);
   // The tails (|u| close to 1, where erfinv takes its second polynomial) over many samples.
   const auto many = mv::normal(mv::random_key(3), {200000}).to_host<float>();
   int tails = 0;
   for (size_t i = 0; i < many.size(); ++i) {
     const float want = normal_of(bits_at({0, 3}, i));
     tails += std::fabs(want) > 2.9f;
-    ASSERT_LE(ulps(many[i], want), 2) << i << ": " << many[i] << " vs " << want;
+    ASSERT_LE(ulps(many[i], want), 3) << i << ": " << many[i] << " vs " << want;
   }
   EXPECT_GT(tails, 100);
 }

@@ -8,14 +8,21 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/mathlib/host.hpp"
+#include "meshvk/array.hpp"
+#include "meshvk/ops.hpp"
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 namespace mathlib_check {
+
 
 namespace host = meshvk::mathlib::host;
 
@@ -199,6 +206,54 @@ inline bool same_bits(float a, float b) {
   return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ||
          (std::isnan(a) && std::isnan(b));
 }
+
+// An adapter that flushes float32 subnormals (NVIDIA's, which has no
+// shaderDenormPreserveFloat32) does so, read and written, in every operation; x86's SSE does the same with FTZ and DAZ set. While one of
+// these lives on an x86 host, the host copy computes as such an adapter does, so the device
+// results still match it bit for bit (subnormal results come out 0, subnormal operands count
+// as 0). Off for adapters that keep subnormals (lavapipe): nothing changes.
+class HostFlushesAsAdapter {
+ public:
+  // The current runtime's adapter, as a kernel shows it (the properties do not: lavapipe keeps
+  // subnormals without advertising shaderDenormPreserveFloat32): 2^-126 * 0.5 is 0 there or not.
+  HostFlushesAsAdapter() : HostFlushesAsAdapter(device_flushes_subnormals()) {}
+  // Flushing on or off, whatever the adapter does.
+  explicit HostFlushesAsAdapter(bool flush) : flush_(flush) {
+#if defined(__SSE__) || defined(__x86_64__)
+    saved_ = _mm_getcsr();
+    _mm_setcsr(flush_ ? saved_ | 0x8040u : saved_ & ~0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+#endif
+  }
+  ~HostFlushesAsAdapter() {
+#if defined(__SSE__) || defined(__x86_64__)
+    _mm_setcsr(saved_);
+#endif
+  }
+  static bool device_flushes_subnormals() {
+    const std::vector<float> smallest_normal{0x1p-126f};
+    return (meshvk::array(std::span<const float>(smallest_normal), meshvk::Shape{1}) * 0.5f)
+               .to_host<float>()[0] == 0.0f;
+  }
+  HostFlushesAsAdapter(const HostFlushesAsAdapter&) = delete;
+  HostFlushesAsAdapter& operator=(const HostFlushesAsAdapter&) = delete;
+  bool flushes() const { return flush_; }
+  // On such an adapter, a float64 variant's last step, float(double), keeps a subnormal result
+  // (NVIDIA's conversion does not flush; SSE's does under FTZ): `got` may be the host copy's
+  // value computed without flushing.
+  template <class F>
+  bool same_as_host(float got, F host) const {
+    if (same_bits(got, host())) return true;
+    // By its bits: under DAZ, fpclassify's comparisons see a subnormal as 0.
+    const uint32_t bits = std::bit_cast<uint32_t>(got);
+    if (!flush_ || (bits & 0x7f800000u) != 0 || (bits & 0x007fffffu) == 0) return false;
+    const HostFlushesAsAdapter keep(false);
+    return same_bits(got, host());
+  }
+
+ private:
+  bool flush_;
+  unsigned saved_ = 0;
+};
 
 // Floats in the order of their values as integers, so that ulp distance is a difference.
 inline int64_t ordered(float f) {

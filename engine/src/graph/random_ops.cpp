@@ -359,8 +359,9 @@ Array uniform_16(const Array& key, Shape shape, DType dtype, float minval, float
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo < hi))
     throw Error("uniform: needs finite minval < maxval in " + std::string(dtype_name(dtype)) +
                 "; got minval=" + float_text(minval) + ", maxval=" + float_text(maxval));
-  const Array bits = random_bits(key, std::move(shape));
-  const Array low = bitwise_and(bits, (1 << rng_bits) - 1);  // weak ints: uint32 stays
+  // uint32 only moves and casts; its bits as int32 (astype wraps) give the same low bits.
+  const Array bits = astype(random_bits(key, std::move(shape)), DType::int32);
+  const Array low = bitwise_and(bits, (1 << rng_bits) - 1);
   const Array m = floor_divide(low, 1 << (rng_bits - mantissa));
   const Array floats = astype(astype(m, DType::float32) * std::ldexp(1.0f, -mantissa), dtype);
   const Array scaled = floats * round_to(dtype, hi - lo) + lo;  // weak scalars: rounded in dtype
