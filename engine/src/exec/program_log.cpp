@@ -52,6 +52,8 @@ void RuleScope::set(std::string r) {
 RuleScope::~RuleScope() {
   if (set_) rule.clear();
 }
+RuleOverride::RuleOverride(std::string r) : saved_(std::move(rule)) { rule = std::move(r); }
+RuleOverride::~RuleOverride() { rule = std::move(saved_); }
 
 std::string short_function(const char* signature) {
   if (!signature) return "";

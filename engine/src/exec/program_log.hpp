@@ -53,6 +53,19 @@ class RuleScope {
   bool set_ = false;
 };
 
+// A rule set whatever rule is current, restored after: a partial sum taken where a later op
+// needs it names the op that made it (the contraction), not the op that reads it.
+class RuleOverride {
+ public:
+  explicit RuleOverride(std::string rule);
+  ~RuleOverride();
+  RuleOverride(const RuleOverride&) = delete;
+  RuleOverride& operator=(const RuleOverride&) = delete;
+
+ private:
+  std::string saved_;
+};
+
 // Appends a line when a trace is listening; costs nothing otherwise.
 void log_op(const std::string& line);
 // A line for data moved between devices: `kind` is HLO's name ("all-reduce", "all-gather",

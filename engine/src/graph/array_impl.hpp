@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/program_log.hpp"
 #include "exec/sharded_value.hpp"
 #include "kernels/elementwise.hpp"
 #include "meshvk/array.hpp"
@@ -26,6 +27,10 @@ struct PartialSum {
   std::vector<std::string> axes;  // in the mesh's order
   Array summands;
   std::string op;  // the op that made it ("dot_general", "sum"), naming the sum in the program text
+  // That op's rule and the user's line, while a trace listened: the collective that takes the
+  // sum, wherever it runs, names them.
+  std::string rule;
+  exec::CallSite site;
 };
 
 // What an Array is: a value on the devices of one runtime, and whether it was placed on purpose.

@@ -202,6 +202,8 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   // input gradients) are added first and all-reduced once. The sum is what later lines read.
   if (exec::logging() && !out.shards.empty() && contract_axes.empty())
     exec::name_result(out.shards.front().get(), "dot_general");
+  std::optional<exec::RuleScope> partial_rule;  // recorded with the partial value, for its sum
+  if (!contract_axes.empty()) partial_rule.emplace([&] { return contraction_rule(ak, contract_axes); });
   Array r = detail::make_partial(
       detail::make_array(rt, std::move(out), a.committed() || b.committed(), detail::varying_of({&a, &b})),
       contract_axes, "dot_general");

@@ -62,7 +62,15 @@ Array make_partial(const Array& summands, std::vector<std::string> axes, const s
   auto impl = std::make_shared<ArrayImpl>(
       ArrayImpl{s.runtime, exec::ShardedValue{s.value.shape, s.value.dtype, s.value.sharding, {}}, s.committed, nullptr,
                 s.varying});
-  impl->partial = std::make_shared<const PartialSum>(PartialSum{std::move(axes), base, op});
+  // The rule in force (the contraction's); a value made from a partial one (a sum of two, a
+  // reshape) keeps the first one's where no rule is in force.
+  std::string rule = exec::current_rule();
+  exec::CallSite site = exec::current_call_site();
+  if (rule.empty() && is_partial(summands)) {
+    rule = summands.impl()->partial->rule;
+    site = summands.impl()->partial->site;
+  }
+  impl->partial = std::make_shared<const PartialSum>(PartialSum{std::move(axes), base, op, std::move(rule), site});
   return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
 }
 
@@ -74,6 +82,8 @@ const exec::ShardedValue& resolve_partial(const Array& x) {
   const std::shared_ptr<const PartialSum> p = impl.partial;
   const exec::ShardedValue& s = materialized(p->summands);
   const uint64_t count = local_count(p->summands);
+  const exec::CallSiteScope site(p->site.known() ? p->site : exec::current_call_site());
+  const exec::RuleOverride rule(p->rule.empty() ? exec::current_rule() : p->rule);
   // Nothing to sum in an empty value: its (empty) pieces are already the value.
   impl.value.shards = count == 0 ? s.shards
                                  : all_reduce_over(rt, mesh_of(p->summands), p->axes, s.shards, count, s.dtype,
@@ -122,6 +132,12 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
       copy_run(device, *values[i]->shards[static_cast<size_t>(p)], 0, *packed.back(),
                static_cast<int64_t>(offsets[i]), static_cast<int64_t>(local_count(group[i])));
   }
+  // Named after the first value's rule and line, with how many more it carries.
+  const PartialSum& lead = *group.front().impl()->partial;
+  const exec::CallSiteScope site(lead.site.known() ? lead.site : exec::current_call_site());
+  const exec::RuleOverride rule(
+      (lead.rule.empty() ? exec::current_rule() : lead.rule) +
+      (group.size() > 1 ? " (and " + std::to_string(group.size() - 1) + " more values, combined)" : ""));
   const collectives::Buffers summed = all_reduce_over(rt, mesh, axes, packed, total, dtype, collectives::Reduction::sum);
   for (size_t i = 0; i < group.size(); ++i) {
     const ArrayImpl& impl = *group[i].impl();
@@ -228,6 +244,9 @@ std::optional<Array> scatter_partial(const Array& x, const Sharding& target) {
     auto rt = x.impl()->runtime;
     std::lock_guard lock(rt->mutex());
     const Array s = summands_of(x);
+    const PartialSum& made = *x.impl()->partial;
+    const exec::CallSiteScope site(made.site.known() ? made.site : exec::current_call_site());
+    const exec::RuleOverride rule(made.rule.empty() ? exec::current_rule() : made.rule);
     const collectives::Buffers shards =
         reduce_scatter_over(rt, mesh, want.axes, materialized(s).shards, local, x.dtype(), static_cast<int>(d));
     std::vector<SpecEntry> spec = from->spec().entries();

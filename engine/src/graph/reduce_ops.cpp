@@ -2,6 +2,7 @@
 // otherwise the array is first gathered whole onto each of its devices (until collectives do
 // this with an all-reduce of partial results).
 #include <algorithm>
+#include <optional>
 #include <mutex>
 #include <numeric>
 
@@ -200,6 +201,9 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
     split_axes.clear();
   }
   if (exec::logging() && !out.shards.empty() && split_axes.empty()) exec::name_result(out.shards.front().get(), op);
+  std::optional<exec::RuleScope> partial_rule;  // recorded with the partial value, for its sum
+  if (!split_axes.empty())
+    partial_rule.emplace([&] { return std::string(op) + " over a dimension sharded on " + detail::axes_text(split_axes); });
   return detail::make_partial(detail::make_array(rt, std::move(out), x.committed(), x.impl()->varying), split_axes, op);
 }
 
