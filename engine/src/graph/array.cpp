@@ -106,7 +106,7 @@ Array from_host(std::span<const T> values, std::optional<Shape> shape, DType dty
   // they are used; a large host array is data, moved as any other.
   if (a.committed() || size > kRemadeHostElements) return a;
   std::vector<uint32_t> words(values.size());
-  std::memcpy(words.data(), values.data(), words.size() * 4);
+  if (!words.empty()) std::memcpy(words.data(), values.data(), words.size() * 4);  // empty: data() may be null
   return detail::with_remake(a, [rt, words = std::move(words), s, dtype](const Sharding& everywhere) {
     return made(rt, exec::upload(*rt, words.data(), s, dtype, everywhere));
   });
