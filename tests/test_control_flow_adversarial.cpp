@@ -23,11 +23,6 @@ namespace mv = meshvk;
 using mv::Array;
 using mv::P;
 
-struct AdvLayer {
-  Array w, b;
-};
-MESHVK_REGISTER_PYTREE(AdvLayer, &AdvLayer::w, &AdvLayer::b);
-
 using namespace adversarial;
 
 // ---- scan: sizes, lengths, direction ----
@@ -525,7 +520,7 @@ TEST(AdvScan, DISABLED_TenThousandTinyIterationsStayFastAndSmall) {
   rt.synchronize();
   const uint64_t before = rt.memory_stats(0).bytes_in_use;
   const auto t0 = std::chrono::steady_clock::now();
-  const Array r = mv::lax::fori_loop(0, 10000, [](const Array& i, const Array& c) { return c + 1.f; }, mv::scalar(0.f));
+  const Array r = mv::lax::fori_loop(0, 10000, [](const Array&, const Array& c) { return c + 1.f; }, mv::scalar(0.f));
   EXPECT_EQ(scalar_of(r), 10000.f);
   auto [c, ys] = mv::lax::scan([](const Array& c, const Array& x) { return std::make_pair(c + x, c); }, mv::scalar(0.f),
                                mv::ones({10000}));
@@ -544,7 +539,7 @@ TEST(AdvScan, DISABLED_TenThousandTinyIterationsStayFastAndSmall) {
 // Disabled with the test above: same cause.
 TEST(AdvScan, DISABLED_TenThousandIterationsUnderJit) {
   auto f = mv::jit([](const Array& x) {
-    return mv::lax::fori_loop(0, 10000, [](const Array& i, const Array& c) { return c * 0.5f + 1.f; }, x);
+    return mv::lax::fori_loop(0, 10000, [](const Array&, const Array& c) { return c * 0.5f + 1.f; }, x);
   });
   const auto t0 = std::chrono::steady_clock::now();
   expect_close(f(mv::scalar(0.f)), {2.f});
@@ -637,16 +632,16 @@ TEST(AdvErrors, ExceptionsFromBodiesLeaveTheRuntimeUsable) {
   expect_runtime_usable();
   // A throwing vmap body, cond branch under jit, fori_loop body under grad.
   EXPECT_TRUE(contains(message_of([] {
-                         (void)mv::vmap([](const Array& r) -> Array { throw mv::Error("vmap body"); })(mv::ones({3, 2}));
+                         (void)mv::vmap([](const Array&) -> Array { throw mv::Error("vmap body"); })(mv::ones({3, 2}));
                        }),
                        "vmap body"));
   auto jf = mv::jit([](const Array& p, const Array& x) {
-    return mv::lax::cond(p, [](const Array& v) { return v; }, [](const Array& v) -> Array { throw mv::Error("branch"); }, x);
+    return mv::lax::cond(p, [](const Array& v) { return v; }, [](const Array&) -> Array { throw mv::Error("branch"); }, x);
   });
   EXPECT_TRUE(contains(message_of([&] { (void)jf(mv::scalar(true), mv::ones({2})); }), "branch"));
   EXPECT_TRUE(contains(message_of([] {
                          (void)mv::grad([](const Array& v) {
-                           return mv::lax::fori_loop(0, 4, [](const Array&, const Array& c) -> Array { throw mv::Error("fori"); }, v)
+                           return mv::lax::fori_loop(0, 4, [](const Array&, const Array&) -> Array { throw mv::Error("fori"); }, v)
                                .sum();
                          })(mv::ones({2}));
                        }),
