@@ -74,6 +74,21 @@ TEST(JaxNn, SoftmaxAndLogsumexpMatchTheHost) {
                   random_floats(6, 3), "softmax");
   expect_gradient([](const Array& v) { return mv::nn::logsumexp(v.reshape(2, 3), {1}); },
                   random_floats(6, 4), "logsumexp");
+  // log_softmax: x - logsumexp(x) along the axis, without overflow at large logits.
+  std::vector<double> log_soft(x.size());
+  for (size_t i = 0; i < x.size(); ++i) log_soft[i] = x[i] - lse[i / 7];
+  const Array ls = mv::nn::log_softmax(a);
+  EXPECT_EQ(ls.shape(), a.shape());
+  EXPECT_EQ(ls.dtype(), mv::DType::float32);
+  expect_near_all(ls.to_host<float>(), log_soft, 1e-5, "log_softmax");
+  const auto big_ls = mv::nn::log_softmax(host_array({1000.f, 1000.f, 0.f, -kInf}, {2, 2})).to_host<float>();
+  EXPECT_NEAR(big_ls[0], -std::log(2.0), 1e-6);
+  EXPECT_EQ(big_ls[2], 0.f);
+  EXPECT_EQ(big_ls[3], -kInf);
+  expect_gradient([](const Array& v) { return mv::nn::log_softmax(v.reshape(2, 3)); },
+                  random_floats(6, 5), "log_softmax");
+  expect_gradient([](const Array& v) { return mv::nn::log_softmax(v.reshape(3, 2), 0); },
+                  random_floats(6, 6), "log_softmax axis 0");
 }
 
 TEST(JaxNn, ActivationsMatchTheHost) {
@@ -138,12 +153,14 @@ TEST(JaxNn, ShardedUnderJitTheyKeepTheBatchSharding) {
   const auto x = random_floats(16 * 5, 11);
   const Array a = mv::device_put(host_array(x, {16, 5}), mv::NamedSharding(mesh, P("x", mv::None)));
   const auto f = mv::jit([](const Array& v) {
-    return mv::nn::gelu(mv::nn::softmax(v)) + mv::nn::logsumexp(v, {1}, true);
+    return mv::nn::gelu(mv::nn::softmax(v)) + mv::nn::logsumexp(v, {1}, true) +
+           mv::nn::log_softmax(v);
   });
   const Array y = f(a);
   EXPECT_EQ(y.sharding(), mv::Sharding(mv::NamedSharding(mesh, P("x", mv::None))));
   const auto want = (mv::nn::gelu(mv::nn::softmax(host_array(x, {16, 5}))) +
-                     mv::nn::logsumexp(host_array(x, {16, 5}), {1}, true))
+                     mv::nn::logsumexp(host_array(x, {16, 5}), {1}, true) +
+                     mv::nn::log_softmax(host_array(x, {16, 5})))
                         .to_host<float>();
   const auto got = y.to_host<float>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << i;
