@@ -49,6 +49,7 @@ TEST(Provenance, ReshardsNameTheirRule) {
   const auto x = put(random_floats(8 * 8, 3), {8, 8}, mv::NamedSharding(mesh, P("data", "model")));
   const auto y = put(random_floats(8 * 8, 4), {8, 8}, mv::NamedSharding(mesh, P("model", "data")));
   uint32_t sum_line = 0, constraint_line = 0;
+  const uint32_t jit_line = __LINE__ + 1;
   const auto f = mv::jit(
       [&](const Array& a, const Array& b) {
         const Array c = mv::matmul(a + b, mv::ones({8, 8}));  // a + b: operands laid out alike first
@@ -67,8 +68,8 @@ TEST(Provenance, ReshardsNameTheirRule) {
     EXPECT_FALSE(r.rule.empty());
     if (r.rule.rfind("add: operands with different shardings", 0) == 0) {
       add_seen = true;
-      // An operator takes no source_location, and a + b runs before matmul is entered: no line.
-      EXPECT_TRUE(r.file.empty());
+      // An operator takes no source_location, and a + b runs before matmul is entered: jit's line.
+      EXPECT_EQ(r.line, jit_line);
     }
     if (r.rule == "with_sharding_constraint") {
       constraint_seen = true;
@@ -81,12 +82,13 @@ TEST(Provenance, ReshardsNameTheirRule) {
     }
   }
   EXPECT_TRUE(add_seen && constraint_seen && sum_seen) << lowered.as_text();
-  // out_shardings that gather the result: jit places it after the function returned (no line).
+  // out_shardings that gather the result: jit places it after the function returned (jit's line).
+  const uint32_t gathered_line = __LINE__ + 1;
   const auto gathered = mv::jit([](const Array& a) { return a * 2.f; }, {.out_shardings = {mv::NamedSharding(mesh, P())}});
   const mv::Lowered placed = gathered.lower(x);
   for (const auto& r : placed.collectives()) {
     out_seen = out_seen || r.rule == "out_shardings[0]";
-    EXPECT_TRUE(r.file.empty());
+    EXPECT_EQ(r.line, gathered_line);
     EXPECT_EQ(r.axes, (std::vector<std::string>{"data", "model"}));
   }
   EXPECT_TRUE(out_seen) << placed.as_text();
@@ -133,4 +135,56 @@ TEST(Provenance, ExplicitCollectivesInShardMap) {
   ASSERT_EQ(lowered.collectives().size(), 1u) << lowered.as_text();
   EXPECT_EQ(lowered.collectives().front().rule, "psum (explicit, in shard_map)");
   EXPECT_EQ(lowered.collectives().front().line, psum_line);
+}
+
+// An einsum contracting a split dimension, plus a bias and a residual (added to the partial sum
+// before the one all-reduce), names the contraction and its line, also inside a scan's body.
+TEST(Provenance, EinsumPlusResidualInsideAScanNamesTheContraction) {
+  const auto mesh = mv::make_mesh({2, 4}, {"data", "model"});
+  const auto x = put(random_floats(4 * 3 * 8, 5), {4, 3, 8}, mv::NamedSharding(mesh, P("data")));
+  const auto w = put(random_floats(2 * 8 * 8, 6), {2, 8, 8}, mv::NamedSharding(mesh, P(mv::None, mv::None, "model")));
+  uint32_t line = 0;
+  const auto layer = [&line](const Array& h, const Array& wl) {
+    line = __LINE__ + 1;
+    return h + (mv::einsum("bsi,oi->bso", mv::tanh(h), wl) + 1.0f);
+  };
+  const auto plain = mv::jit([&](const Array& a, const Array& b) { return layer(a, b[0]); });
+  const mv::Lowered pl = plain.lower(x, w);
+  ASSERT_EQ(pl.collectives().size(), 1u) << pl.as_text();
+  EXPECT_EQ(pl.collectives().front().rule.rfind("dot_general contracts", 0), 0u) << pl.as_text();
+  EXPECT_EQ(pl.collectives().front().line, line) << pl.as_text();
+  const auto scanned = mv::jit([&](const Array& a, const Array& b) {
+    return mv::lax::scan([&](const Array& h, const Array& wl) { return std::make_pair(layer(h, wl), std::nullopt); }, a, b).first;
+  });
+  const mv::Lowered sl = scanned.lower(x, w);
+  ASSERT_EQ(sl.collectives().size(), 1u) << sl.as_text();
+  EXPECT_EQ(sl.collectives().front().rule.rfind("dot_general contracts", 0), 0u) << sl.as_text();
+  EXPECT_EQ(sl.collectives().front().line, line) << sl.as_text();
+}
+
+// A collective that no call with a line of its own inserted (an operator's layout, an
+// out_shardings move) names the line of the jit() call.
+TEST(Provenance, OperatorsAndOutShardingsNameTheJitLine) {
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const auto a = put(random_floats(8 * 16, 7), {8, 16}, mv::NamedSharding(mesh, P("x")));
+  const auto b = put(random_floats(8 * 16, 8), {8, 16}, mv::NamedSharding(mesh, P(mv::None, "x")));
+  const uint32_t jit_line = __LINE__ + 1;
+  const auto f = mv::jit([](const Array& u, const Array& v) { return u + v; },
+                         {.out_shardings = {mv::NamedSharding(mesh, P(mv::None, "x"))}});
+  const mv::Lowered lowered = f.lower(a, b);
+  ASSERT_GE(lowered.collectives().size(), 1u) << lowered.as_text();
+  for (const mv::CollectiveRecord& r : lowered.collectives()) {
+    EXPECT_EQ(basename(r.file), "test_collective_provenance.cpp") << lowered.as_text();
+    EXPECT_EQ(r.line, jit_line) << lowered.as_text();
+    EXPECT_FALSE(r.rule.empty()) << lowered.as_text();
+  }
+  // A line given by an API call inside still wins over jit's.
+  uint32_t sum_line = 0;
+  const auto g = mv::jit([&sum_line](const Array& u) {
+    sum_line = __LINE__ + 1;
+    return mv::sum(u, {0});
+  });
+  const mv::Lowered gl = g.lower(a);
+  ASSERT_EQ(gl.collectives().size(), 1u) << gl.as_text();
+  EXPECT_EQ(gl.collectives().front().line, sum_line) << gl.as_text();
 }

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
@@ -128,7 +130,8 @@ TEST(PartialSums, LinearOpsThenOneAllReduce) {
   std::vector<float> want_tanh(ab.size());
   for (size_t i = 0; i < ab.size(); ++i) want_tanh[i] = std::tanh(ab[i]) + 1;
   expect_close(mv::tanh(mv::matmul(a, b)) + 1.0f, want_tanh);
-  // Adding a value that is not partial takes the sum first too (x + 1 is not a sum of summands + 1).
+  // Adding a value that is not partial: it is added once the sum is taken, not to every summand
+  // (x + 1 is not the sum of summands + 1), with the bits of the sum taken first.
   std::vector<float> want_plus(ab.size());
   for (size_t i = 0; i < ab.size(); ++i) want_plus[i] = ab[i] + 1;
   expect_close(mv::jit([](const Array& x, const Array& y) { return mv::matmul(x, y) + 1.0f; })(a, b), want_plus);
@@ -335,4 +338,87 @@ TEST(PartialSums, GradientsThroughPartialValues) {
   const auto gv = g0.to_host<float>();
   for (size_t i = 0; i < want.size(); ++i) want[i] -= gv[i] * 0.1f;
   expect_close(r[1], want);
+}
+
+// x + p1 + p2 with p1, p2 partial and x not (the residual gradient beside two partial input
+// gradients): x is kept aside and added once the sum is taken, so one all-reduce takes the whole
+// sum, as XLA's reassociation gives. Infinite and NaN x, subtraction on either side, int32
+// wrapping, meshes of 3 and 2x3 devices, sizes that are not multiples of 4, and the gradient.
+TEST(PartialSums, ResidualAddedToPartialSumsIsOneAllReduce) {
+  struct Case {
+    std::vector<int> sizes;
+    std::vector<std::string> names;
+    mv::PartitionSpec a_spec, b_spec, x_spec;
+    int64_t m, k, n;
+  };
+  const std::vector<Case> cases = {
+      {{2, 4}, {"data", "model"}, P("data", "model"), P("model"), P("data"), 6, 12, 7},
+      {{3}, {"x"}, P(mv::None, "x"), P("x"), P(), 5, 9, 3},
+      {{2, 3}, {"a", "b"}, P("a", "b"), P("b"), P("a"), 4, 15, 5},
+  };
+  for (const Case& c : cases) {
+    int devices = 1;
+    for (int s : c.sizes) devices *= s;
+    const auto mesh = mv::make_mesh(c.sizes, c.names, {}, first_devices(devices));
+    SCOPED_TRACE(std::to_string(devices) + " devices");
+    const auto va = random_floats(static_cast<size_t>(c.m * c.k), 41), vb = random_floats(static_cast<size_t>(c.k * c.n), 42);
+    const auto vc = random_floats(static_cast<size_t>(c.m * c.k), 43);
+    auto vx = random_floats(static_cast<size_t>(c.m * c.n), 44);
+    vx[1] = std::numeric_limits<float>::infinity();
+    vx[2] = std::numeric_limits<float>::quiet_NaN();
+    const auto ab = host_matmul(va, vb, c.m, c.k, c.n), cb = host_matmul(vc, vb, c.m, c.k, c.n);
+    std::vector<float> want(ab.size()), want_sub(ab.size());
+    for (size_t i = 0; i < ab.size(); ++i) {
+      want[i] = static_cast<float>(double(vx[i]) + ab[i] + 0.5 + cb[i]);
+      want_sub[i] = static_cast<float>(double(vx[i]) - ab[i] - cb[i]);
+    }
+    const Array a = put(va, {c.m, c.k}, mesh, c.a_spec), b = put(vb, {c.k, c.n}, mesh, c.b_spec);
+    const Array cc = put(vc, {c.m, c.k}, mesh, c.a_spec), x = put(vx, {c.m, c.n}, mesh, c.x_spec);
+    const auto f = mv::jit([](const Array& x, const Array& a, const Array& b, const Array& c) {
+      return (x + mv::matmul(a, b) + 0.5f) + mv::matmul(c, b);
+    });
+    const auto g = mv::jit([](const Array& x, const Array& a, const Array& b, const Array& c) {
+      return x - mv::matmul(a, b) - mv::matmul(c, b);
+    });
+    const auto got = f(x, a, b, cc).to_host<float>(), got_sub = g(x, a, b, cc).to_host<float>();
+    EXPECT_TRUE(std::isinf(got[1]) && got[1] > 0 && std::isinf(got_sub[1]));
+    EXPECT_TRUE(std::isnan(got[2]) && std::isnan(got_sub[2]));
+    for (size_t i = 3; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << i;
+      EXPECT_NEAR(got_sub[i], want_sub[i], 1e-4f * (1 + std::abs(want_sub[i]))) << i;
+    }
+    EXPECT_EQ(count(f.lower(x, a, b, cc), "all-reduce"), 1) << f.lower(x, a, b, cc).as_text();
+    EXPECT_EQ(count(g.lower(x, a, b, cc), "all-reduce"), 1) << g.lower(x, a, b, cc).as_text();
+    // Eagerly, the same values.
+    const auto eager = ((x + mv::matmul(a, b) + 0.5f) + mv::matmul(cc, b)).to_host<float>();
+    for (size_t i = 3; i < want.size(); ++i) EXPECT_NEAR(eager[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << i;
+  }
+  // int32: x + p wraps as numpy does, in any order.
+  const auto mesh = mv::make_mesh({4}, {"x"}, {}, first_devices(4));
+  const Array ia = mv::device_put(mv::array({2147483647, 1, 2, 3, 5, 6, 7, 9}, mv::Shape{1, 8}), mv::NamedSharding(mesh, P(mv::None, "x")));
+  const Array ib = mv::device_put(mv::full({8, 3}, 1), mv::NamedSharding(mesh, P("x")));
+  const Array ix = mv::device_put(mv::array({10, -20, 2147483647}, mv::Shape{1, 3}), mv::NamedSharding(mesh, P()));
+  const auto fi = mv::jit([](const Array& x, const Array& a, const Array& b) { return x + mv::matmul(a, b); });
+  const int32_t s = static_cast<int32_t>(uint32_t{2147483647} + 33u);
+  EXPECT_EQ(fi(ix, ia, ib).to_host<int32_t>(),
+            (std::vector<int32_t>{static_cast<int32_t>(uint32_t(s) + 10u), static_cast<int32_t>(uint32_t(s) - 20u),
+                                  static_cast<int32_t>(uint32_t(s) + 2147483647u)}));
+  // A partial value broadcast up to a bigger x is summed first (its own, smaller all-reduce).
+  const auto mesh2 = mv::make_mesh({2, 4}, {"data", "model"});
+  const Array row = put(random_floats(12, 45), {1, 12}, mesh2, P(mv::None, "model"));
+  const Array w = put(random_floats(12 * 5, 46), {12, 5}, mesh2, P("model"));
+  const Array big = put(random_floats(16 * 5, 47), {16, 5}, mesh2, P("data"));
+  const auto fb = mv::jit([](const Array& x, const Array& r, const Array& w) { return x + mv::matmul(r, w); });
+  const auto lb = fb.lower(big, row, w);
+  EXPECT_EQ(lines_with(lb.as_text(), "all-reduce(sum) over ('model',)", "20 B per device"), 1) << lb.as_text();
+  // The gradient through x + p1 + p2.
+  const auto vx = random_floats(6 * 7, 48), va = random_floats(6 * 12, 49), vb = random_floats(12 * 7, 50);
+  const auto loss = [](const Array& x, const Array& a, const Array& b) {
+    return mv::sum(mv::tanh(x + mv::matmul(a, b) + mv::matmul(mv::tanh(a), b)));
+  };
+  const Array want_g = mv::grad(loss, 1)(host_array(vx, {6, 7}), host_array(va, {6, 12}), host_array(vb, {12, 7}));
+  const Array gx = put(vx, {6, 7}, mesh2, P("data")), ga = put(va, {6, 12}, mesh2, P("data", "model")),
+              gb = put(vb, {12, 7}, mesh2, P("model"));
+  expect_close(mv::jit([&](const Array& x, const Array& a, const Array& b) { return mv::grad(loss, 1)(x, a, b); })(gx, ga, gb),
+               want_g.to_host<float>());
 }

@@ -41,6 +41,10 @@ struct JitOptions {
   // anyway; when this list is given it must name exactly those arguments. With static arguments,
   // in_shardings has one entry per non-static argument.
   std::vector<int> static_argnums;
+  // Where jit() was called (jit fills it in): the program text names this line beside a
+  // collective that no call with a line of its own inserted (an operator such as a + b, an
+  // out_shardings move).
+  SourceLocation location{};
 };
 
 using JitBody = std::function<std::vector<Array>(const std::vector<Array>&)>;
@@ -405,7 +409,8 @@ void Jitted<F>::throw_arity(size_t n) {
 }
 
 template <class F>
-Jitted<F> jit(F f, JitOptions options = {}) {
+Jitted<F> jit(F f, JitOptions options = {}, SourceLocation loc = SourceLocation::current()) {
+  if (!options.location.file) options.location = loc;
   return Jitted<F>(std::move(f), std::move(options));
 }
 

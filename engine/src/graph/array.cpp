@@ -315,7 +315,7 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
   // A partial value reshaped without moving data is its summands reshaped (linear, per device).
   if (const NamedSharding* n = self.sharding().named(); n && detail::is_partial(self))
     if (local_reshape_spec(self.shape(), n->spec(), new_shape, n->mesh()))
-      return detail::on_summands(self, [&](const Array& s) { return reshape_untaped(s, new_shape); });
+      return detail::on_summands(self, [&](const Array& s) { return reshape_untaped(s, new_shape); }, true);
   std::lock_guard lock(a.runtime->mutex());
   exec::ShardedValue v = detail::shareable_value(self);
   if (const NamedSharding* n = v.sharding.named()) {

@@ -31,6 +31,10 @@ struct PartialSum {
   // sum, wherever it runs, names them.
   std::string rule;
   exec::CallSite site;
+  // A value that is not partial added to the sum once it is taken (empty Array: none): x + p1 +
+  // p2, the residual gradient beside two partial input gradients, is one all-reduce of p1 + p2
+  // plus x, and p + bias is all-reduce(p) + bias, the same bits as taking the sum first.
+  Array addend;
 };
 
 // What an Array is: a value on the devices of one runtime, and whether it was placed on purpose.

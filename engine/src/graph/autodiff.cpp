@@ -365,7 +365,7 @@ Array stop_gradient(const Array& x) {
   // A new handle on the same value (or the same pending elementwise work, so it still fuses into
   // its consumer): the tape knows values by their handle, so nothing flows back through it.
   if (detail::is_partial(x))  // still a sum not taken, under a new handle
-    return detail::make_partial(detail::summands_of(x), detail::partial_axes(x));
+    return detail::make_partial(detail::summands_of(x), detail::partial_axes(x), "", &x);
   if (const auto pending = a.pending)
     return detail::make_pending(a.runtime, a.value.shape, a.value.dtype, a.value.sharding,
                                 a.committed, *pending, a.varying);

@@ -295,32 +295,48 @@ Layout choose_layout(const char* op, const std::vector<const Array*>& arrays, co
   return l;
 }
 
+// Whether a value x that is not partial, added to a sum whose summands are laid out as
+// `summands`, leaves that layout: x splits no dimension the summands hold whole (x replicated, or
+// split alike), so adding it after the sum moves nothing between devices.
+bool keeps_layout(const Array& x, const Array& summands) {
+  const NamedSharding* n = x.sharding().named();
+  if (!n) return !x.committed();  // a constant, made again wherever it is needed
+  const NamedSharding* s = summands.sharding().named();
+  if (!s || !(n->mesh() == s->mesh())) return false;
+  const size_t lead = summands.ndim() - x.ndim();
+  for (size_t d = 0; d < x.ndim(); ++d) {
+    const SpecEntry have = d < n->spec().size() ? n->spec()[d] : SpecEntry();
+    const SpecEntry want = lead + d < s->spec().size() ? s->spec()[lead + d] : SpecEntry();
+    if (!have.is_none() && !(have == want)) return false;
+  }
+  return true;
+}
+
 // A linear op of partial values (graph/partial_sum.hpp) stays partial, run on the summands: an
 // add or subtract of values partial over the same axes (the input gradients of q, k and v summed
 // before one all-reduce), a negation, a product with (or a quotient by) a value that is the same
-// on every device along those axes. In one dtype (float32, or int32 whose sums wrap alike in any
-// order); anything else takes the sums first (nothing here: materialized() does).
+// on every device along those axes. An add or subtract of a partial value and one that is not
+// keeps the other as the sum's addend, added once the sum is taken: x + p1 + p2 (the residual
+// gradient beside two partial input gradients) is then one all-reduce, as XLA's reassociation
+// gives, and p + bias has the bits of all-reduce(p) + bias. In one dtype (float32, or int32 whose
+// sums wrap alike in any order); anything else takes the sums first (nothing here: materialized()
+// does).
 std::optional<Array> on_partial_summands(const char* op, EwOp ew, const std::vector<Operand>& operands, DType compute,
-                                         DType result) {
+                                         DType result, const Shape& out) {
   std::optional<std::vector<std::string>> axes;
   const Mesh* mesh = nullptr;
+  const Array* partial_operand = nullptr;
   size_t partials = 0;
   for (const Operand& o : operands) {
     const auto* a = std::get_if<Array>(&o.get());
     if (!a || !detail::is_partial(*a)) continue;
     if ((axes && *axes != detail::partial_axes(*a)) || a->dtype() != compute) return std::nullopt;
     axes = detail::partial_axes(*a);
+    if (!partial_operand) partial_operand = a;
     mesh = &a->sharding().named()->mesh();  // its summands' mesh
     ++partials;
   }
   if (!axes || compute != result || (compute != DType::float32 && compute != DType::int32)) return std::nullopt;
-  const auto* first = std::get_if<Array>(&operands.front().get());
-  const bool first_partial = first && detail::is_partial(*first);
-  const bool linear = ((ew == EwOp::add || ew == EwOp::sub) && partials == operands.size()) || ew == EwOp::neg ||
-                      (ew == EwOp::mul && partials == 1) ||
-                      (ew == EwOp::div && partials == 1 && first_partial && compute == DType::float32);
-  if (!linear) return std::nullopt;
-  std::vector<Operand> on_summands;
   for (const Operand& o : operands) {
     const auto* a = std::get_if<Array>(&o.get());
     if (a && !detail::is_partial(*a)) {
@@ -328,11 +344,67 @@ std::optional<Array> on_partial_summands(const char* op, EwOp ew, const std::vec
       if (n ? !(n->mesh() == *mesh) || detail::shards_over_any(a->sharding(), *axes) : a->committed())
         return std::nullopt;
     }
+  }
+  const auto apply = [&](const char* name, EwOp e, std::vector<Operand> v) {
+    return detail::ew::elementwise(name, e, std::move(v), compute, compute);
+  };
+  const auto as_array = [&](const Operand& o) -> Array {
+    if (const auto* a = std::get_if<Array>(&o.get())) return *a;
+    if (const auto* f = std::get_if<float>(&o.get())) return scalar(*f);
+    const int32_t i = std::get<int32_t>(o.get());
+    return compute == DType::int32 ? scalar(i) : scalar(static_cast<float>(i));
+  };
+
+  if (ew == EwOp::add || ew == EwOp::sub) {
+    if (operands.size() != 2) return std::nullopt;
+    const auto* la = std::get_if<Array>(&operands[0].get());
+    const auto* ra = std::get_if<Array>(&operands[1].get());
+    const bool lp = la && detail::is_partial(*la), rp = ra && detail::is_partial(*ra);
+    // A partial operand broadcast up is cheaper to sum before it grows.
+    if ((lp && la->shape() != out) || (rp && ra->shape() != out)) return std::nullopt;
+    Array summands, addend;
+    if (lp && rp) {
+      summands = apply(op, ew, {detail::summands_of(*la), detail::summands_of(*ra)});
+      const Array &al = detail::addend_of(*la), &ar = detail::addend_of(*ra);
+      if (al.valid() && ar.valid()) addend = apply(op, ew, {al, ar});
+      else if (al.valid()) addend = al;
+      else if (ar.valid()) addend = ew == EwOp::sub ? apply("neg", EwOp::neg, {ar}) : ar;
+    } else {
+      const Array& p = lp ? *la : *ra;
+      const Operand& x = lp ? operands[1] : operands[0];
+      const auto* xa = std::get_if<Array>(&x.get());
+      if (xa && !keeps_layout(*xa, detail::summands_of(p))) return std::nullopt;
+      const Array& ap = detail::addend_of(p);
+      if (lp) {  // p + x, p - x: the summands stay, x joins the addend
+        summands = detail::summands_of(p);
+        addend = ap.valid() ? apply(op, ew, {ap, x}) : ew == EwOp::sub ? apply("neg", EwOp::neg, {x}) : as_array(x);
+      } else {  // x + p, x - p
+        summands = ew == EwOp::sub ? apply("neg", EwOp::neg, {detail::summands_of(p)}) : detail::summands_of(p);
+        addend = ap.valid() ? apply(op, ew, {x, ap}) : as_array(x);
+      }
+    }
+    if (detail::shards_over_any(summands.sharding(), *axes)) return std::nullopt;
+    return detail::make_partial(summands, *axes, "", partial_operand, addend);
+  }
+  if (ew == EwOp::neg) {
+    const Array& a = detail::addend_of(*partial_operand);
+    return detail::make_partial(apply("neg", EwOp::neg, {detail::summands_of(*partial_operand)}), *axes, "",
+                                partial_operand, a.valid() ? apply("neg", EwOp::neg, {a}) : Array());
+  }
+  const auto* first = std::get_if<Array>(&operands.front().get());
+  const bool first_partial = first && detail::is_partial(*first);
+  const bool linear = (ew == EwOp::mul && partials == 1) ||
+                      (ew == EwOp::div && partials == 1 && first_partial && compute == DType::float32);
+  // A product of a sum with an addend: its rounding is that of the sum taken first.
+  if (!linear || detail::addend_of(*partial_operand).valid()) return std::nullopt;
+  std::vector<Operand> on_summands;
+  for (const Operand& o : operands) {
+    const auto* a = std::get_if<Array>(&o.get());
     on_summands.push_back(a ? Operand(detail::summands_of(*a)) : o);
   }
   const Array r = detail::ew::elementwise(op, ew, std::move(on_summands), compute, result);
   if (detail::shards_over_any(r.sharding(), *axes)) return std::nullopt;
-  return detail::make_partial(r, *axes);
+  return detail::make_partial(r, *axes, "", partial_operand);
 }
 
 }  // namespace
@@ -358,7 +430,7 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
   for (const Array* a : arrays) out = broadcast_shapes(out, a->shape(), op);
   for (const Array* a : arrays)
     if (detail::is_partial(*a)) {
-      if (auto r = on_partial_summands(op, ew, operands, compute, result)) return *r;
+      if (auto r = on_partial_summands(op, ew, operands, compute, result, out)) return *r;
       break;
     }
 

@@ -65,10 +65,14 @@ void check_same_program(detail::RuntimeState& rt, const detail::Capture& capture
 
 
 // A sharding as the cache keys it: specs that are equal (==) key one program, so P('a', None),
-// which a user writes, and P('a'), which ops give their results, do not trace twice.
+// which a user writes, and P('a'), which ops give their results, do not trace twice, nor do
+// P(('a',)) and P('a') (a one-axis tuple, as JAX canonicalizes it).
 std::string sharding_key(const Sharding& s) {
-  if (const NamedSharding* n = s.named()) return NamedSharding(n->mesh(), n->spec().trimmed()).to_string();
-  return s.to_string();
+  const NamedSharding* n = s.named();
+  if (!n) return s.to_string();
+  std::vector<SpecEntry> entries = n->spec().trimmed().entries();
+  for (SpecEntry& e : entries) e.tuple = e.axes.size() > 1;
+  return NamedSharding(n->mesh(), PartitionSpec(entries)).to_string();
 }
 
 std::string layout_text(const Array& x) {
@@ -220,6 +224,8 @@ struct JitFunction::State {
     const uint64_t decided = detail::host_decisions();
     rt->begin_capture(capture.get());
     try {
+      // Ops that carry no line of their own (operators, out_shardings) name jit's.
+      const detail::UserCallSite jit_site(options.location);
       results = place_outputs(body(owned));
     } catch (...) {
       rt->end_capture();

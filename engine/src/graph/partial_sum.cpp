@@ -2,9 +2,11 @@
 #include "graph/partial_sum.hpp"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 #include "exec/program_log.hpp"
+#include "graph/elementwise_core.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
@@ -47,8 +49,17 @@ const std::vector<std::string>& partial_axes(const Array& x) {
 
 Array summands_of(const Array& x) { return is_partial(x) ? x.impl()->partial->summands : x; }
 
-Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op) {
-  if (axes.empty()) return summands;
+const Array& addend_of(const Array& x) {
+  static const Array none;
+  return is_partial(x) ? x.impl()->partial->addend : none;
+}
+
+Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op,
+                   const Array* made_from, const Array& addend) {
+  if (axes.empty()) return addend.valid() ? ew::elementwise("add", kernels::EwOp::add, {summands, addend}, summands.dtype(), summands.dtype()) : summands;
+  // Summands that are themselves a sum plus an addend: the addend would be summed along `axes`
+  // too, so that sum is taken first.
+  if (addend_of(summands).valid()) materialized(summands);
   const Array& base = summands_of(summands);
   for (const auto& axis : partial_axes(summands))
     if (std::find(axes.begin(), axes.end(), axis) == axes.end()) axes.push_back(axis);
@@ -63,16 +74,31 @@ Array make_partial(const Array& summands, std::vector<std::string> axes, const s
       ArrayImpl{s.runtime, exec::ShardedValue{s.value.shape, s.value.dtype, s.value.sharding, {}}, s.committed, nullptr,
                 s.varying});
   // The rule in force (the contraction's); a value made from a partial one (a sum of two, a
-  // reshape) keeps the first one's where no rule is in force.
+  // reshape) keeps that one's: its sum is the contraction's, whatever op reads it.
   std::string rule = exec::current_rule();
   exec::CallSite site = exec::current_call_site();
-  if (rule.empty() && is_partial(summands)) {
-    rule = summands.impl()->partial->rule;
-    site = summands.impl()->partial->site;
+  const Array* from = is_partial(summands) ? &summands : made_from && is_partial(*made_from) ? made_from : nullptr;
+  if (from && (!from->impl()->partial->rule.empty() || rule.empty())) {
+    rule = from->impl()->partial->rule;
+    site = from->impl()->partial->site;
   }
-  impl->partial = std::make_shared<const PartialSum>(PartialSum{std::move(axes), base, op, std::move(rule), site});
+  impl->partial = std::make_shared<const PartialSum>(PartialSum{std::move(axes), base, op, std::move(rule), site, addend});
   return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
 }
+
+namespace {
+
+// The sum just taken (impl.value.shards, laid out as the summands) plus the addend, laid out as
+// the value.
+void add_addend(RuntimeState& rt, const ArrayImpl& impl, const Array& addend) {
+  if (!addend.valid()) return;
+  const Array sum = make_array(impl.runtime, impl.value, impl.committed, impl.varying);
+  exec::ShardedValue v = materialized(ew::elementwise("add", kernels::EwOp::add, {sum, addend}, impl.value.dtype, impl.value.dtype));
+  if (!v.sharding.is_equivalent_to(impl.value.sharding, v.shape.size())) v = exec::reshard(rt, v, impl.value.sharding);
+  impl.value.shards = std::move(v.shards);
+}
+
+}  // namespace
 
 const exec::ShardedValue& resolve_partial(const Array& x) {
   const ArrayImpl& impl = *x.impl();
@@ -91,6 +117,7 @@ const exec::ShardedValue& resolve_partial(const Array& x) {
   if (exec::logging() && !p->op.empty() && !impl.value.shards.empty() && impl.value.shards.front())
     exec::name_result(impl.value.shards.front().get(), p->op);  // later lines read it as the op's result
   impl.partial = nullptr;
+  add_addend(rt, impl, p->addend);
   return impl.value;
 }
 
@@ -150,7 +177,9 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
                static_cast<int64_t>(n));
     }
     impl.value.shards = std::move(shards);
+    const Array addend = impl.partial->addend;
     impl.partial = nullptr;
+    add_addend(rt, impl, addend);
   }
 }
 
@@ -197,12 +226,15 @@ void resolve_together(const std::vector<Array>& values) {
   }
 }
 
-Array on_summands(const Array& x, const std::function<Array(const Array&)>& op) {
+Array on_summands(const Array& x, const std::function<Array(const Array&)>& op, bool moves_only) {
   if (!is_partial(x)) return op(x);
-  const std::vector<std::string> axes = partial_axes(x);
-  const Array r = op(summands_of(x));
-  // A layout over a partial axis would mean data moved between the summands: take the sum first.
-  if (!shards_over_any(r.sharding(), axes)) return make_partial(r, axes);
+  const Array& addend = addend_of(x);
+  if (!addend.valid() || (moves_only && addend.shape() == x.shape())) {
+    const std::vector<std::string> axes = partial_axes(x);
+    const Array r = op(summands_of(x));
+    // A layout over a partial axis would mean data moved between the summands: take the sum first.
+    if (!shards_over_any(r.sharding(), axes)) return make_partial(r, axes, "", &x, addend.valid() ? op(addend) : Array());
+  }
   materialized(x);
   return op(x);
 }
@@ -226,7 +258,8 @@ collectives::Buffers reduce_scatter_over(const std::shared_ptr<RuntimeState>& rt
 std::optional<Array> scatter_partial(const Array& x, const Sharding& target) {
   const NamedSharding* from = x.sharding().named();
   const NamedSharding* to = target.named();
-  if (!is_partial(x) || !from || !to || !(to->mesh() == from->mesh())) return std::nullopt;
+  // A value with an addend is summed whole (an all-reduce) and then laid out.
+  if (!is_partial(x) || addend_of(x).valid() || !from || !to || !(to->mesh() == from->mesh())) return std::nullopt;
   const Mesh& mesh = from->mesh();
   const std::vector<std::string>& axes = partial_axes(x);
   const Shape local = x.sharding().shard_shape(x.shape());
@@ -258,7 +291,7 @@ std::optional<Array> scatter_partial(const Array& x, const Sharding& target) {
     std::vector<std::string> rest;
     for (const auto& axis : axes)
       if (std::find(want.axes.begin(), want.axes.end(), axis) == want.axes.end()) rest.push_back(axis);
-    return make_partial(scattered, rest);
+    return make_partial(scattered, rest, "", &x);
   }
   return std::nullopt;
 }

@@ -27,8 +27,13 @@ bool shards_over_any(const Sharding& s, const std::vector<std::string>& axes);
 Array summands_of(const Array& x);
 // A value partial over `axes` whose summands are `summands` (already partial ones: over the
 // union). `axes` must not shard summands. No axes: summands itself. `op` names the sum in the
-// program text once it is taken, as if op had made it.
-Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op = "");
+// program text once it is taken, as if op had made it. The sum keeps the rule and line of
+// `made_from` (a partial operand of the op that made `summands`) where it has one. `addend` (not
+// partial, or an empty Array) is added once the sum is taken (PartialSum::addend).
+Array make_partial(const Array& summands, std::vector<std::string> axes, const std::string& op = "",
+                   const Array* made_from = nullptr, const Array& addend = Array());
+// x's addend (an empty Array when x has none or is not partial).
+const Array& addend_of(const Array& x);
 
 // x's value: the all-reduce of its summands, kept in x (called by materialized(), under the
 // runtime's lock).
@@ -40,8 +45,10 @@ void resolve_together(const std::vector<Array>& values);
 
 // A linear op of one operand (a transpose, broadcast, slice, reshape that moves no data, a sum):
 // `op` on x's summands, partial over x's axes; op(x) when x is not partial. `op` must not move
-// data between devices (it sees summands as if they were one value).
-Array on_summands(const Array& x, const std::function<Array(const Array&)>& op);
+// data between devices (it sees summands as if they were one value). `moves_only`: op only moves
+// elements (no arithmetic), so it applies to an addend of x's shape too; otherwise a value with an
+// addend takes its sum first.
+Array on_summands(const Array& x, const std::function<Array(const Array&)>& op, bool moves_only = false);
 
 // device_put of a partial x into `target` where target splits a dimension x holds whole over
 // some of x's partial axes: a reduce-scatter over them (partial over the rest, if any); nothing

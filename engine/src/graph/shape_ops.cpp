@@ -165,7 +165,7 @@ Array reshape(const Array& x, Shape shape) { return x.reshape(std::move(shape));
 
 static Array transpose_untaped(const Array& x, std::vector<int> axes) {
   if (detail::is_partial(x))  // linear, on each device's piece: the summands' transpose
-    return detail::on_summands(x, [&](const Array& s) { return transpose_untaped(s, axes); });
+    return detail::on_summands(x, [&](const Array& s) { return transpose_untaped(s, axes); }, true);
   const size_t rank = x.ndim();
   if (axes.empty())
     for (size_t d = rank; d-- > 0;) axes.push_back(static_cast<int>(d));
@@ -199,7 +199,7 @@ static Array transpose_untaped(const Array& x, std::vector<int> axes) {
 
 static Array broadcast_to_untaped(const Array& x, Shape shape) {
   if (detail::is_partial(x))  // linear, on each device's piece: the summands broadcast
-    return detail::on_summands(x, [&](const Array& s) { return broadcast_to_untaped(s, shape); });
+    return detail::on_summands(x, [&](const Array& s) { return broadcast_to_untaped(s, shape); }, true);
   const Shape joined = broadcast_shapes(x.shape(), shape, "broadcast_to");
   if (joined != shape)
     throw Error("broadcast_to: cannot broadcast shape " + shape_to_string(x.shape()) + " to " + shape_to_string(shape));
@@ -369,7 +369,7 @@ static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vect
   for (size_t d = 0; d < rank; ++d)
     if (start[d] != 0 || stop[d] != x.shape()[d] || step[d] != 1) cut.push_back(d);
   if (unsplit(x, cut) && detail::is_partial(x))  // linear, on each device's piece: the summands' slice
-    return detail::on_summands(x, [&](const Array& s) { return slice_untaped(s, start, stop, step); });
+    return detail::on_summands(x, [&](const Array& s) { return slice_untaped(s, start, stop, step); }, true);
   if (unsplit(x, cut))
     return on_each_device(
         "slice", {x}, shape, x.dtype(), x.sharding(),
