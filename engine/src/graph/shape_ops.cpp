@@ -762,7 +762,11 @@ Array concatenate(const std::vector<Array>& arrays, int axis) {
 }
 
 Array pad(const Array& x, std::vector<std::pair<int64_t, int64_t>> widths, float value) {
-  const Array y = pad_untaped(x, widths, value);
+  // Padding with zeros is linear: a partial value stays partial (the gradient of a stacked
+  // parameter, assembled from its slices' gradients, is summed once, with the others).
+  const Array y = value == 0.0f && detail::is_partial(x)
+                      ? detail::on_summands(x, [&](const Array& s) { return pad_untaped(s, widths, value); }, true)
+                      : pad_untaped(x, widths, value);
   if (!differentiable(x)) return y;
   return detail::on_tape(y, {x}, [x, widths](const Array& ct) {
     std::vector<int64_t> lo, hi;
