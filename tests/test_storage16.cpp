@@ -389,3 +389,28 @@ TEST(Storage16, PrintingAndNpy) {
   EXPECT_EQ(back.dtype(), DType::float16);
   EXPECT_EQ(bits16(back), bits);
 }
+
+TEST(Storage16, WindowedLayoutKernelsAndEmptyArrays) {
+  // Bindings limited to 64 KiB: a transpose and a strided slice of 154 KB bfloat16 pieces take
+  // the tiled kernels, whose windows start at aligned element offsets of 2-byte elements.
+  const ScopedEnv small("MESHVK_TEST_BINDING_BYTES", "65536");
+  for (const DType t : kTypes) {
+    const int64_t r = 301, c = 257;
+    const auto xb = any_bits(r * c, 60);
+    const Array x = put16(t, xb, {r, c}, mv::NamedSharding(mesh_of(3), P()));
+    const auto tr = bits16(mv::transpose(x));
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) ASSERT_EQ(tr[j * r + i], xb[i * c + j]) << i << "," << j;
+    const auto sl = bits16(mv::slice(x, {3, 1}, {r, c}, {2, 3}));
+    size_t at = 0;
+    for (int64_t i = 3; i < r; i += 2)
+      for (int64_t j = 1; j < c; j += 3) ASSERT_EQ(sl[at++], xb[i * c + j]);
+  }
+  for (const DType t : kTypes) {
+    const Array e = mv::zeros({0, 3}, t);
+    EXPECT_TRUE(bits16(e).empty());
+    EXPECT_TRUE(bits16(e * 2.0f + 1.0f).empty());
+    EXPECT_EQ(bits16(mv::concatenate({e, mv::ones({1, 3}, t)}, 0)), std::vector<uint16_t>(3, bits_of(t, 1.0f)));
+    EXPECT_EQ(mv::device_put(e, mv::NamedSharding(mesh_of(3), P())).to_string(), "[]");
+  }
+}

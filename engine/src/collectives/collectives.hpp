@@ -38,6 +38,10 @@ Buffers reduce_scatter(detail::RuntimeState& rt, const Buffers& in, uint64_t chu
 // Member r's `chunk` elements land at r * chunk in every member's output.
 Buffers all_gather(detail::RuntimeState& rt, const Buffers& in, uint64_t chunk, DType dtype,
                    Algorithm algorithm);
+// Of 32-bit elements (any 4-byte dtype moves alike).
+inline Buffers all_gather(detail::RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorithm algorithm) {
+  return all_gather(rt, in, chunk, DType::float32, algorithm);
+}
 // Inputs hold n chunks; member r's output holds chunk r of every member, in rank order.
 Buffers all_to_all(detail::RuntimeState& rt, const Buffers& in, uint64_t chunk, DType dtype);
 // out[dst] = in[src] for each (src, dst) pair; members nobody sends to get zeros.
