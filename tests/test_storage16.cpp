@@ -414,3 +414,29 @@ TEST(Storage16, WindowedLayoutKernelsAndEmptyArrays) {
     EXPECT_EQ(mv::device_put(e, mv::NamedSharding(mesh_of(3), P())).to_string(), "[]");
   }
 }
+
+TEST(Storage16, ScanCarriesAndStacksSixteenBitValues) {
+  // The loop copies its 16-bit carry between iterations and stacks its ys (odd sizes: 7 steps of
+  // 3 elements), inside jit too.
+  for (const DType t : kTypes) {
+    const auto xb = moderate(t, 7 * 3, 70);
+    const Array xs = put16(t, xb, {7, 3}, mv::NamedSharding(mesh_of(3), P()));
+    const auto body = [](const Array& c, const Array& x) { return std::make_pair(c + x, c * x); };
+    const auto run = [&](const Array& x) {
+      auto [total, ys] = mv::lax::scan(body, mv::zeros({3}, t), x);
+      return mv::concatenate({mv::reshape(total, {1, 3}), ys}, 0);
+    };
+    std::vector<uint16_t> want;
+    std::vector<float> c(3, 0.0f), ys;
+    for (int k = 0; k < 7; ++k)
+      for (int j = 0; j < 3; ++j) {
+        const float x = value_of(t, xb[k * 3 + j]);
+        ys.push_back(mv::round_to(t, c[j] * x));
+        c[j] = mv::round_to(t, c[j] + x);
+      }
+    for (const float v : c) want.push_back(bits_of(t, v));
+    for (const float v : ys) want.push_back(bits_of(t, v));
+    EXPECT_EQ(bits16(run(xs)), want) << mv::dtype_name(t);
+    EXPECT_EQ(bits16(mv::jit(run)(xs)), want) << mv::dtype_name(t) << " under jit";
+  }
+}
