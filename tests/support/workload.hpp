@@ -145,6 +145,14 @@ inline Results workload() {
 // Integer results are also checked here against a host reference (exact: no order to differ
 // in); a mismatch is a result "MISMATCH ..." that no other run prints. uint32 and int32 values
 // are kept as their bits in the floats.
+// The float32 values of 16-bit host values, as Results hold them.
+template <class H>
+std::vector<float> values_16(const std::vector<H>& v) {
+  std::vector<float> out;
+  for (const H& h : v) out.push_back(h.to_float());
+  return out;
+}
+
 inline Results collective_sweep() {
   Results r;
   const int n = Runtime::current().num_devices();
@@ -220,6 +228,27 @@ inline Results collective_sweep() {
         }
       if (wrong) r["MISMATCH " + name + " uint32" + size] = {static_cast<float>(wrong)};
     }
+    // bfloat16, 2 bytes per element (an odd L leaves each piece's last word half used, and the
+    // pieces' byte offsets only 2-aligned): moved bit for bit, summed in float32.
+    std::vector<mv::bfloat16> halves(floats.size());
+    for (size_t i = 0; i < halves.size(); ++i) halves[i] = mv::bfloat16(floats[i] * 100.f);
+    const Array xh = mv::device_put(std::span<const mv::bfloat16>(halves), {n * L}, split);
+    for (const auto& [name, body] : moving) {
+      if (big && name != "all_gather") continue;
+      const auto got = run(body, xh).to_host<mv::bfloat16>();
+      r[name + " bfloat16" + size] = values_16(got);
+      size_t wrong = 0;
+      for (int q = 0; q < n; ++q)
+        for (int64_t i = 0; i < (name == "all_gather" ? n * L : L); ++i) {
+          const size_t from = name == "all_gather" ? static_cast<size_t>(i)
+                                                   : static_cast<size_t>(((q + n - 1) % n) * L + i);
+          const size_t at = name == "all_gather" ? static_cast<size_t>(q * n * L + i)
+                                                 : static_cast<size_t>(q * L + i);
+          wrong += got[at].bits != halves[from].bits;
+        }
+      if (wrong) r["MISMATCH " + name + " bfloat16" + size] = {static_cast<float>(wrong)};
+    }
+    if (!big) r["psum bfloat16" + size] = values_16(run(reducing[0].second, xh).to_host<mv::bfloat16>());
   }
   // The collectives that split each piece n ways: pieces of n * m elements, m odd.
   for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8193}, int64_t{65539}}) {
@@ -249,6 +278,19 @@ inline Results collective_sweep() {
     if (wrong) r["MISMATCH psum_scatter int32" + size] = {static_cast<float>(wrong)};
     r["all_to_all float32" + size] = run(to_all, xf).to_host<float>();
     r["all_to_all int32" + size] = bits_of(run(to_all, xi).to_host<int32_t>());
+    // float16 (2 bytes per element, odd chunks of m elements).
+    std::vector<mv::float16> halves(floats.size());
+    for (size_t i = 0; i < halves.size(); ++i) halves[i] = mv::float16(floats[i]);
+    const Array xh = mv::device_put(std::span<const mv::float16>(halves), {n * L}, split);
+    r["psum_scatter float16" + size] = values_16(run(scatter, xh).to_host<mv::float16>());
+    const auto moved = run(to_all, xh).to_host<mv::float16>();
+    r["all_to_all float16" + size] = values_16(moved);
+    size_t wrong16 = 0;
+    for (int q = 0; q < n; ++q)  // member q's chunk p is member p's chunk q
+      for (int p = 0; p < n; ++p)
+        for (int64_t i = 0; i < m; ++i)
+          wrong16 += moved[static_cast<size_t>(q * L + p * m + i)].bits != halves[static_cast<size_t>(p * L + q * m + i)].bits;
+    if (wrong16) r["MISMATCH all_to_all float16" + size] = {static_cast<float>(wrong16)};
   }
   // A jit'd psum at a ring size with a tail (the replayed program's transfers).
   {

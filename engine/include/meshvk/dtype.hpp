@@ -8,7 +8,8 @@
 
 namespace meshvk {
 
-// bool is stored as one 32-bit word per element (0 or 1), like the others.
+// float32, int32, uint32 and bool (0 or 1) are stored as one 32-bit word per element;
+// bfloat16 and float16 as their 16 bits, two bytes per element (dtype_size).
 // uint32 (random keys and bits, as JAX's) supports data movement (device_put, reshape, slice,
 // indexing, transpose, concatenate, take, copies, collectives that move data), printing, .npy
 // '<u4', to_host<uint32_t>, the random ops and astype to and from the other dtypes; other ops on
@@ -18,16 +19,16 @@ namespace meshvk {
 // conversion and each op's result is rounded to nearest even, overflows to inf as the format
 // does, keeps NaN; float16 has its subnormals), arithmetic is done in float32 and rounded after
 // every op (as XLA on CPU does, also inside a fused chain), sums, means and matmuls accumulate in
-// float32 and round their result. STORAGE: for now each 16-bit element is stored in a 32-bit
-// word as the float32 bit pattern of its (rounded) value, so dtype_size() is 4 for them too and
-// they take as much device memory as float32; their values, printing, .npy files and host types
-// (meshvk::bfloat16, meshvk::float16 below: 2 bytes each) are the 16-bit format's.
+// float32 and round their result. Their host types are meshvk::bfloat16 and meshvk::float16
+// below (2 bytes each, as on the device).
 enum class DType { float32, int32, bool_, uint32, bfloat16, float16 };
 
 // "float32", "int32", "bool", "uint32", "bfloat16", "float16"
 std::string_view dtype_name(DType dtype);
-// Bytes per element on the device (every dtype is one 32-bit word for now; see above).
-constexpr size_t dtype_size(DType) { return 4; }
+// bfloat16 and float16: stored in 2 bytes per element.
+constexpr bool is_16bit(DType dtype) { return dtype == DType::bfloat16 || dtype == DType::float16; }
+// Bytes per element, on the device and on the host: 2 for bfloat16 and float16, else 4.
+constexpr size_t dtype_size(DType dtype) { return is_16bit(dtype) ? 2 : 4; }
 // float32, bfloat16 and float16 (jnp.issubdtype(dtype, jnp.floating)).
 constexpr bool is_floating(DType dtype) {
   return dtype == DType::float32 || dtype == DType::bfloat16 || dtype == DType::float16;

@@ -8,6 +8,7 @@
 #include "collectives/transport.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/launch.hpp"
+#include "kernels/storage16.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
 
@@ -22,8 +23,10 @@ namespace {
 
 constexpr uint64_t kOneShotLimit = 256 << 10;
 
-std::shared_ptr<DeviceBuffer> allocate_like(RuntimeState& rt, const DeviceBuffer& member, uint64_t count) {
-  return rt.allocate(member.device(), count * 4);
+// Elements are `es` bytes: 4, or 2 for bfloat16 and float16 (moved, never reduced, as such).
+std::shared_ptr<DeviceBuffer> allocate_like(RuntimeState& rt, const DeviceBuffer& member, uint64_t count,
+                                            uint64_t es = 4) {
+  return rt.allocate(member.device(), count * es);
 }
 
 // Submits a recording and records who read and who wrote what.
@@ -78,8 +81,8 @@ class RingStep {
 };
 
 void copy(RuntimeState& rt, Recording& rec, const DeviceBuffer& src, uint64_t src_elem,
-          const DeviceBuffer& dst, uint64_t dst_elem, uint64_t count) {
-  transport_between(rt, src.device(), dst.device()).copy(rt, rec, src, src_elem * 4, dst, dst_elem * 4, count * 4);
+          const DeviceBuffer& dst, uint64_t dst_elem, uint64_t count, uint64_t es = 4) {
+  transport_between(rt, src.device(), dst.device()).copy(rt, rec, src, src_elem * es, dst, dst_elem * es, count * es);
 }
 
 kernels::EwOp reduction_op(Reduction op) {
@@ -118,16 +121,26 @@ void record_fold(RuntimeState& rt, Recording& rec, const std::vector<const Devic
                  const DeviceBuffer& out, uint64_t out_start) {
   if (record_rank_fold(rt, rec, inputs, starts, count, dtype, op, out, out_start)) return;
   kernels::barrier(rec.cb);
+  // bfloat16 / float16 are folded here as float32 words (all_reduce widened them): read and
+  // written as float32, each step rounded to the format as the nodes' dtype says.
+  const DType words = is_16bit(dtype) ? DType::float32 : dtype;
   std::vector<kernels::EwInput> in;
   for (size_t i = 0; i < inputs.size(); ++i) {
     kernels::EwInput e;
     e.buffer = inputs[i];
-    e.dtype = dtype;
+    e.dtype = words;
     e.start = starts[i];
     in.push_back(e);
   }
-  kernels::record_elementwise(rt, rec, fold_program(static_cast<int>(inputs.size()), dtype, op), in,
-                              Shape{static_cast<int64_t>(count)}, out, out_start);
+  kernels::EwProgram program = fold_program(static_cast<int>(inputs.size()), dtype, op);
+  if (words != dtype) {
+    for (kernels::EwNode& node : program.nodes)
+      if (node.op == kernels::EwOp::input) node.dtype = words;
+    kernels::EwNode stored{kernels::EwOp::cast, words};
+    stored.a = static_cast<int>(program.nodes.size() - 1);
+    program.nodes.push_back(stored);
+  }
+  kernels::record_elementwise(rt, rec, program, in, Shape{static_cast<int64_t>(count)}, out, out_start);
   kernels::barrier(rec.cb);
 }
 
@@ -196,7 +209,8 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
 
 // Ring all-gather in place: member r starts owning chunk r; at step s it copies chunk r-s-1 from
 // member r-1.
-void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uint64_t>& bounds) {
+void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uint64_t>& bounds,
+                     uint64_t es = 4) {
   const int n = static_cast<int>(out.size());
   for (int s = 0; s < n - 1; ++s) {
     const RingStep named("all-gather", s, n - 1);
@@ -205,19 +219,38 @@ void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uin
       const int p = mod(r - 1, n), c = mod(r - s - 1, n);
       Recording rec = rt.begin_transfer(out[r]->device());
       rec.wait_for(out[r]->ready());
-      copy(rt, rec, *out[p], bounds[c], *out[r], bounds[c], bounds[c + 1] - bounds[c]);
+      copy(rt, rec, *out[p], bounds[c], *out[r], bounds[c], bounds[c + 1] - bounds[c], es);
       steps.push_back(std::move(rec));
     }
     for (int r = 0; r < n; ++r) finish(rt, std::move(steps[r]), {out[mod(r - 1, n)].get()}, {out[r].get()});
   }
 }
 
-Buffers copies_of(RuntimeState& rt, const Buffers& in, uint64_t count) {
+Buffers copies_of(RuntimeState& rt, const Buffers& in, uint64_t count, uint64_t es = 4) {
   Buffers out;
   for (const auto& b : in) {
-    auto c = allocate_like(rt, *b, count);
+    auto c = allocate_like(rt, *b, count, es);
     Recording rec = rt.begin_transfer(b->device());
-    copy(rt, rec, *b, 0, *c, 0, count);
+    copy(rt, rec, *b, 0, *c, 0, count, es);
+    finish(rt, std::move(rec), {b.get()}, {c.get()});
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// Each member's `count` 16-bit elements as float32 words (a fresh buffer on its device), or back.
+Buffers converted(RuntimeState& rt, const Buffers& in, uint64_t count, DType dtype, bool widen) {
+  Buffers out;
+  for (const auto& b : in) {
+    Recording rec = rt.begin(b->device());
+    rec.wait_for(b->ready());
+    std::shared_ptr<DeviceBuffer> c;
+    if (widen) {
+      c = kernels::record_widen(rt, rec, *b, dtype, 0, count);
+    } else {
+      c = allocate_like(rt, *b, count, dtype_size(dtype));
+      kernels::record_narrow(rt, rec, *b, 0, dtype, count, *c, 0);
+    }
     finish(rt, std::move(rec), {b.get()}, {c.get()});
     out.push_back(std::move(c));
   }
@@ -235,7 +268,10 @@ const char* algorithm_name(Algorithm a) { return a == Algorithm::one_shot ? "one
 
 Buffers all_reduce(RuntimeState& rt, const Buffers& in, uint64_t count, DType dtype, Reduction op, Algorithm algorithm) {
   const int n = static_cast<int>(in.size());
-  if (n == 1 || count == 0) return copies_of(rt, in, count);
+  if (n == 1 || count == 0) return copies_of(rt, in, count, dtype_size(dtype));
+  if (is_16bit(dtype))
+    return converted(rt, all_reduce(rt, converted(rt, in, count, dtype, true), count, dtype, op, algorithm), count,
+                     dtype, false);
   if (algorithm == Algorithm::ring && count >= static_cast<uint64_t>(64 * n)) {
     const Step step("all_reduce", "all_reduce(ring)", "ring");
     const auto bounds = chunk_bounds(count, n);
@@ -291,6 +327,9 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
                        Algorithm algorithm) {
   const int n = static_cast<int>(in.size());
   const uint64_t count = chunk * n;
+  if (is_16bit(dtype))
+    return converted(rt, reduce_scatter(rt, converted(rt, in, count, dtype, true), chunk, dtype, op, algorithm),
+                     chunk, dtype, false);
   Buffers out;
   if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0 && chunk > 0) {
     const Step step("reduce_scatter", "reduce_scatter(ring)", "ring");
@@ -347,30 +386,31 @@ Buffers reduce_scatter(RuntimeState& rt, const Buffers& in, uint64_t chunk, DTyp
   return out;
 }
 
-Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorithm algorithm) {
+Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, DType dtype, Algorithm algorithm) {
   const int n = static_cast<int>(in.size());
+  const uint64_t es = dtype_size(dtype);
   Buffers out;
   if (algorithm == Algorithm::ring && n > 1 && chunk % 64 == 0) {
     const Step step("all_gather", "all_gather(ring)", "ring");
     for (int r = 0; r < n; ++r) {
-      auto result = allocate_like(rt, *in[r], chunk * n);
+      auto result = allocate_like(rt, *in[r], chunk * n, es);
       Recording rec = rt.begin_transfer(in[r]->device());
-      copy(rt, rec, *in[r], 0, *result, r * chunk, chunk);
+      copy(rt, rec, *in[r], 0, *result, r * chunk, chunk, es);
       finish(rt, std::move(rec), {in[r].get()}, {result.get()});
       out.push_back(std::move(result));
     }
     std::vector<uint64_t> bounds(n + 1);
     for (int c = 0; c <= n; ++c) bounds[c] = c * chunk;
-    ring_all_gather(rt, out, bounds);
+    ring_all_gather(rt, out, bounds, es);
     return out;
   }
   const Step step("all_gather", "all_gather(one_shot)", "one_shot");
   for (int r = 0; r < n; ++r) {
-    auto result = allocate_like(rt, *in[r], chunk * n);
+    auto result = allocate_like(rt, *in[r], chunk * n, es);
     Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> read;
     for (int q = 0; q < n; ++q) {
-      copy(rt, rec, *in[q], 0, *result, q * chunk, chunk);
+      copy(rt, rec, *in[q], 0, *result, q * chunk, chunk, es);
       read.push_back(in[q].get());
     }
     finish(rt, std::move(rec), read, {result.get()});
@@ -379,16 +419,17 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, Algorith
   return out;
 }
 
-Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk) {
+Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk, DType dtype) {
   const Step step("all_to_all", "all_to_all");
   const int n = static_cast<int>(in.size());
+  const uint64_t es = dtype_size(dtype);
   Buffers out;
   for (int r = 0; r < n; ++r) {
-    auto result = allocate_like(rt, *in[r], chunk * n);
+    auto result = allocate_like(rt, *in[r], chunk * n, es);
     Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> read;
     for (int q = 0; q < n; ++q) {
-      copy(rt, rec, *in[q], r * chunk, *result, q * chunk, chunk);
+      copy(rt, rec, *in[q], r * chunk, *result, q * chunk, chunk, es);
       read.push_back(in[q].get());
     }
     finish(rt, std::move(rec), read, {result.get()});
@@ -397,20 +438,23 @@ Buffers all_to_all(RuntimeState& rt, const Buffers& in, uint64_t chunk) {
   return out;
 }
 
-Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::vector<std::pair<int, int>>& pairs) {
+Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, DType dtype,
+                const std::vector<std::pair<int, int>>& pairs) {
   const Step step("ppermute", "ppermute");
   const int n = static_cast<int>(in.size());
+  const uint64_t es = dtype_size(dtype);
   std::vector<int> source(n, -1);
   for (const auto& [src, dst] : pairs) source[dst] = src;
   Buffers out;
   for (int r = 0; r < n; ++r) {
-    auto result = allocate_like(rt, *in[r], count);
+    auto result = allocate_like(rt, *in[r], count, es);
     Recording rec = rt.begin_transfer(in[r]->device());
     std::vector<const DeviceBuffer*> read;
     if (source[r] < 0) {
-      if (count && rec.cb) vkCmdFillBuffer(rec.cb, result->vk_buffer(), result->offset(), count * 4, 0);
+      // Whole words (fills take multiples of 4 bytes): the capacity holds a half-used last one.
+      if (count && rec.cb) vkCmdFillBuffer(rec.cb, result->vk_buffer(), result->offset(), (count * es + 3) / 4 * 4, 0);
     } else {
-      copy(rt, rec, *in[source[r]], 0, *result, 0, count);
+      copy(rt, rec, *in[source[r]], 0, *result, 0, count, es);
       read.push_back(in[source[r]].get());
     }
     finish(rt, std::move(rec), read, {result.get()});
@@ -419,13 +463,14 @@ Buffers permute(RuntimeState& rt, const Buffers& in, uint64_t count, const std::
   return out;
 }
 
-Buffers broadcast(RuntimeState& rt, const Buffers& in, uint64_t count, int source) {
+Buffers broadcast(RuntimeState& rt, const Buffers& in, uint64_t count, DType dtype, int source) {
   const Step step("broadcast", "broadcast");
+  const uint64_t es = dtype_size(dtype);
   Buffers out;
   for (size_t r = 0; r < in.size(); ++r) {
-    auto result = allocate_like(rt, *in[r], count);
+    auto result = allocate_like(rt, *in[r], count, es);
     Recording rec = rt.begin_transfer(in[r]->device());
-    copy(rt, rec, *in[source], 0, *result, 0, count);
+    copy(rt, rec, *in[source], 0, *result, 0, count, es);
     finish(rt, std::move(rec), {in[source].get()}, {result.get()});
     out.push_back(std::move(result));
   }

@@ -8,6 +8,7 @@
 #include "exec/box.hpp"
 #include "exec/program_log.hpp"
 #include "kernels/launch.hpp"
+#include "kernels/storage16.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
 
@@ -25,8 +26,8 @@ void check_devices(const RuntimeState& rt, const Sharding& sharding) {
                   ", but the runtime has devices 0.." + std::to_string(rt.num_devices() - 1));
 }
 
-static uint64_t piece_bytes(const Index& index) {
-  uint64_t n = 4;
+static uint64_t piece_bytes(const Index& index, DType dtype) {
+  uint64_t n = dtype_size(dtype);
   for (const Slice& s : index) n *= static_cast<uint64_t>(s.size());
   return n;
 }
@@ -37,7 +38,7 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
   ShardedValue v{shape, dtype, sharding, {}};
   const Index global = whole(shape);
   for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
-    const uint64_t bytes = piece_bytes(di.index);
+    const uint64_t bytes = piece_bytes(di.index, dtype);
     auto buffer = rt.allocate(di.device, bytes);
     if (!rt.is_local(di.device)) {  // that process uploads it from its own copy of `host`
       v.shards.push_back(std::move(buffer));
@@ -46,8 +47,9 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
     auto staging = rt.staging(di.device, bytes);
     auto* dst = static_cast<std::byte*>(staging->mapped());
     const auto* src = static_cast<const std::byte*>(host);
+    const uint64_t es = dtype_size(dtype);
     for_each_run(di.index, global, di.index, [&](uint64_t so, uint64_t doff, uint64_t n) {
-      std::memcpy(dst + doff * 4, src + so * 4, n * 4);
+      std::memcpy(dst + doff * es, src + so * es, n * es);
     });
     Recording rec = rt.begin(di.device);
     if (bytes) {
@@ -114,7 +116,7 @@ void download(RuntimeState& rt, const ShardedValue& v, void* host, bool across_p
   std::vector<size_t> mine;
   for (const size_t f : first)
     if (rt.is_local(map[f].device)) mine.push_back(f);
-  const uint64_t bytes = piece_bytes(whole(v.shape));
+  const uint64_t bytes = piece_bytes(whole(v.shape), v.dtype);
   std::vector<std::byte> own(bytes);
   download_pieces(rt, v, map, mine, own.data());
   const std::vector<uint8_t> all = rt.exchange(own.data(), bytes,
@@ -122,11 +124,12 @@ void download(RuntimeState& rt, const ShardedValue& v, void* host, bool across_p
                                                    shape_to_string(v.shape) +
                                                    " (spans processes: read collectively)");
   const Index global = whole(v.shape);
+  const uint64_t es = dtype_size(v.dtype);
   for (const size_t f : first) {
     const auto* src = reinterpret_cast<const std::byte*>(all.data()) +
                       static_cast<uint64_t>(rt.process_of(map[f].device)) * bytes;
     for_each_run(map[f].index, global, global, [&](uint64_t so, uint64_t doff, uint64_t n) {
-      std::memcpy(static_cast<std::byte*>(host) + doff * 4, src + so * 4, n * 4);
+      std::memcpy(static_cast<std::byte*>(host) + doff * es, src + so * es, n * es);
     });
   }
 }
@@ -156,13 +159,14 @@ void download_pieces(RuntimeState& rt, const ShardedValue& v,
     staged.push_back({staging, f});
   }
   const Index global = whole(v.shape);
+  const uint64_t es = dtype_size(v.dtype);
   for (size_t k = 0; k < chosen.size(); ++k) {
     rt.wait(staged[k].second, "to_host");
     const Index& piece = map[chosen[k]].index;
     const auto* src = static_cast<const std::byte*>(staged[k].first->mapped());
     auto* dst = static_cast<std::byte*>(host);
     for_each_run(piece, piece, global, [&](uint64_t so, uint64_t doff, uint64_t n) {
-      std::memcpy(dst + doff * 4, src + so * 4, n * 4);
+      std::memcpy(dst + doff * es, src + so * es, n * es);
     });
   }
 }
@@ -173,11 +177,17 @@ ShardedValue iota(RuntimeState& rt, int64_t count, DType dtype, double start, do
   check_devices(rt, single_device);
   const int device = single_device.device_ids().front();
   ShardedValue v{Shape{count}, dtype, single_device, {}};
-  auto buffer = rt.allocate(device, static_cast<uint64_t>(count) * 4);
+  auto buffer = rt.allocate(device, static_cast<uint64_t>(count) * dtype_size(dtype));
   Recording rec = rt.begin(device);
-  if (count > 0)
+  if (count > 0 && is_16bit(dtype)) {  // computed in float32, then rounded to the format
+    auto wide = rt.allocate(device, static_cast<uint64_t>(count) * 4);
+    rec.keep_alive.push_back(wide);
+    kernels::record_iota(rt, rec, *wide, static_cast<uint64_t>(count), true, start, step);
+    kernels::record_narrow(rt, rec, *wide, 0, dtype, static_cast<uint64_t>(count), *buffer, 0);
+  } else if (count > 0) {
     kernels::record_iota(rt, rec, *buffer, static_cast<uint64_t>(count), dtype == DType::float32,
                          start, step);
+  }
   buffer->written_by(rt.submit(std::move(rec)));
   v.shards.push_back(std::move(buffer));
   return v;
@@ -188,9 +198,9 @@ ShardedValue fill(RuntimeState& rt, const Shape& shape, DType dtype, uint32_t wo
   check_devices(rt, sharding);
   ShardedValue v{shape, dtype, sharding, {}};
   for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
-    auto buffer = rt.allocate(di.device, piece_bytes(di.index));
+    auto buffer = rt.allocate(di.device, piece_bytes(di.index, dtype));
     Recording rec = rt.begin(di.device);
-    kernels::record_fill(rec, *buffer, word);
+    kernels::record_fill(rec, *buffer, kernels::fill_pattern(dtype, word));
     buffer->written_by(rt.submit(std::move(rec)));
     v.shards.push_back(std::move(buffer));
   }
@@ -229,7 +239,8 @@ std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& v
     else
       it->second.push_back(i);
   }
-  auto buffer = rt.allocate(device, piece_bytes(box));
+  auto buffer = rt.allocate(device, piece_bytes(box, value.dtype));
+  const uint64_t es = dtype_size(value.dtype);
   // Only copies: on the device's transfer stream, where it has one, to overlap its kernels.
   const detail::ActivityScope activity("reshard");
   Recording rec = rt.begin_transfer(device);
@@ -268,7 +279,7 @@ std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& v
     DeviceBuffer& src = *value.shards[pick];
     std::vector<VkBufferCopy> regions;
     for_each_run(*overlap, index, box, [&](uint64_t so, uint64_t doff, uint64_t n) {
-      regions.push_back({src.offset() + so * 4, buffer->offset() + doff * 4, n * 4});
+      regions.push_back({src.offset() + so * es, buffer->offset() + doff * es, n * es});
     });
     if (regions.empty()) continue;
     uint64_t bytes = 0;
@@ -346,7 +357,7 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
     }
     if (shared) continue;
     if (on_every_process && !rt.is_local(dst.device))
-      out.shards.push_back(rt.allocate(dst.device, piece_bytes(dst.index)));  // that process's
+      out.shards.push_back(rt.allocate(dst.device, piece_bytes(dst.index, value.dtype)));  // that process's
     else
       out.shards.push_back(gather_box(rt, value, dst.index, dst.device, moved));
   }

@@ -19,10 +19,10 @@ struct ShardedValue {
   std::vector<std::shared_ptr<detail::DeviceBuffer>> shards;
 };
 
-// Lays out row-major host data of `shape` over `sharding`.
+// Lays out row-major host data of `shape` over `sharding` (dtype_size bytes per element).
 ShardedValue upload(detail::RuntimeState& rt, const void* host, const Shape& shape, DType dtype,
                     const Sharding& sharding);
-// Reads the whole value back into row-major `host` (shape_size * 4 bytes).
+// Reads the whole value back into row-major `host` (shape_size * dtype_size bytes).
 // With several processes, a value some process holds no copy of a piece of is read
 // collectively: every process must call it, each contributing its pieces (across_processes);
 // else it is JAX's error for a value spanning non-addressable devices.
@@ -31,7 +31,8 @@ void download(detail::RuntimeState& rt, const ShardedValue& value, void* host,
 // start + step * i over a 1-D array on one device (arange).
 ShardedValue iota(detail::RuntimeState& rt, int64_t count, DType dtype, double start, double step,
                   const Sharding& single_device);
-// One repeated 32-bit word in every element (zeros, ones, full).
+// One value in every element (zeros, ones, full): `word` is its 32 bits (for bfloat16 and
+// float16: the float32 bits of the value, which is one of the format's).
 ShardedValue fill(detail::RuntimeState& rt, const Shape& shape, DType dtype, uint32_t word,
                   const Sharding& sharding);
 // The same value laid out as `target`: device-to-device copies of the overlapping boxes;

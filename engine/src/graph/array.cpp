@@ -80,14 +80,6 @@ Array made(std::shared_ptr<detail::RuntimeState> rt, exec::ShardedValue value) {
 // The most elements of a host array that is kept to be uploaded again where it is used.
 constexpr int64_t kRemadeHostElements = 1 << 14;
 
-// bfloat16 / float16 host values as the device stores them: one float32 word each.
-template <class T>
-std::vector<float> widened(std::span<const T> values) {
-  std::vector<float> words(values.size());
-  for (size_t i = 0; i < values.size(); ++i) words[i] = values[i].to_float();
-  return words;
-}
-
 template <class T>
 Array from_host(std::span<const T> values, std::optional<Shape> shape, DType dtype = dtype_of<T>()) {
   const Shape s = shape.value_or(Shape{static_cast<int64_t>(values.size())});
@@ -105,10 +97,9 @@ Array from_host(std::span<const T> values, std::optional<Shape> shape, DType dty
   // Small constants (a scan's slice indices, a table of a few values) are uploaded again where
   // they are used; a large host array is data, moved as any other.
   if (a.committed() || size > kRemadeHostElements) return a;
-  std::vector<uint32_t> words(values.size());
-  if (!words.empty()) std::memcpy(words.data(), values.data(), words.size() * 4);  // empty: data() may be null
-  return detail::with_remake(a, [rt, words = std::move(words), s, dtype](const Sharding& everywhere) {
-    return made(rt, exec::upload(*rt, words.data(), s, dtype, everywhere));
+  std::vector<T> kept(values.begin(), values.end());
+  return detail::with_remake(a, [rt, kept = std::move(kept), s, dtype](const Sharding& everywhere) {
+    return made(rt, exec::upload(*rt, kept.data(), s, dtype, everywhere));
   });
 }
 
@@ -178,6 +169,7 @@ Sharding Array::sharding() const&& {
 bool Array::committed() const { return impl_of(*this).committed; }
 
 static void read_words(const Array& x, void* dst);
+static void read_elements(const Array& x, void* dst);
 
 void Array::copy_to_host(void* dst, DType expected) const {
   const ArrayImpl& a = impl_of(*this);
@@ -190,23 +182,23 @@ void Array::copy_to_host(void* dst, DType expected) const {
                  : a.value.dtype == DType::float16  ? "meshvk::float16"
                                                     : "int32_t") +
                 ">()");
-  if (detail::is_16bit_float(expected)) {
-    // Stored as float32 words (dtype.hpp): read those, hand out the 16-bit values.
-    std::vector<float> words(static_cast<size_t>(shape_size(a.value.shape)));
-    if (!dst && !words.empty())
-      throw Error("copy_to_host: the destination is a null pointer; give room for " + std::to_string(words.size()) +
-                  " elements of " + std::string(dtype_name(expected)) + " (or use to_host<T>())");
-    read_words(*this, words.data());
-    auto* out = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < words.size(); ++i)
-      out[i] = expected == DType::bfloat16 ? bfloat16_bits(words[i]) : float16_bits(words[i]);
-    return;
-  }
-  read_words(*this, dst);
+  read_elements(*this, dst);
 }
 
-// The array's 32-bit words, one per element (bfloat16 and float16: their float32 values).
+// The array's 32-bit words, one per element (bfloat16 and float16: their float32 values), as
+// io::HostArray holds them.
 static void read_words(const Array& x, void* dst) {
+  const DType dtype = impl_of(x).value.dtype;
+  if (!detail::is_16bit_float(dtype)) return read_elements(x, dst);
+  std::vector<uint16_t> halves(static_cast<size_t>(x.size()));
+  read_elements(x, halves.data());
+  auto* out = static_cast<float*>(dst);
+  for (size_t i = 0; i < halves.size(); ++i)
+    out[i] = dtype == DType::bfloat16 ? bfloat16_to_float(halves[i]) : float16_to_float(halves[i]);
+}
+
+// The array's elements as stored: dtype_size bytes each.
+static void read_elements(const Array& x, void* dst) {
   const ArrayImpl& a = impl_of(x);
   if (!dst && shape_size(a.value.shape) > 0)
     throw Error("copy_to_host: the destination is a null pointer; give room for " +
@@ -364,12 +356,10 @@ Array array(std::initializer_list<int32_t> values, std::optional<Shape> shape) {
   return from_host(std::span<const int32_t>(values.begin(), values.size()), shape);
 }
 Array array(std::span<const bfloat16> values, std::optional<Shape> shape) {
-  const std::vector<float> words = widened(values);
-  return from_host(std::span<const float>(words), std::move(shape), DType::bfloat16);
+  return from_host(values, std::move(shape));
 }
 Array array(std::span<const float16> values, std::optional<Shape> shape) {
-  const std::vector<float> words = widened(values);
-  return from_host(std::span<const float>(words), std::move(shape), DType::float16);
+  return from_host(values, std::move(shape));
 }
 Array scalar(float value) { return array({value}, Shape{}); }
 Array scalar(int32_t value) { return array({value}, Shape{}); }
@@ -533,12 +523,10 @@ Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& s
   return put_host(values, std::move(shape), sharding);
 }
 Array device_put(std::span<const bfloat16> values, Shape shape, const Sharding& sharding) {
-  const std::vector<float> words = widened(values);
-  return put_host(std::span<const float>(words), std::move(shape), sharding, DType::bfloat16);
+  return put_host(values, std::move(shape), sharding);
 }
 Array device_put(std::span<const float16> values, Shape shape, const Sharding& sharding) {
-  const std::vector<float> words = widened(values);
-  return put_host(std::span<const float>(words), std::move(shape), sharding, DType::float16);
+  return put_host(values, std::move(shape), sharding);
 }
 // uint32 goes through the same checks (checked_size: overflow-safe shapes) as the other dtypes.
 Array array(std::span<const uint32_t> values, std::optional<Shape> shape) {
@@ -570,7 +558,16 @@ std::string type_of(const Array& x) {
 
 Array load_npy(const std::string& path) {
   const io::HostArray h = io::read_npy(path);
-  if (is_floating(h.dtype))  // '<f2' holds float16 values as float32 words (host_array.hpp)
+  if (h.dtype == DType::float16) {  // '<f2' holds float16 values as float32 words (host_array.hpp)
+    std::vector<float16> halves(h.bytes.size() / 4);
+    for (size_t i = 0; i < halves.size(); ++i) {
+      float word;
+      std::memcpy(&word, h.bytes.data() + i * 4, 4);
+      halves[i] = float16(word);  // exact: the word is a float16 value
+    }
+    return from_host(std::span<const float16>(halves), h.shape);
+  }
+  if (h.dtype == DType::float32)
     return from_host(std::span(reinterpret_cast<const float*>(h.bytes.data()), h.bytes.size() / 4), h.shape, h.dtype);
   if (h.dtype == DType::uint32)
     return array(std::span(reinterpret_cast<const uint32_t*>(h.bytes.data()), h.bytes.size() / 4), h.shape);

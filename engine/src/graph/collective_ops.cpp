@@ -89,10 +89,10 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
   const exec::RuleScope rule([&] { return op + " (explicit, in shard_map)"; });
   if (exec::logging())  // the text is built only while a trace listens
     exec::log_collective(
-        kind, static_cast<uint64_t>(x.size()) * 4,
+        kind, static_cast<uint64_t>(x.size()) * dtype_size(x.dtype()),
         kind + " (" + op + ") over " + detail::axes_text(axes) +
             ": replica_groups=" + detail::replica_groups_text(mesh, g) + ", local " + type_of(x) +
-            ", " + detail::bytes_text(static_cast<uint64_t>(x.size()) * 4) + " per device",
+            ", " + detail::bytes_text(static_cast<uint64_t>(x.size()) * dtype_size(x.dtype())) + " per device",
         axes);
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
@@ -200,7 +200,8 @@ static Array all_gather_untaped(const Array& input, const AxisNames& axis_name, 
   stacked.insert(stacked.begin(), g.size);
   Array s = run_groups("all_gather", axis_name.names, x, mesh, g, stacked, x.dtype(), without(x.impl()->varying, axis_name.names),
                        [&](detail::RuntimeState& rt, const Buffers& in) {
-                         return collectives::all_gather(rt, in, chunk, collectives::choose_algorithm(chunk * 4 * g.size));
+                         return collectives::all_gather(rt, in, chunk, x.dtype(),
+                                                       collectives::choose_algorithm(chunk * dtype_size(x.dtype()) * g.size));
                        });
   // Stacked in rank order along a new leading axis; move it where it was asked for.
   s = move_axis(s, 0, axis);
@@ -261,7 +262,7 @@ static Array ppermute_untaped(const Array& input, const AxisNames& axis_name, co
   }
   const uint64_t count = static_cast<uint64_t>(x.size());
   return run_groups("ppermute", axis_name.names, x, mesh, g, x.shape(), x.dtype(), with(x.impl()->varying, axis_name.names),
-                    [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::permute(rt, in, count, perm); });
+                    [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::permute(rt, in, count, x.dtype(), perm); });
 }
 
 static Array pbroadcast_untaped(const Array& input, const AxisNames& axis_name, int source) {
@@ -273,7 +274,7 @@ static Array pbroadcast_untaped(const Array& input, const AxisNames& axis_name, 
     throw Error("pbroadcast: source " + std::to_string(source) + " is outside 0.." + std::to_string(g.size - 1));
   const uint64_t count = static_cast<uint64_t>(x.size());
   return run_groups("pbroadcast", axis_name.names, x, mesh, g, x.shape(), x.dtype(), without(x.impl()->varying, axis_name.names),
-                    [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::broadcast(rt, in, count, source); });
+                    [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::broadcast(rt, in, count, x.dtype(), source); });
 }
 
 static Array all_to_all_untaped(const Array& input, const AxisNames& axis_name, int split_axis, int concat_axis, bool tiled) {
@@ -310,7 +311,7 @@ static Array all_to_all_untaped(const Array& input, const AxisNames& axis_name, 
   received[0] /= g.size;
   received.insert(received.begin(), g.size);  // [n, split/n, other dims...]
   Array r = run_groups("all_to_all", axis_name.names, x, mesh, g, received, x.dtype(), with(x.impl()->varying, axis_name.names),
-                       [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::all_to_all(rt, in, chunk); });
+                       [&](detail::RuntimeState& rt, const Buffers& in) { return collectives::all_to_all(rt, in, chunk, x.dtype()); });
   r = move_axis(r, 1, split + 1);  // [n, the input's dimensions with the split one shrunk]
   r = move_axis(r, 0, concat);     // the source index just before the concat dimension, major
   Shape merged = x0.shape();

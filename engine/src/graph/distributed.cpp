@@ -117,8 +117,15 @@ std::vector<float> process_allgather(const Array& x) {
                     "through the out_specs and gather the result");
   std::vector<float> out(static_cast<size_t>(x.size()));
   std::lock_guard lock(a.runtime->mutex());
+  if (is_16bit(x.dtype())) {  // 2 bytes each: their float32 values
+    std::vector<uint16_t> halves(out.size());
+    exec::download(*a.runtime, detail::materialized(x), halves.data(), true);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = x.dtype() == DType::bfloat16 ? bfloat16_to_float(halves[i]) : float16_to_float(halves[i]);
+    return out;
+  }
   exec::download(*a.runtime, detail::materialized(x), out.data(), true);
-  if (!is_floating(x.dtype())) {  // bfloat16 / float16 words hold their float32 values
+  if (!is_floating(x.dtype())) {
     // int32 / uint32 bits to their float values, as numpy's astype would.
     for (float& v : out) {
       uint32_t bits;

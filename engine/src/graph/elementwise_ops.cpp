@@ -586,7 +586,7 @@ const exec::ShardedValue& materialized(const Array& x) {
   for (const DeviceIndex& piece : pieces) {
     Shape local;
     for (const Slice& s : piece.index) local.push_back(s.size());
-    auto buffer = rt.allocate(piece.device, static_cast<uint64_t>(shape_size(local)) * 4);
+    auto buffer = rt.allocate(piece.device, static_cast<uint64_t>(shape_size(local)) * dtype_size(out.dtype));
     Recording rec = rt.begin(piece.device);
     std::vector<kernels::EwInput> inputs;
     for (size_t k = 0; k < in.size(); ++k) {

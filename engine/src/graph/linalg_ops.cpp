@@ -153,7 +153,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     for (size_t d = 0; d < batch_rank; ++d) ms.batch *= piece[d].size();
     ms.a_batch_stride = ra > 2 ? ms.m * ms.k : 0;
     ms.b_batch_stride = rb > 2 ? ms.k * ms.n : 0;
-    auto buffer = rt->allocate(map_out[i].device, static_cast<uint64_t>(ms.batch * ms.m * ms.n) * 4);
+    auto buffer = rt->allocate(map_out[i].device, static_cast<uint64_t>(ms.batch * ms.m * ms.n) * dtype_size(dtype));
     Recording rec = rt->begin(map_out[i].device);
     const DeviceBuffer& ba = *va.shards[i];
     const DeviceBuffer& bb = *vb.shards[i];

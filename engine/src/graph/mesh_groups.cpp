@@ -60,13 +60,14 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
                                      collectives::Reduction op) {
   const OpScope op_scope("all-reduce");  // profile hook
   const MeshGroups g = mesh_groups(mesh, axes);
-  const auto algorithm = collectives::choose_algorithm(count * 4);
+  const uint64_t bytes = count * dtype_size(dtype);
+  const auto algorithm = collectives::choose_algorithm(bytes);
   static const char* names[] = {"sum", "max", "min"};
   if (exec::logging())  // the text is built only while a trace listens
-    exec::log_collective("all-reduce", count * 4,
+    exec::log_collective("all-reduce", bytes,
                          "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " +
                              axes_text(axes) + ": replica_groups=" + replica_groups_text(mesh, g) +
-                             ", " + bytes_text(count * 4) + " per device, " +
+                             ", " + bytes_text(bytes) + " per device, " +
                              collectives::algorithm_name(algorithm),
                          axes);
   collectives::Buffers out(buffers.size());

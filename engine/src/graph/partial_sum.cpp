@@ -141,12 +141,13 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
   }
   if (exec::logging())
     exec::log_op("all-reduce combiner: " + std::to_string(group.size()) + " values partial over " + axes_text(axes) +
-                 " packed into one buffer of " + bytes_text(total * 4) + " per device");
+                 " packed into one buffer of " + bytes_text(total * dtype_size(dtype)) + " per device");
   const auto copy_run = [&](int device, const DeviceBuffer& from, int64_t from_offset, const DeviceBuffer& to,
                             int64_t to_offset, int64_t n) {
     Recording rec = rt.begin(device);
     rec.wait_for(from.ready());
-    kernels::record_strided_copy(rt, rec, {{n}, {1}, {1}, from_offset, to_offset}, from, to);
+    kernels::record_strided_copy(rt, rec, {{n}, {1}, {1}, from_offset, to_offset, static_cast<uint32_t>(dtype_size(dtype))},
+                                 from, to);
     const Fence f = rt.submit(std::move(rec));
     const_cast<DeviceBuffer&>(from).used_by(f);
     const_cast<DeviceBuffer&>(to).written_by(f);
@@ -154,7 +155,7 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
   collectives::Buffers packed;
   for (int p = 0; p < mesh.size(); ++p) {
     const int device = mesh.device_ids()[static_cast<size_t>(p)];
-    packed.push_back(rt.allocate(device, total * 4));
+    packed.push_back(rt.allocate(device, total * dtype_size(dtype)));
     for (size_t i = 0; i < group.size(); ++i)
       copy_run(device, *values[i]->shards[static_cast<size_t>(p)], 0, *packed.back(),
                static_cast<int64_t>(offsets[i]), static_cast<int64_t>(local_count(group[i])));
@@ -172,7 +173,7 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
     std::vector<std::shared_ptr<DeviceBuffer>> shards;
     for (int p = 0; p < mesh.size(); ++p) {
       const int device = mesh.device_ids()[static_cast<size_t>(p)];
-      shards.push_back(rt.allocate(device, n * 4));
+      shards.push_back(rt.allocate(device, n * dtype_size(dtype)));
       copy_run(device, *summed[static_cast<size_t>(p)], static_cast<int64_t>(offsets[i]), *shards.back(), 0,
                static_cast<int64_t>(n));
     }
@@ -217,7 +218,7 @@ void resolve_together(const std::vector<Array>& values) {
       bytes = 0;
     };
     for (const Array& x : group) {
-      const uint64_t b = local_count(x) * 4;
+      const uint64_t b = local_count(x) * dtype_size(x.dtype());
       if (!bucket.empty() && bytes + b > kCombineThresholdBytes) flush();
       bucket.push_back(x);
       bytes += b;

@@ -202,6 +202,9 @@ Array generate(const Request& r, const Array& key, const Array* aux = nullptr) {
   const bool per_element =
       r.mode == Mode::bits || r.mode == Mode::uniform || r.mode == Mode::normal;
   const uint32_t words = per_element ? 1 : 2;
+  // The kernel writes 32-bit words; bfloat16 and float16 come from them through astype.
+  if (dtype_size(r.dtype) != 4)
+    throw Error(std::string("internal: ") + r.op + " generates " + std::string(dtype_name(r.dtype)) + " directly");
   exec::ShardedValue out{r.shape, r.dtype, r.sharding, {}};
   for (const DeviceIndex& piece : r.sharding.devices_indices_map(r.shape)) {
     uint64_t elements = 1;

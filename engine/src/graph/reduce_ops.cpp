@@ -147,7 +147,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
         perm.push_back(static_cast<int>(d));
         n *= local[d];
       }
-    auto buffer = rt->allocate(out_map[i].device, static_cast<uint64_t>(rows) * 4);
+    auto buffer = rt->allocate(out_map[i].device, static_cast<uint64_t>(rows) * dtype_size(out_dtype));
     Recording rec = rt->begin(out_map[i].device);
     rec.wait_for(in.ready());
     const DeviceBuffer* src = &in;
@@ -173,7 +173,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
       }
       std::vector<int64_t> out_strides(rank, 1);
       for (size_t d = rank; d-- > 1;) out_strides[d - 1] = out_strides[d] * box[d];
-      auto moved = rt->allocate(out_map[i].device, static_cast<uint64_t>(rows * n) * 4);
+      auto moved = rt->allocate(out_map[i].device, static_cast<uint64_t>(rows * n) * dtype_size(x.dtype()));
       rec.keep_alive.push_back(moved);
       kernels::record_strided_copy(*rt, rec, {box, in_strides, out_strides, 0, 0}, in, *moved);
       src = moved.get();

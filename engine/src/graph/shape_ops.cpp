@@ -107,7 +107,7 @@ Array on_each_device(const char* op, const std::vector<Array>& inputs, Shape sha
   }
   exec::ShardedValue out{shape, dtype, sharding, {}};
   for (const DeviceIndex& piece : sharding.devices_indices_map(shape)) {
-    auto buffer = rt->allocate(piece.device, static_cast<uint64_t>(shape_size(local_shape(piece.index))) * 4);
+    auto buffer = rt->allocate(piece.device, static_cast<uint64_t>(shape_size(local_shape(piece.index))) * dtype_size(dtype));
     Recording rec = rt->begin(piece.device);
     std::vector<const DeviceBuffer*> in;
     std::vector<Index> in_pieces;
@@ -155,8 +155,8 @@ std::vector<Array> gather_whole(const char* op, const std::vector<Array>& arrays
 namespace {
 
 kernels::StridedCopy copy_into(const Shape& box, const std::vector<int64_t>& in_strides, int64_t in_offset,
-                               const std::vector<int64_t>& out_strides, int64_t out_offset) {
-  return {box, in_strides, out_strides, in_offset, out_offset};
+                               const std::vector<int64_t>& out_strides, int64_t out_offset, DType dtype) {
+  return {box, in_strides, out_strides, in_offset, out_offset, static_cast<uint32_t>(dtype_size(dtype))};
 }
 
 }  // namespace
@@ -193,7 +193,7 @@ static Array transpose_untaped(const Array& x, std::vector<int> axes) {
                           const Shape box = local_shape(piece);
                           std::vector<int64_t> src(rank);
                           for (size_t d = 0; d < rank; ++d) src[d] = in_strides[axes[d]];
-                          kernels::record_strided_copy(rt, rec, copy_into(box, src, 0, strides_of(box), 0), *in[0], out);
+                          kernels::record_strided_copy(rt, rec, copy_into(box, src, 0, strides_of(box), 0, x.dtype()), *in[0], out);
                         });
 }
 
@@ -220,7 +220,7 @@ static Array broadcast_to_untaped(const Array& x, Shape shape) {
                           std::vector<int64_t> src(shape.size(), 0);
                           for (size_t d = 0; d < x.ndim(); ++d)
                             if (x.shape()[d] == shape[lead + d]) src[lead + d] = in_strides[d];
-                          kernels::record_strided_copy(rt, rec, copy_into(box, src, 0, strides_of(box), 0), *in[0], out);
+                          kernels::record_strided_copy(rt, rec, copy_into(box, src, 0, strides_of(box), 0, x.dtype()), *in[0], out);
                         });
 }
 
@@ -271,7 +271,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
   exec::Moved moved;
   for (const DeviceIndex& piece : target.devices_indices_map(shape)) {
     const Shape box = local_shape(piece.index);
-    auto buffer = rt->allocate(piece.device, static_cast<uint64_t>(shape_size(box)) * 4);
+    auto buffer = rt->allocate(piece.device, static_cast<uint64_t>(shape_size(box)) * dtype_size(dtype));
     if (shape_size(box) > 0) {
       std::vector<std::shared_ptr<DeviceBuffer>> gathered;
       std::vector<Part> parts;
@@ -285,7 +285,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
       Recording rec = rt->begin(piece.device);
       if (fill_word)
         kernels::record_fill_words(rec, *buffer, static_cast<uint64_t>(shape_size(box)),
-                                   *fill_word);
+                                   *fill_word, dtype);
       const auto out_strides = strides_of(box);
       for (size_t k = 0; k < parts.size(); ++k) {
         const Part& part = parts[k];
@@ -298,7 +298,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
           in_strides[d] *= part.step[d];
           at += part.at[d] * out_strides[d];
         }
-        kernels::record_strided_copy(*rt, rec, copy_into(placed, in_strides, 0, out_strides, at),
+        kernels::record_strided_copy(*rt, rec, copy_into(placed, in_strides, 0, out_strides, at, dtype),
                                      *gathered[k], *buffer);
         rec.keep_alive.push_back(gathered[k]);
       }
@@ -383,7 +383,7 @@ static Array slice_untaped(const Array& x, std::vector<int64_t> start, std::vect
             offset += start[d] * s[d];
           }
           const Shape box = local_shape(piece);
-          kernels::record_strided_copy(rt, rec, copy_into(box, src, offset, strides_of(box), 0),
+          kernels::record_strided_copy(rt, rec, copy_into(box, src, offset, strides_of(box), 0, x.dtype()),
                                        *in[0], out);
         });
   return slice_split(x, shape, start, step);
@@ -450,10 +450,10 @@ static Array dynamic_update_slice_untaped(const Array& x, const Array& update, s
   return on_each_device("dynamic_update_slice", parts, x.shape(), x.dtype(), parts[0].sharding(),
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
                           const auto s = strides_of(x.shape());
-                          kernels::record_strided_copy(rt, rec, copy_into(x.shape(), s, 0, s, 0), *in[0], out);
+                          kernels::record_strided_copy(rt, rec, copy_into(x.shape(), s, 0, s, 0, x.dtype()), *in[0], out);
                           int64_t offset = 0;
                           for (size_t d = 0; d < x.ndim(); ++d) offset += start[d] * s[d];
-                          kernels::record_strided_copy(rt, rec, copy_into(update.shape(), strides_of(update.shape()), 0, s, offset),
+                          kernels::record_strided_copy(rt, rec, copy_into(update.shape(), strides_of(update.shape()), 0, s, offset, x.dtype()),
                                                        *in[1], out);
                         });
 }
@@ -501,7 +501,7 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
                             for (size_t k = 0; k < cast.size(); ++k) {
                               const Shape s = local_shape(in_pieces[k]);
                               kernels::record_strided_copy(
-                                  rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis]),
+                                  rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis], dtype),
                                   *in[k], out);
                               at += s[axis];
                             }
@@ -549,7 +549,7 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
                           int64_t at = 0;
                           for (size_t k = 0; k < parts.size(); ++k) {
                             const Shape& s = parts[k].shape();
-                            kernels::record_strided_copy(rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis]), *in[k], out);
+                            kernels::record_strided_copy(rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis], dtype), *in[k], out);
                             at += s[axis];
                           }
                         });
@@ -607,8 +607,8 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
           const auto os = strides_of(box);
           int64_t at = 0;
           for (size_t d = 0; d < box.size(); ++d) at += widths[d].first * os[d];
-          kernels::record_fill_words(rec, out, static_cast<uint64_t>(shape_size(box)), word);
-          kernels::record_strided_copy(rt, rec, copy_into(in_box, strides_of(in_box), 0, os, at),
+          kernels::record_fill_words(rec, out, static_cast<uint64_t>(shape_size(box)), word, x.dtype());
+          kernels::record_strided_copy(rt, rec, copy_into(in_box, strides_of(in_box), 0, os, at, x.dtype()),
                                        *in[0], out);
         });
   // Padding a split dimension: each piece fetches the part of x it overlaps, around the fill.
@@ -663,8 +663,8 @@ static Array roll_untaped(const Array& x, int64_t shift, int axis) {
                           Shape head = box, tail = box;
                           head[axis] = n - s;  // elements [0, n-s) move to [s, n)
                           tail[axis] = s;      // elements [n-s, n) move to [0, s)
-                          kernels::record_strided_copy(rt, rec, copy_into(head, st, 0, st, s * st[axis]), *in[0], out);
-                          kernels::record_strided_copy(rt, rec, copy_into(tail, st, (n - s) * st[axis], st, 0), *in[0], out);
+                          kernels::record_strided_copy(rt, rec, copy_into(head, st, 0, st, s * st[axis], x.dtype()), *in[0], out);
+                          kernels::record_strided_copy(rt, rec, copy_into(tail, st, (n - s) * st[axis], st, 0, x.dtype()), *in[0], out);
                         });
 }
 

@@ -37,6 +37,12 @@ using detail::whole_along;
 
 static Array take_untaped(const Array& x_in, const Array& indices, int axis,
                           kernels::TakeBounds bounds, uint32_t fill_bits) {
+  // bfloat16 / float16 (2 bytes each) are taken as float32 and rounded back, exact both ways:
+  // the take kernel moves 32-bit words (fill_bits: the float32 bits of a value of the format).
+  if (detail::is_16bit_float(x_in.dtype()))
+    return detail::convert_untaped(
+        take_untaped(detail::convert_untaped(x_in, DType::float32), indices, axis, bounds, fill_bits),
+        x_in.dtype());
   axis = normalize_axis(axis, x_in.ndim(), "take");
   // Along a split axis the axis is gathered first; the other dimensions stay split.
   const Array x = whole_along(x_in, static_cast<size_t>(axis));

@@ -14,7 +14,9 @@ namespace meshvk::io {
 struct HostArray {
   Shape shape;
   DType dtype = DType::float32;
-  std::vector<std::byte> bytes;  // shape_size(shape) * 4 bytes
+  // shape_size(shape) * 4 bytes: a 32-bit word per element, bfloat16 and float16 as the float32
+  // bits of their values (the device stores those in 2 bytes; graph/array.cpp converts).
+  std::vector<std::byte> bytes;
 };
 
 // Parses the bytes of a .npy file; `what` names the source in error messages. Throws Error for

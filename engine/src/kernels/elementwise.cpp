@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kernels/launch.hpp"
+#include "kernels/storage16.hpp"
 #include "kernels/mathlib.hpp"
 #include "meshvk/error.hpp"
 
@@ -212,13 +213,16 @@ std::string type_name(DType dtype, int width) {
   return "";
 }
 
-// The expression reading one 32-bit word `raw` (uint or uvec4) as `dtype`.
+// The expression reading one element `raw` (uint or uvec4: a 32-bit word, or a 16-bit one's bits
+// for bfloat16 and float16) as `dtype`.
 std::string decode(const std::string& raw, DType dtype, int width) {
   switch (dtype) {
     case DType::float32:
-    case DType::bfloat16:
-    case DType::float16:
       return "uintBitsToFloat(" + raw + ")";
+    case DType::bfloat16:
+      return "mv_from_bf16(" + raw + ")";
+    case DType::float16:
+      return "mv_from_f16(" + raw + ")";
     case DType::int32:
       return type_name(dtype, width) + "(" + raw + ")";
     case DType::bool_:
@@ -229,8 +233,12 @@ std::string decode(const std::string& raw, DType dtype, int width) {
   return "";
 }
 
+// The value stored for `v`: a 32-bit word, or for bfloat16 and float16 a 16-bit one (`v` is a
+// value of the format already: rounding it again changes nothing).
 std::string encode(const std::string& v, DType dtype, int width) {
   const std::string u = width == 4 ? "uvec4" : "uint";
+  if (dtype == DType::bfloat16) return (width == 4 ? "u16vec4(mv_bf16_bits(" : "uint16_t(mv_bf16_bits(") + v + "))";
+  if (dtype == DType::float16) return (width == 4 ? "u16vec4(mv_f16_bits(" : "uint16_t(mv_f16_bits(") + v + "))";
   if (is_floating(dtype)) return "floatBitsToUint(" + v + ")";
   return u + "(" + v + ")";
 }
@@ -413,10 +421,20 @@ std::string rounded_expr(const EwProgram& p, size_t i, int width, MathMode math)
   return e;
 }
 
-bool rounds_16bit(const EwProgram& p) {
-  return std::any_of(p.nodes.begin(), p.nodes.end(), [](const EwNode& n) {
-    return n.dtype == DType::bfloat16 || n.dtype == DType::float16;
-  });
+// Whether the kernel rounds to, reads or writes a 16-bit format (kRound16 and kStorage16Glsl).
+bool uses_16bit(const EwProgram& p, std::span<const EwInput> inputs) {
+  return std::any_of(p.nodes.begin(), p.nodes.end(), [](const EwNode& n) { return is_16bit(n.dtype); }) ||
+         std::any_of(inputs.begin(), inputs.end(), [](const EwInput& in) { return is_16bit(in.dtype); });
+}
+
+std::string helpers_16bit(const EwProgram& p, std::span<const EwInput> inputs) {
+  return uses_16bit(p, inputs) ? std::string(kRound16) + kStorage16Glsl : std::string();
+}
+
+// The output's element type in the storage block.
+const char* out_element(DType dtype, int width) {
+  if (is_16bit(dtype)) return width == 4 ? "u16vec4" : "uint16_t";
+  return width == 4 ? "uvec4" : "uint";
 }
 
 constexpr int kWorkgroup = 64;
@@ -426,8 +444,9 @@ constexpr int kWorkgroup = 64;
 // rewrite x - x to 0 or x * 1 + x * 0 to x, which numpy does not (inf - inf is NaN). Where it
 // allows that too, subnormal results are kept (DenormPreserve), as the math library's results
 // near underflow (exp(-100)) need.
-std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm) {
+std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm, DType out_dtype) {
   std::string s = "#version 450\n";
+  if (is_16bit(out_dtype)) s += "#extension GL_EXT_shader_16bit_storage : require\n";
   if (preserve_inf_nan || preserve_denorm) s += "#extension GL_EXT_spirv_intrinsics : require\n";
   if (preserve_inf_nan)
     s += "spirv_execution_mode(capabilities = [4466], 4461, 32);\n";  // SignedZeroInfNanPreserve, 32-bit
@@ -443,12 +462,12 @@ std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm) {
 std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
                           int per_invocation, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
-  g << kernel_prologue(preserve_inf_nan, preserve_denorm);
+  g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype);
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
-  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uvec4 o[]; };\n";
+  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 4) << " o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << (rounds_16bit(p) ? kRound16 : "") << library_functions(p, math);
+  g << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
   g << "void main() {\n  const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;\n";
   g << "  for (uint u = 0u; u < " << per_invocation << "u; ++u) {\n";
   g << "    const uint i = (wg * " << per_invocation << "u + u) * " << kWorkgroup << "u + gl_LocalInvocationID.x;\n";
@@ -473,12 +492,12 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
 std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
                            const Shape& shape, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
-  g << kernel_prologue(preserve_inf_nan, preserve_denorm);
+  g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype);
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
-  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { uint o[]; };\n";
+  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 1) << " o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << (rounds_16bit(p) ? kRound16 : "") << library_functions(p, math);
+  g << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
   g << "void main() {\n  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * " << kWorkgroup
     << "u + gl_LocalInvocationID.x;\n  if (i >= pc.n) return;\n  uint rest = pc.base + i;\n";
   for (size_t d = shape.size(); d-- > 0;) {
@@ -534,6 +553,7 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   if (inputs.size() > 16) throw Error("internal: a fused elementwise kernel takes at most 16 inputs");
   const uint32_t push_bytes = 12 + 4 * static_cast<uint32_t>(std::max<size_t>(inputs.size(), 1));
 
+  if (is_16bit(out_dtype)) require_storage16(rt, rec.device);
   // Chunks keep every binding inside maxStorageBufferRange.
   const uint64_t max_bytes = rt.device_limits().maxStorageBufferRange;
   const uint64_t chunk = std::max<uint64_t>(max_bytes / 4 / 1024 * 1024, 1024);
@@ -542,19 +562,26 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
     std::vector<Binding> bindings;
     for (size_t k = 0; k < inputs.size(); ++k) {
       const EwInput& in = inputs[k];
+      // 16-bit elements are read as 16-bit texels (uvec4 / uint of their bits).
+      const bool half = is_16bit(in.dtype);
+      const uint64_t size = dtype_size(in.dtype);
+      const VkFormat one = half ? VK_FORMAT_R16_UINT : VK_FORMAT_R32_UINT;
       if (in.mode == EwInput::Mode::same) {
-        const uint64_t at = (in.start + base) * 4;
-        const uint64_t range = std::min<uint64_t>((n + 3) / 4 * 16, in.buffer->capacity() - at);
-        bindings.push_back(Binding::texels(*in.buffer, vector ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT, at,
-                                           vector ? range / 16 * 16 : range / 4 * 4));
+        const uint64_t at = (in.start + base) * size;
+        const uint64_t range = std::min<uint64_t>((n + 3) / 4 * 4 * size, in.buffer->capacity() - at);
+        const VkFormat four = half ? VK_FORMAT_R16G16B16A16_UINT : VK_FORMAT_R32G32B32A32_UINT;
+        bindings.push_back(Binding::texels(*in.buffer, vector ? four : one, at,
+                                           vector ? range / (4 * size) * (4 * size) : range / size * size));
         params.off[k] = 0;
       } else {
-        bindings.push_back(Binding::texels(*in.buffer, VK_FORMAT_R32_UINT, 0, in.buffer->capacity() / 4 * 4));
+        bindings.push_back(Binding::texels(*in.buffer, one, 0, in.buffer->capacity() / size * size));
         params.off[k] = static_cast<int32_t>(in.offset);
       }
     }
-    const uint64_t out_at = (out_start + base) * 4;
-    const uint64_t out_range = std::min<uint64_t>(vector ? (n + 3) / 4 * 16 : n * 4, out.capacity() - out_at);
+    const uint64_t out_size = dtype_size(out_dtype);
+    const uint64_t out_at = (out_start + base) * out_size;
+    const uint64_t out_range =
+        std::min<uint64_t>(vector ? (n + 3) / 4 * 4 * out_size : n * out_size, out.capacity() - out_at);
     bindings.push_back(Binding::storage(out, out_at, out_range));
     params.base = static_cast<uint32_t>(base);
     const uint64_t items = vector ? (n + 3) / 4 : n;

@@ -55,11 +55,16 @@ struct EwInput {
   enum class Mode { same, scalar, strided } mode = Mode::same;
   std::vector<int64_t> strides;  // per output dimension (strided)
   int64_t offset = 0;            // element offset (scalar and strided)
-  uint64_t start = 0;            // element where the input begins in its buffer (same); a multiple of 4
+  // Element where the input begins in its buffer (same); a multiple of 4 whose byte offset is a
+  // texel view's (16 bytes on lavapipe and NVIDIA): 0 for bfloat16 and float16 inputs, which are
+  // read as 16-bit texels.
+  uint64_t start = 0;
 };
 
 // Records the program over one output piece of `shape` into `out`.
-// The output begins `out_start` elements into `out` (a multiple of 4).
+// The output begins `out_start` elements into `out` (a multiple of 4). Elements are stored as
+// the dtype stores them (dtype_size bytes): bfloat16 and float16 with 16-bit stores, one element
+// each, so no two invocations write one 32-bit word.
 void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& program,
                         std::span<const EwInput> inputs, const Shape& shape,
                         const detail::DeviceBuffer& out, uint64_t out_start = 0);

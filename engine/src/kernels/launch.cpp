@@ -1,6 +1,7 @@
 #include "kernels/launch.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -67,7 +68,10 @@ void dispatch(detail::RuntimeState& rt, detail::Recording& rec, const Kernel& ke
   const auto& limits = rt.device_limits();
   for (const Binding& b : bindings) {
     const uint64_t texel_bytes = (b.format == VK_FORMAT_R32G32B32A32_UINT || b.format == VK_FORMAT_R32G32B32A32_SFLOAT ||
-                                  b.format == VK_FORMAT_R32G32B32A32_SINT) ? 16 : 4;
+                                  b.format == VK_FORMAT_R32G32B32A32_SINT) ? 16
+                                 : b.format == VK_FORMAT_R16G16B16A16_UINT ? 8
+                                 : b.format == VK_FORMAT_R16_UINT          ? 2
+                                                                           : 4;
     const uint64_t limit = b.format == VK_FORMAT_UNDEFINED ? limits.maxStorageBufferRange
                                                            : uint64_t{limits.maxTexelBufferElements} * texel_bytes;
     if (b.range > limit)
@@ -173,7 +177,16 @@ void record_fill(detail::Recording& rec, const detail::DeviceBuffer& out, uint32
   if (out.bytes() == 0 || rec.remote) return;
   const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "fill",  // profile hook
                                  out.bytes());
-  vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), out.bytes() / 4 * 4, pattern);
+  // A 16-bit array's last word may be half used: the capacity (a multiple of 4) covers it.
+  vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), std::min(out.capacity(), (out.bytes() + 3) / 4 * 4) / 4 * 4, pattern);
+}
+
+uint32_t fill_pattern(DType dtype, uint32_t word) {
+  const float value = std::bit_cast<float>(word);
+  const uint32_t h = dtype == DType::bfloat16 ? bfloat16_bits(value)
+                     : dtype == DType::float16 ? float16_bits(value)
+                                               : 0;
+  return is_16bit(dtype) ? h | h << 16 : word;
 }
 
 }  // namespace meshvk::kernels

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "meshvk/dtype.hpp"
 #include "runtime/runtime_state.hpp"
 
 namespace meshvk::kernels {
@@ -82,7 +83,10 @@ void barrier_to_host(VkCommandBuffer cb);
 // out[i] = start + step * i for the `count` elements of `out`.
 void record_iota(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out,
                  uint64_t count, bool is_float, double start, double step);
-// Every 4-byte word of `out` set to `pattern`.
+// Every 4-byte word of `out` set to `pattern`, up to its bytes() rounded up to a whole word.
 void record_fill(detail::Recording& rec, const detail::DeviceBuffer& out, uint32_t pattern);
+// The 4-byte pattern filling elements of `dtype` with the value whose 32 bits are `word` (for
+// bfloat16 and float16 the float32 bits of a value of the format: its 16 bits, twice).
+uint32_t fill_pattern(DType dtype, uint32_t word);
 
 }  // namespace meshvk::kernels

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/launch.hpp"
+#include "kernels/storage16.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
 
@@ -17,6 +18,7 @@ namespace {
 // copies become one- or two-dimensional.
 StridedCopy simplify(const StridedCopy& c) {
   StridedCopy s;
+  s.element_bytes = c.element_bytes;
   s.in_offset = c.in_offset;
   s.out_offset = c.out_offset;
   for (size_t d = 0; d < c.box.size(); ++d) {
@@ -35,11 +37,29 @@ StridedCopy simplify(const StridedCopy& c) {
   return s;
 }
 
+// The kernels' start: 16-bit elements are stored through 16-bit storage.
+std::string copy_prologue(const StridedCopy& c) {
+  return c.element_bytes == 2
+             ? "#version 450\n#extension GL_EXT_shader_16bit_storage : require\n"
+               "layout(local_size_x = 64) in;\nlayout(binding = 0) uniform usamplerBuffer src;\n"
+               "layout(std430, binding = 1) writeonly buffer Out { uint16_t o[]; };\n"
+             : "#version 450\nlayout(local_size_x = 64) in;\n"
+               "layout(binding = 0) uniform usamplerBuffer src;\n"
+               "layout(std430, binding = 1) writeonly buffer Out { uint o[]; };\n";
+}
+
+std::string copy_store(const StridedCopy& c) {
+  return c.element_bytes == 2 ? "  o[so] = uint16_t(texelFetch(src, si).x);\n}\n"
+                              : "  o[so] = texelFetch(src, si).x;\n}\n";
+}
+
+VkFormat texel_format(const StridedCopy& c) {
+  return c.element_bytes == 2 ? VK_FORMAT_R16_UINT : VK_FORMAT_R32_UINT;
+}
+
 std::string copy_kernel(const StridedCopy& c) {
   std::ostringstream g;
-  g << "#version 450\nlayout(local_size_x = 64) in;\n"
-       "layout(binding = 0) uniform usamplerBuffer src;\n"
-       "layout(std430, binding = 1) writeonly buffer Out { uint o[]; };\n"
+  g << copy_prologue(c) <<
        "layout(push_constant) uniform Params { uint n; uint base; int in_offset; int out_offset; } pc;\n"
        "void main() {\n"
        "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + gl_LocalInvocationID.x;\n"
@@ -49,7 +69,7 @@ std::string copy_kernel(const StridedCopy& c) {
     g << "  { const int k = int(rest % " << c.box[d] << "u); rest /= " << c.box[d] << "u; si += k * ("
       << c.in_strides[d] << "); so += k * (" << c.out_strides[d] << "); }\n";
   }
-  g << "  o[so] = texelFetch(src, si).x;\n}\n";
+  g << copy_store(c);
   return g.str();
 }
 
@@ -57,10 +77,7 @@ std::string copy_kernel(const StridedCopy& c) {
 // input and output: strides are compiled in, offsets are relative to the windows.
 std::string tiled_kernel(const StridedCopy& c) {
   std::ostringstream g;
-  g << "#version 450\nlayout(local_size_x = 64) in;\n"
-       "layout(binding = 0) uniform usamplerBuffer src;\n"
-       "layout(std430, binding = 1) writeonly buffer Out { uint o[]; };\n"
-       "layout(push_constant) uniform Params { uint n; int in_offset; int out_offset; uint ext["
+  g << copy_prologue(c) << "layout(push_constant) uniform Params { uint n; int in_offset; int out_offset; uint ext["
     << c.box.size()
     << "]; } pc;\n"
        "void main() {\n"
@@ -72,7 +89,7 @@ std::string tiled_kernel(const StridedCopy& c) {
     g << "  { const int k = int(rest % pc.ext[" << d << "]); rest /= pc.ext[" << d
       << "]; si += k * (" << c.in_strides[d] << "); so += k * (" << c.out_strides[d] << "); }\n";
   }
-  g << "  o[so] = texelFetch(src, si).x;\n}\n";
+  g << copy_store(c);
   return g.str();
 }
 
@@ -100,14 +117,18 @@ void record_tiled_copy(detail::RuntimeState& rt, detail::Recording& rec, const S
                 " dimensions is too deep to tile");
   // Each tile's invocation count also stays well inside a 32-bit index.
   const int64_t max_tile = int64_t{1} << 30;
+  // The windows' limits in elements (w counts 4-byte words; a 16-bit texel is one element).
+  const uint64_t es = c.element_bytes;
+  const uint64_t align = w.align * 4 / es;
+  const uint64_t texels = w.texel_count - align, storage = w.storage_bytes / es - align;
   std::vector<int64_t> tile = c.box;
   for (;;) {
     int64_t size = 1;
     for (const int64_t t : tile) size *= t;
     const auto [in_lo, in_hi] = reach(tile, c.in_strides, 0);
     const auto [out_lo, out_hi] = reach(tile, c.out_strides, 0);
-    const bool in_over = in_hi - in_lo + 1 > static_cast<int64_t>(w.texels);
-    const bool out_over = out_hi - out_lo + 1 > static_cast<int64_t>(w.storage);
+    const bool in_over = in_hi - in_lo + 1 > static_cast<int64_t>(texels);
+    const bool out_over = out_hi - out_lo + 1 > static_cast<int64_t>(storage);
     if (!in_over && !out_over) {
       if (size <= max_tile) break;
       *std::max_element(tile.begin(), tile.end()) /= 2;
@@ -115,7 +136,7 @@ void record_tiled_copy(detail::RuntimeState& rt, detail::Recording& rec, const S
     }
     const std::vector<int64_t>& strides = in_over ? c.in_strides : c.out_strides;
     const int64_t width = in_over ? in_hi - in_lo + 1 : out_hi - out_lo + 1;
-    const int64_t limit = static_cast<int64_t>(in_over ? w.texels : w.storage);
+    const int64_t limit = static_cast<int64_t>(in_over ? texels : storage);
     // The dimension spreading this side most gets as long as the others leave room for.
     size_t d = 0;
     int64_t spread = -1;
@@ -150,15 +171,16 @@ void record_tiled_copy(detail::RuntimeState& rt, detail::Recording& rec, const S
     }
     const auto [in_lo, in_hi] = reach(ext, c.in_strides, in_at);
     const auto [out_lo, out_hi] = reach(ext, c.out_strides, out_at);
-    const uint64_t in_start = align_down(static_cast<uint64_t>(in_lo), w.align);
-    const uint64_t out_start = align_down(static_cast<uint64_t>(out_lo), w.align);
+    const uint64_t in_start = align_down(static_cast<uint64_t>(in_lo), align);
+    const uint64_t out_start = align_down(static_cast<uint64_t>(out_lo), align);
     p.n = static_cast<uint32_t>(n);
     p.in_offset = static_cast<int32_t>(in_at - static_cast<int64_t>(in_start));
     p.out_offset = static_cast<int32_t>(out_at - static_cast<int64_t>(out_start));
     const Binding bindings[] = {
-        Binding::texels(in, VK_FORMAT_R32_UINT, in_start * 4,
-                        (static_cast<uint64_t>(in_hi) + 1 - in_start) * 4),
-        Binding::storage(out, out_start * 4, (static_cast<uint64_t>(out_hi) + 1 - out_start) * 4)};
+        Binding::texels(in, texel_format(c), in_start * es,
+                        (static_cast<uint64_t>(in_hi) + 1 - in_start) * es),
+        Binding::storage(out, out_start * es,
+                         ((static_cast<uint64_t>(out_hi) + 1 - out_start) * es + 3) / 4 * 4)};
     dispatch(rt, rec, {"strided_copy", glsl}, bindings, &p, push_bytes,
              groups_for(rt, (static_cast<uint64_t>(n) + 63) / 64));
     // The next tile origin, last dimension fastest.
@@ -184,8 +206,10 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   // A contiguous copy is a plain transfer, which no binding limit applies to (one element
   // simplifies to no dimensions at all).
   if (c.box.empty() || (c.box.size() == 1 && c.in_strides[0] == 1 && c.out_strides[0] == 1)) {
-    const VkBufferCopy region{in.offset() + c.in_offset * 4, out.offset() + c.out_offset * 4,
-                              static_cast<uint64_t>(count) * 4};
+    // Byte offsets: a 16-bit element's may be only 2-aligned, which copies allow.
+    const uint64_t es = c.element_bytes;
+    const VkBufferCopy region{in.offset() + c.in_offset * es, out.offset() + c.out_offset * es,
+                              static_cast<uint64_t>(count) * es};
     {
       const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy,
                                      "copy",  // profile hook
@@ -195,8 +219,9 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
     barrier(rec.cb);
     return;
   }
+  if (c.element_bytes == 2) require_storage16(rt, rec.device);
   const WindowLimits w = window_limits(rt);
-  if (in.capacity() / 4 > w.texel_count || out.capacity() > w.storage_bytes) {
+  if (in.capacity() / c.element_bytes > w.texel_count || out.capacity() > w.storage_bytes) {
     record_tiled_copy(rt, rec, c, w, in, out);
     return;
   }
@@ -204,16 +229,20 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
     uint32_t n, base;
     int32_t in_offset, out_offset;
   } p{static_cast<uint32_t>(count), 0, static_cast<int32_t>(c.in_offset), static_cast<int32_t>(c.out_offset)};
-  const Binding bindings[] = {Binding::texels(in, VK_FORMAT_R32_UINT, 0, in.capacity() / 4 * 4),
+  const Binding bindings[] = {Binding::texels(in, texel_format(c), 0, in.capacity() / 4 * 4),
                               Binding::storage(out)};
   dispatch(rt, rec, {"strided_copy", copy_kernel(c)}, bindings, &p, sizeof p,
            groups_for(rt, (static_cast<uint64_t>(count) + 63) / 64));
   barrier(rec.cb);
 }
 
-void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count, uint32_t word) {
+void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count,
+                       uint32_t word, DType dtype) {
   if (count == 0 || rec.remote) return;
-  vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), count * 4, word);
+  // Fills take whole words: a 16-bit array's odd last element fills its word, which the buffer's
+  // capacity (a multiple of 4) holds.
+  vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), (count * dtype_size(dtype) + 3) / 4 * 4,
+                  fill_pattern(dtype, word));
   barrier(rec.cb);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshvk/dtype.hpp"
 #include "runtime/runtime_state.hpp"
 
 namespace meshvk::kernels {
@@ -14,12 +15,18 @@ struct StridedCopy {
   std::vector<int64_t> box;  // extent of each iteration dimension
   std::vector<int64_t> in_strides, out_strides;
   int64_t in_offset = 0, out_offset = 0;
+  // Bytes per element: 4, or 2 for bfloat16 and float16 (moved as 16-bit texels and stores, so
+  // that no two invocations write the halves of one word).
+  uint32_t element_bytes = 4;
 };
 
 void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const StridedCopy& copy,
                          const detail::DeviceBuffer& in, const detail::DeviceBuffer& out);
 
-// Every element of `out` (its first `count` words) set to `word`.
-void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count, uint32_t word);
+// The first `count` elements of `out` (a `dtype` array) set to the value whose 32 bits are `word`
+// (bfloat16 and float16: the float32 bits of one of the format's values); a 16-bit array's last
+// word is filled whole.
+void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count,
+                       uint32_t word, DType dtype);
 
 }  // namespace meshvk::kernels

@@ -53,9 +53,12 @@ std::vector<Adapter> list_adapters(VkInstance instance) {
     std::copy(std::begin(ids.deviceUUID), std::end(ids.deviceUUID), a.device_uuid);
     std::copy(std::begin(ids.driverUUID), std::end(ids.driverUUID), a.driver_uuid);
     a.preserves_denorm32 = float_controls.shaderDenormPreserveFloat32 == VK_TRUE;
-    VkPhysicalDeviceFeatures features{};
-    vkGetPhysicalDeviceFeatures(a.handle, &features);
-    a.float64 = features.shaderFloat64 == VK_TRUE;
+    VkPhysicalDeviceVulkan11Features v11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = &v11;
+    vkGetPhysicalDeviceFeatures2(a.handle, &features);
+    a.float64 = features.features.shaderFloat64 == VK_TRUE;
+    a.storage16 = v11.storageBuffer16BitAccess == VK_TRUE;
     adapters.push_back(std::move(a));
   }
   return adapters;

@@ -25,6 +25,10 @@ struct Adapter {
   // shaderFloat64: shaders may use double (the math library's float64 variants, mathlib.hpp);
   // the VkDevice enables it where the adapter has it.
   bool float64 = false;
+  // storageBuffer16BitAccess: shaders may load and store 16-bit values in storage buffers, as the
+  // kernels writing bfloat16 and float16 arrays (2 bytes per element) do; the VkDevice enables it
+  // where the adapter has it, and those kernels raise an Error naming it where it does not.
+  bool storage16 = false;
   bool is_cpu() const { return properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
   std::string type_name() const;
 };

@@ -90,6 +90,9 @@ Device::Device(const Adapter& adapter) : adapter_(adapter) {
 
   VkPhysicalDeviceVulkan12Features enable12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   enable12.timelineSemaphore = VK_TRUE;
+  VkPhysicalDeviceVulkan11Features enable11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  enable11.storageBuffer16BitAccess = adapter_.storage16 ? VK_TRUE : VK_FALSE;
+  enable12.pNext = &enable11;
   VkPhysicalDeviceFeatures2 enable{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   enable.pNext = &enable12;
   enable.features.shaderFloat64 = adapter_.float64 ? VK_TRUE : VK_FALSE;
