@@ -89,4 +89,20 @@ void log_collective(const std::string& kind, uint64_t bytes, const std::string& 
   active->collectives_.push_back({kind, bytes, axes, rule, call_site});
 }
 
+CollectiveMark mark_collectives() {
+  return {active, active ? active->collectives_.size() : 0};
+}
+
+CollectiveRepeat::CollectiveRepeat(const CollectiveMark& from, const CollectiveMark& to) : from_(from) {
+  if (!active || from.log != active || to.log != active) return;
+  for (size_t i = from.index; i < to.index && i < active->collectives_.size(); ++i)
+    times_.push_back(active->collectives_[i].times);
+}
+
+void CollectiveRepeat::repeat() const {
+  if (!active || from_.log != active) return;
+  for (size_t i = 0; i < times_.size() && from_.index + i < active->collectives_.size(); ++i)
+    active->collectives_[from_.index + i].times += times_[i];
+}
+
 }  // namespace meshvk::exec

@@ -90,6 +90,26 @@ struct CollectiveRecord {
   std::vector<std::string> axes;
   std::string rule;
   CallSite site;
+  uint64_t times = 1;  // runs per call of the program: a loop body's, its trip count
+};
+
+// A loop replays its body's recording rather than tracing it again: the collectives the body
+// logged run once per iteration. mark_collectives() before the body's trace and after it, then
+// repeat_collectives(from, to) once per further iteration (each record's count at `to` time is
+// added, so a loop nested in the body counts its own trip count times the outer one's).
+struct CollectiveMark {
+  const void* log = nullptr;
+  size_t index = 0;
+};
+CollectiveMark mark_collectives();
+class CollectiveRepeat {
+ public:
+  CollectiveRepeat(const CollectiveMark& from, const CollectiveMark& to);
+  void repeat() const;  // one more iteration (nothing unless the same log still listens)
+
+ private:
+  CollectiveMark from_;
+  std::vector<uint64_t> times_;
 };
 
 class ProgramLog {
@@ -112,6 +132,8 @@ class ProgramLog {
  private:
   friend std::string name_result(const void* key, const std::string& op);
   friend std::string value_name(const void* key);
+  friend CollectiveMark mark_collectives();
+  friend class CollectiveRepeat;
 
   friend void log_op(const std::string& line);
   friend void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,

@@ -62,11 +62,13 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
   const MeshGroups g = mesh_groups(mesh, axes);
   const auto algorithm = collectives::choose_algorithm(count * 4);
   static const char* names[] = {"sum", "max", "min"};
+  // Each device's whole operand goes into every other's result: it sends each of its bytes.
+  const uint64_t bytes = count * dtype_size(dtype);
   if (exec::logging())  // the text is built only while a trace listens
-    exec::log_collective("all-reduce", count * 4,
+    exec::log_collective("all-reduce", bytes,
                          "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " +
                              axes_text(axes) + ": replica_groups=" + replica_groups_text(mesh, g) +
-                             ", " + bytes_text(count * 4) + " per device, " +
+                             ", " + bytes_text(bytes) + " per device, " +
                              collectives::algorithm_name(algorithm),
                          axes);
   collectives::Buffers out(buffers.size());

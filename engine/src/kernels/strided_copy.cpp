@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "kernels/cost.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
@@ -180,6 +181,8 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   int64_t count = 1;
   for (const int64_t b : copy.box) count *= b;
   if (count == 0) return;
+  // Data movement: each element of the box read and written once, no flops.
+  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, 2 * static_cast<uint64_t>(count) * kWordBytes}; });
   const StridedCopy c = simplify(copy);
   // A contiguous copy is a plain transfer, which no binding limit applies to (one element
   // simplifies to no dimensions at all).
@@ -213,6 +216,7 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
 
 void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count, uint32_t word) {
   if (count == 0 || rec.remote) return;
+  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, count * kWordBytes}; });
   vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), count * 4, word);
   barrier(rec.cb);
 }
