@@ -74,6 +74,11 @@ void log_op(const std::string& line);
 // appended to the line ("  # <rule> - gpt.cpp:88 (function)").
 void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
                     const std::vector<std::string>& axes = {});
+// While a trace listens and the profiler runs: the device work recorded from here to the end of
+// the enclosing profile::OpScope carries the current rule and call site (profile::Span::rule),
+// so the inspector shows each collective's provenance. log_collective calls it; a reshard, which
+// logs its line after it ran, calls it first.
+void note_provenance();
 // A function's name from a pretty signature ("R ns::name(args)") or a plain name (__builtin_FUNCTION's).
 std::string short_function(const char* signature);
 // The provenance suffix log_collective appends: "  # rule - file:line (function)".

@@ -332,6 +332,7 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
                      bool on_every_process) {
   check_devices(rt, target);
   on_every_process = on_every_process && rt.multi_process();
+  note_provenance();  // profile hook: its copies carry the rule that asked for them
   Moved moved;
   const auto from = value.sharding.devices_indices_map(value.shape);
   const auto to = target.devices_indices_map(value.shape);
