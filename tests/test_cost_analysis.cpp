@@ -306,3 +306,79 @@ TEST(CostAnalysis, CollectiveByteConventions) {
   EXPECT_EQ(bytes_of([](const Array& a) { return mv::psum(a, "x"); }, P()), local);
   EXPECT_EQ(bytes_of([](const Array& a) { return mv::ppermute(a, "x", {{0, 1}, {1, 2}, {2, 3}, {3, 0}}); }, P("x")), local);
 }
+
+// A loop in a loop: the inner body's collectives run inner x outer times per call, and its
+// FLOPs too.
+TEST(CostAnalysis, NestedLoopsMultiplyTheirTripCounts) {
+  const int64_t m = 4, k = 6, outer = 3, inner = 4;
+  const auto mesh = mv::make_mesh({2}, {"x"}, {}, first_devices(2));
+  const mv::NamedSharding cols(mesh, P(mv::None, "x"));
+  const Array h0 = put(random_floats(m * k, 19), {m, k}, cols);
+  const Array w = put(random_floats(k * k, 20), {k, k}, mv::NamedSharding(mesh, P("x")));
+  auto lowered = [&](int64_t n_outer, int64_t n_inner) {
+    const auto f = mv::jit([&, n_outer, n_inner](const Array& h, const Array& w) {
+      return mv::lax::fori_loop(0, n_outer, [&](const Array&, const Array& c) {
+        return mv::lax::fori_loop(0, n_inner, [&](const Array&, const Array& ci) {
+          return mv::with_sharding_constraint(mv::matmul(ci, w), cols);
+        }, c);
+      }, h);
+    });
+    return f.lower(h0, w);
+  };
+  const mv::Lowered l = lowered(outer, inner);
+  ASSERT_FALSE(l.collectives().empty()) << l.as_text();
+  for (const auto& r : l.collectives()) EXPECT_EQ(r.times, static_cast<uint64_t>(outer * inner)) << r.kind;
+  expect_communication_matches_records(l);
+  // Each matmul contracts k split over 2 devices: 2 * m * k * (k / 2) per device, outer * inner
+  // times, and a few index flops per iteration of each loop.
+  const uint64_t matmuls = static_cast<uint64_t>(outer * inner) * 2 * m * k * (k / 2);
+  EXPECT_GE(l.cost_analysis().flops, matmuls) << l.as_text();
+  EXPECT_LE(l.cost_analysis().flops, matmuls + 8 * static_cast<uint64_t>(outer * inner + outer)) << l.as_text();
+  const mv::Lowered l2 = lowered(outer + 1, inner);
+  EXPECT_EQ(l2.cost_analysis().flops - l.cost_analysis().flops,
+            l.cost_analysis().flops / static_cast<uint64_t>(outer)) << "one outer iteration more";
+}
+
+// f(x) = x: the output is the argument's buffer (alias), and the program takes nothing more
+// from the pool than its argument's copy.
+TEST(CostAnalysis, AnArgumentReturnedIsAnAlias) {
+  const auto mesh = mv::make_mesh({3}, {"x"}, {}, first_devices(3));
+  const Array x = put(random_floats(9 * 5, 21), {9, 5}, mv::NamedSharding(mesh, P("x")));
+  const auto f = mv::jit([](const Array& a) { return a; });
+  const mv::Lowered l = expect_memory_measured(f, x);
+  for (const auto& dm : l.memory_analysis().devices) {
+    EXPECT_EQ(dm.argument_size_in_bytes, 3u * 5 * f32);
+    EXPECT_EQ(dm.output_size_in_bytes, 3u * 5 * f32);
+    EXPECT_EQ(dm.alias_size_in_bytes, 3u * 5 * f32);
+    EXPECT_EQ(dm.peak_memory_in_bytes, 3u * 5 * f32);
+  }
+  EXPECT_EQ(l.cost_analysis().flops, 0u);
+}
+
+// Empty arrays: no FLOPs, no bytes, and the memory the pool measured.
+TEST(CostAnalysis, EmptyArrays) {
+  const auto mesh = mv::make_mesh({2}, {"x"}, {}, first_devices(2));
+  const Array x = put({}, {4, 0}, mv::NamedSharding(mesh, P("x")));
+  const auto f = mv::jit([](const Array& a) { return mv::exp(a) * 2.0f + 1.0f; });
+  const mv::Lowered l = expect_memory_measured(f, x);
+  EXPECT_EQ(l.cost_analysis().flops, 0u);
+  EXPECT_EQ(l.cost_analysis().transcendentals, 0u);
+  EXPECT_EQ(l.cost_analysis().bytes_accessed, 0u);
+  for (const auto& dm : l.memory_analysis().devices) EXPECT_EQ(dm.peak_memory_in_bytes, 0u);
+}
+
+// exp, tanh, sqrt count as transcendentals, the arithmetic around them as flops; a sum counts
+// input - output elements.
+TEST(CostAnalysis, TranscendentalsAndReductions) {
+  const int64_t r = 6, c = 7;
+  const auto mesh = mv::make_mesh({3}, {"x"}, {}, first_devices(3));
+  const Array x = put(random_floats(r * c, 22, 0.5f, 1.5f), {r, c}, mv::NamedSharding(mesh, P("x")));
+  const auto f = mv::jit([](const Array& a) { return mv::sum(mv::sqrt(mv::exp(a) + mv::tanh(a)) * 3.0f, {1}); });
+  const mv::Lowered l = f.lower(x);
+  const uint64_t local = 2 * c;  // each device's [2, 7]
+  for (const auto& d : l.cost_analysis().devices) {
+    EXPECT_EQ(d.transcendentals, 3 * local) << l.as_text();
+    // The add and the multiply per element, then the row sums: 2 rows of 7 - 1 adds.
+    EXPECT_EQ(d.flops, 2 * local + 2 * (c - 1)) << l.as_text();
+  }
+}
