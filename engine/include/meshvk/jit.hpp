@@ -105,8 +105,8 @@ struct Communication {
 };
 struct CostAnalysis {
   // The busiest device's numbers (each the largest over the devices): what bounds a step. Every
-  // device's own are in `devices`; they differ where shards are uneven (a dimension of 10 over 4
-  // devices: pieces of 3, 3, 2, 2) or work runs on some devices only.
+  // device's own are in `devices`. meshvk's shardings divide dimensions evenly, so the devices
+  // differ only where the work does (an op that runs on some of them only, a value on one device).
   uint64_t flops = 0;
   uint64_t transcendentals = 0;
   uint64_t bytes_accessed = 0;
@@ -130,8 +130,10 @@ struct DeviceMemory {
   uint64_t temp_size_in_bytes = 0;      // every other buffer the program made
   uint64_t peak_memory_in_bytes = 0;    // argument + output - alias + temp
   // What the program takes from the device's pool: its buffers, each rounded up to the pool's
-  // alignment (256 bytes or the adapter's larger buffer-offset alignment). A first call (the
-  // trace) raises Runtime::memory_stats(device).peak_bytes_in_use by exactly this much.
+  // alignment (256 bytes or the adapter's larger buffer-offset alignment). The first call (the
+  // trace) raises Runtime::memory_stats(device).peak_bytes_in_use by exactly this much over
+  // bytes_in_use before it, given arguments already in their in_shardings and nothing else
+  // allocating or freeing meanwhile (tests/test_cost_analysis.cpp measures it).
   uint64_t pool_bytes = 0;
   // Arrays from outside the program it reads (a closed-over array): not its own, not counted above.
   uint64_t captured_size_in_bytes = 0;

@@ -6,10 +6,14 @@
 // same on every adapter. The rules are meshvk::CostAnalysis's (meshvk/jit.hpp).
 #include <cstdint>
 #include <map>
+#include <span>
 
 #include "meshvk/dtype.hpp"
 
 namespace meshvk::kernels {
+
+struct EwProgram;
+struct EwInput;
 
 // The launchers that move 32-bit words whatever the element type (copies, gathers, fills).
 constexpr uint64_t kWordBytes = sizeof(uint32_t);
@@ -83,5 +87,8 @@ class UncountedScope {
   UncountedScope(const UncountedScope&) = delete;
   UncountedScope& operator=(const UncountedScope&) = delete;
 };
+
+// A fused elementwise program over `count` output elements of `shape` (record_elementwise's).
+OpCost elementwise_cost(const EwProgram& p, std::span<const EwInput> inputs, const Shape& shape, uint64_t count);
 
 }  // namespace meshvk::kernels

@@ -507,49 +507,6 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
 
 }  // namespace
 
-namespace {
-
-// XLA's HloCostAnalysis: these count as transcendentals, every other arithmetic op as one flop
-// per element (the inverse and hyperbolic functions, which JAX lowers to several ops, count as one
-// transcendental each here).
-bool transcendental(EwOp op) {
-  switch (op) {
-    case EwOp::exp: case EwOp::log: case EwOp::sqrt: case EwOp::rsqrt: case EwOp::sin:
-    case EwOp::cos: case EwOp::tanh: case EwOp::sigmoid: case EwOp::tan: case EwOp::asin:
-    case EwOp::acos: case EwOp::atan: case EwOp::erf: case EwOp::erfinv: case EwOp::expm1:
-    case EwOp::log1p: case EwOp::sinh: case EwOp::cosh: case EwOp::exp2: case EwOp::log2:
-    case EwOp::asinh: case EwOp::acosh: case EwOp::atanh: case EwOp::pow: case EwOp::atan2:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// The program over `count` output elements: each node once per element (inputs, constants and
-// casts are free), every input read once (a broadcast one: only the elements it has), the output
-// written once.
-OpCost elementwise_cost(const EwProgram& p, std::span<const EwInput> inputs, const Shape& shape, uint64_t count) {
-  OpCost c;
-  for (const EwNode& node : p.nodes) {
-    if (node.op == EwOp::input || node.op == EwOp::constant || node.op == EwOp::cast) continue;
-    (transcendental(node.op) ? c.transcendentals : c.flops) += count;
-  }
-  c.bytes = count * dtype_size(p.nodes.back().dtype);
-  for (const EwInput& in : inputs) {
-    uint64_t elements = count;
-    if (in.mode == EwInput::Mode::scalar) elements = 1;
-    if (in.mode == EwInput::Mode::strided) {
-      elements = 1;
-      for (size_t d = 0; d < shape.size() && d < in.strides.size(); ++d)
-        if (in.strides[d] != 0) elements *= static_cast<uint64_t>(shape[d]);
-    }
-    c.bytes += elements * dtype_size(in.dtype);
-  }
-  return c;
-}
-
-}  // namespace
-
 void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& p,
                         std::span<const EwInput> inputs, const Shape& shape,
                         const detail::DeviceBuffer& out, uint64_t out_start) {
