@@ -400,8 +400,11 @@ TEST(InspectorTimeline, CollectiveSpansCarryTheirRuleAndSourceLine) {
     }
   EXPECT_EQ(loaded, live);
   // Work that no rule inserted has none.
-  for (const auto& s : load.data.spans())
-    if (s.op == "dot_general") EXPECT_EQ(s.rule, "") << s.name;
+  for (const auto& s : load.data.spans()) {
+    if (s.op == "dot_general") {
+      EXPECT_EQ(s.rule, "") << s.name;
+    }
+  }
   // A rule holding " - ", and none with no line recorded.
   EXPECT_EQ(ins::split_provenance("out_shardings[0] - a - b - f.cpp:7 (g)").rule, "out_shardings[0] - a - b");
   EXPECT_EQ(ins::split_provenance("out_shardings[0] - a - b - f.cpp:7 (g)").source, "f.cpp:7 (g)");
