@@ -53,6 +53,7 @@ void LiveTrace::add_span(TraceData& data, const profile::Span& s) {
   span.name = s.name ? s.name : "";
   span.op = s.op ? s.op : "";
   span.program = s.program ? s.program : "";
+  span.rule = s.rule ? s.rule : "";
   span.start_ns = s.start_ns;
   span.end_ns = s.end_ns;
   span.bytes = s.bytes;

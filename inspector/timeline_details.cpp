@@ -55,6 +55,12 @@ void draw_span_details(App& app) {
     labeled("kind", span_kind_name(s.kind));
     labeled("op", s.op.empty() ? "-" : s.op);
     if (!s.program.empty()) labeled("program", s.program);
+    // Why the partitioner put a collective here, and the user's line that asked for it.
+    if (!s.rule.empty()) {
+      const Provenance p = split_provenance(s.rule);
+      labeled("rule", p.rule);
+      if (!p.source.empty()) labeled("source", p.source);
+    }
     labeled("device", lane.device >= 0 ? std::to_string(lane.device) : "host");
     labeled("stream", lane.name);
     labeled("start",

@@ -400,4 +400,17 @@ double follow_edge_ns(const TraceData& trace) {
   return static_cast<double>(device ? edge : trace.max_ns());
 }
 
+Provenance split_provenance(const std::string& text) {
+  // The source is the last " - " part when it names a line ("file:12"); a rule may hold " - " too.
+  const size_t dash = text.rfind(" - ");
+  if (dash != std::string::npos) {
+    const std::string source = text.substr(dash + 3);
+    const size_t colon = source.find(':');
+    if (colon != std::string::npos && colon + 1 < source.size() &&
+        std::isdigit(static_cast<unsigned char>(source[colon + 1])))
+      return {text.substr(0, dash), source};
+  }
+  return {text, ""};
+}
+
 }  // namespace inspector

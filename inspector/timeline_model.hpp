@@ -110,6 +110,13 @@ enum class InvocationColumn { name, axes, start, duration, steps, bytes, gbps };
 void sort_invocations(std::vector<CollectiveInvocation>& rows, InvocationColumn column,
                       bool ascending);
 
+// A collective's provenance (TraceSpan::rule, "<rule> - file:line (function) [backward]") as the
+// details panel shows it: the rule, and the source line ("" when no line was recorded).
+struct Provenance {
+  std::string rule, source;
+};
+Provenance split_provenance(const std::string& text);
+
 // Where live follow keeps the view's right edge: the latest device timestamp once there is one
 // (device spans arrive after their timestamps are read back, so the host runs ahead of them),
 // else the latest host one.

@@ -329,7 +329,8 @@ enum ArgsKey {
   kArgPeer,
   kArgId,
   kArgFrom,
-  kArgTo
+  kArgTo,
+  kArgRule
 };
 int args_key(std::string_view k) {
   switch (k.size()) {
@@ -340,6 +341,7 @@ int args_key(std::string_view k) {
              : is(k, "kind") ? kArgKind
              : is(k, "peer") ? kArgPeer
              : is(k, "from") ? kArgFrom
+             : is(k, "rule") ? kArgRule
                              : -1;
     case 5:
       return is(k, "bytes") ? kArgBytes : is(k, "flops") ? kArgFlops : -1;
@@ -353,7 +355,7 @@ int args_key(std::string_view k) {
 // The members of an event the loader understands. The views point into simdjson's string
 // buffer, which holds every string of the document until the next parse.
 struct Args {
-  std::string_view name, op, program;
+  std::string_view name, op, program, rule;
   std::optional<std::string_view> kind;
   double bytes = 0, flops = 0, peer = -1, id = 0, from = 0, to = 0;
 };
@@ -672,6 +674,9 @@ bool Loader::args(od::object& object, Args& args, size_t index, size_t depth) {
       case kArgProgram:
         ok = read(value, args.program, d);
         break;
+      case kArgRule:
+        ok = read(value, args.rule, d);
+        break;
       case kArgBytes:
         ok = read(value, args.bytes, key, place, d);
         break;
@@ -906,6 +911,7 @@ bool Loader::add(const Event& e, size_t index) {
     span.kind = span_kind_from(std::string(e.args.kind.value_or(e.cat)));
     span.op = e.args.op;
     span.program = e.args.program;
+    span.rule = e.args.rule;
     span.start_ns = to_ns(e.ts);
     span.end_ns = ph == "X" ? span.start_ns + std::max<int64_t>(0, to_ns(e.dur)) : span.start_ns;
     span.bytes = to_count(e.args.bytes);
@@ -913,7 +919,7 @@ bool Loader::add(const Event& e, size_t index) {
     span.peer = static_cast<int>(std::clamp(e.args.peer, -1.0, 1e6));
     // The span and its lane's index entry, and their strings.
     model_bytes_ += 2 * (sizeof(TraceSpan) + sizeof(size_t)) + span.name.size() + span.op.size() +
-                    span.program.size();
+                    span.program.size() + span.rule.size();
     const size_t span_index = data.add_span(std::move(span));
     if (e.args.id > 0) {
       model_bytes_ += kNode;

@@ -21,6 +21,7 @@ struct TraceSpan {
   std::string name;
   std::string op;       // the program op it came from, "" when unknown
   std::string program;  // the jit function, "" outside jit
+  std::string rule;     // a collective's provenance ("<rule> - file:line (function)"), "" when none
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   uint64_t bytes = 0;

@@ -358,6 +358,59 @@ TEST(InspectorTimeline, StagedCollectivesOfAProfiledShardMapGroupByAxis) {
   expect_profiled_psum_groups_by_axis(true);
 }
 
+// A collective traced in jit carries the rule that inserted it and the user's line, in the
+// profiler's events and through a Chrome trace into the inspector's spans (the details panel
+// shows them as "rule" and "source").
+TEST(InspectorTimeline, CollectiveSpansCarryTheirRuleAndSourceLine) {
+  meshvk::profile::start();
+  const auto mesh = meshvk::make_mesh({2, 4}, {"a", "b"});
+  const auto x = meshvk::device_put(meshvk::arange(96.f).reshape({8, 12}),
+                                    meshvk::NamedSharding(mesh, meshvk::P("a", "b")));
+  const auto w = meshvk::device_put(meshvk::arange(36.f).reshape({12, 3}),
+                                    meshvk::NamedSharding(mesh, meshvk::P("b")));
+  uint32_t line = 0;
+  const auto f = meshvk::jit([&line](const meshvk::Array& a, const meshvk::Array& b) {
+    line = __LINE__ + 1;
+    return meshvk::matmul(a, b);
+  });
+  f(x, w).to_host<float>();
+  f(x, w).to_host<float>();  // a replay: its spans keep what the trace recorded
+  meshvk::profile::stop();
+  const std::string json = meshvk::profile::chrome_trace_json();
+  const auto events = meshvk::profile::events();
+  meshvk::profile::clear();
+  const std::string want_source = "test_inspector_timeline.cpp:" + std::to_string(line);
+  const std::string want_rule = "dot_general contracts dim 1 sharded on 'b'";
+  size_t live = 0;
+  for (const auto& e : events)
+    if (const auto* s = std::get_if<meshvk::profile::Span>(&e); s && s->kind == meshvk::profile::Kind::collective) {
+      const ins::Provenance p = ins::split_provenance(s->rule);
+      EXPECT_EQ(p.rule, want_rule) << s->rule;
+      EXPECT_EQ(p.source.substr(0, want_source.size()), want_source) << s->rule;
+      ++live;
+    }
+  EXPECT_GE(live, 2u * 8) << "every device's step, in the trace and the replay";
+  const ins::TraceLoad load = ins::load_chrome_trace(json);
+  ASSERT_EQ(load.error, "");
+  size_t loaded = 0;
+  for (const auto& s : load.data.spans())
+    if (s.kind == SpanKind::collective) {
+      EXPECT_EQ(ins::split_provenance(s.rule).rule, want_rule) << s.rule;
+      ++loaded;
+    }
+  EXPECT_EQ(loaded, live);
+  // Work that no rule inserted has none.
+  for (const auto& s : load.data.spans()) {
+    if (s.op == "dot_general") {
+      EXPECT_EQ(s.rule, "") << s.name;
+    }
+  }
+  // A rule holding " - ", and none with no line recorded.
+  EXPECT_EQ(ins::split_provenance("out_shardings[0] - a - b - f.cpp:7 (g)").rule, "out_shardings[0] - a - b");
+  EXPECT_EQ(ins::split_provenance("out_shardings[0] - a - b - f.cpp:7 (g)").source, "f.cpp:7 (g)");
+  EXPECT_EQ(ins::split_provenance("reshard").source, "");
+}
+
 TEST(InspectorTimeline, LiveFollowTracksTheLatestDeviceTimestamp) {
   ins::TraceData t;
   const int host = t.lane(1, -1, 0, "host");

@@ -52,7 +52,8 @@ const char* const kUsage =
     "  --dtype f32|bf16  the forward pass's parameters (default f32); bf16: mixed precision,\n"
     "                float32 master weights cast to bfloat16 in the step, float32 sums, loss\n"
     "                and Adam\n"
-    "  --program     print the step's partitioned per-device program\n";
+    "  --program     print the step's partitioned per-device program, with its cost and\n"
+    "                memory analysis (FLOPs, bytes accessed and sent, memory per device)\n";
 
 struct Flags {
   programs::GptConfig cfg;
@@ -128,6 +129,29 @@ std::string bytes_text(uint64_t bytes) {
   else
     std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(bytes) / 1024);
   return text;
+}
+
+// The step's cost and memory analysis, per device (the busiest device's numbers; with the layers
+// in a scan, its body counted once per layer).
+std::string cost_text(const Lowered& lowered) {
+  const CostAnalysis& c = lowered.cost_analysis();
+  const MemoryAnalysis& m = lowered.memory_analysis();
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "cost per device: %.4g FLOPs, %.4g transcendentals, %.4g bytes accessed\n",
+                static_cast<double>(c.flops), static_cast<double>(c.transcendentals),
+                static_cast<double>(c.bytes_accessed));
+  std::string s = line;
+  for (const Communication& k : c.communication) {
+    std::string axes;
+    for (const auto& a : k.axes) axes += (axes.empty() ? "'" : ", '") + a + "'";
+    s += "  " + k.kind + " over (" + axes + (k.axes.size() == 1 ? ",)" : ")") + ": x" + std::to_string(k.count) +
+         ", " + bytes_text(k.bytes) + " sent per device\n";
+  }
+  s += "memory per device: arguments " + bytes_text(m.argument_size_in_bytes) + ", outputs " +
+       bytes_text(m.output_size_in_bytes) + ", temporaries " + bytes_text(m.temp_size_in_bytes) + ", peak " +
+       bytes_text(m.peak_memory_in_bytes) + "\n";
+  return s;
 }
 
 int parse(ScenarioContext& ctx, Flags& f) {
@@ -284,7 +308,7 @@ int run(ScenarioContext& ctx) {
       const std::string& text = lowered.as_text();
       out << "program size: " << std::count(text.begin(), text.end(), '\n') << " lines ("
           << cfg.layers << " layers, " << (cfg.scan_layers ? "scan" : "unrolled") << ")\n";
-      if (f.program) out << text << "\n";
+      if (f.program) out << text << cost_text(lowered) << "\n";
       ctx.publish_program("gpt_train_step", lowered.as_text());
     }
     params = std::move(next_params);

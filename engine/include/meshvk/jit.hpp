@@ -49,7 +49,8 @@ struct JitOptions {
 
 using JitBody = std::function<std::vector<Array>(const std::vector<Array>&)>;
 
-// How many times data moved between devices, and how many bytes each device sent, per kind.
+// How many times data moved between devices, and how many bytes each device sent, per kind
+// (collectives as the program text lists them: a loop body's once; see CollectiveRecord::times).
 struct CollectiveCount {
   int count = 0;
   uint64_t bytes = 0;
@@ -59,15 +60,99 @@ struct CollectiveCount {
 // the user's source line (the innermost call of meshvk's API from user code that inserted it; in a
 // backward pass, the forward op's line, with `backward` set). `file` is empty where no line is
 // known (an operator such as a + b, or a call the engine made on its own).
+//
+// `bytes` is what each device sends (and, these being symmetric, receives) over the links, with a
+// bandwidth-optimal schedule, as the scaling book and nccl-tests' bus bandwidth count it; n is
+// the size of a replica group (the devices along `axes`), S the local operand's bytes:
+//   collective-permute  S                     all-gather      (n - 1) * S  (S: the local shard)
+//   reduce-scatter      (n - 1) * S / n       all-to-all      (n - 1) * S / n
+//   all-reduce          2 * (n - 1) * S / n   (a reduce-scatter, then an all-gather)
+//   reshard             the most bytes any one device sends
+// (divisions round down; a group of one device moves nothing: 0).
 struct CollectiveRecord {
   std::string kind;               // HLO's name: all-reduce, all-gather, reduce-scatter, reshard, ...
   std::vector<std::string> axes;  // the mesh axes it moves data along
-  uint64_t bytes = 0;             // what each device sends
+  uint64_t bytes = 0;             // what each device sends, once (see above)
   std::string rule;               // "dot_general contracts dim 1 sharded on 'model'", "out_shardings[0]", ...
   std::string file;               // the source file's path, as SourceLocation::current() gives it
   uint32_t line = 0;
   std::string function;           // the enclosing function's name
   bool backward = false;
+  uint64_t times = 1;             // how often one call runs it: in a loop body, the trip count
+};
+
+// jax.stages.Compiled.cost_analysis(), per device. The rules (XLA's HloCostAnalysis's, on the
+// per-device program, counted per op from the local shapes, the same on every adapter):
+// - matmul, einsum, dot_general: 2 * M * N * K per batch entry;
+// - elementwise ops: one flop per element per arithmetic op (add, mul, max, compare, where, ...),
+//   except exp, log, sqrt, rsqrt, pow, tanh, sigmoid, erf, the trigonometric and hyperbolic
+//   functions and their inverses, which count one transcendental per element instead; casts
+//   count nothing; a fused chain counts each of its ops;
+// - reductions (sum, max, min, argmax, argmin): input elements - output elements;
+// - copies, gathers, transposes, slices, fills, iota, random bits: no flops, only bytes;
+// - bytes_accessed: what each op reads plus what it writes on the device (a fused chain: its
+//   inputs and its output; a broadcast input: its own elements), through dtype_size();
+// - collectives: neither flops nor bytes accessed (their local sums and copies included), but
+//   bytes communicated, per (mesh axes, kind), as CollectiveRecord::bytes counts them;
+// - a loop body (lax::scan, fori_loop, while_loop) counts once per iteration.
+struct DeviceCost {
+  int device = 0;
+  uint64_t flops = 0;
+  uint64_t transcendentals = 0;
+  uint64_t bytes_accessed = 0;
+};
+struct Communication {
+  std::vector<std::string> axes;  // the mesh axes of the replica groups (a tuple when several)
+  std::string kind;               // HLO's name, as CollectiveRecord::kind
+  uint64_t count = 0;             // collectives of this kind along these axes per call
+  uint64_t bytes = 0;             // what each device sends over them per call
+};
+struct CostAnalysis {
+  // The busiest device's numbers (each the largest over the devices): what bounds a step. Every
+  // device's own are in `devices`. meshvk's shardings divide dimensions evenly, so the devices
+  // differ only where the work does (an op that runs on some of them only, a value on one device).
+  uint64_t flops = 0;
+  uint64_t transcendentals = 0;
+  uint64_t bytes_accessed = 0;
+  std::vector<DeviceCost> devices;           // every device the program runs on, by id
+  std::vector<Communication> communication;  // by (axes, kind)
+  // What each device sends per call: over every collective, or along exactly `axes`.
+  uint64_t bytes_communicated() const;
+  uint64_t bytes_communicated(const std::vector<std::string>& axes) const;
+  // As JAX's dict: "flops", "transcendentals", "bytes accessed", and "bytes communicated".
+  std::map<std::string, double> as_dict() const;
+};
+
+// jax.stages.Compiled.memory_analysis(), per device. Sizes are the arrays' bytes (dtype_size()
+// per element); a program keeps one buffer per value it made, for as long as it lives (a replay
+// rewrites them), so they are all alive at once and the peak is their sum.
+struct DeviceMemory {
+  int device = 0;
+  uint64_t argument_size_in_bytes = 0;  // the program's own copies of its arguments
+  uint64_t output_size_in_bytes = 0;
+  uint64_t alias_size_in_bytes = 0;     // outputs that are an argument's buffer (f returning x)
+  uint64_t temp_size_in_bytes = 0;      // every other buffer the program made
+  uint64_t peak_memory_in_bytes = 0;    // argument + output - alias + temp
+  // What the program takes from the device's pool: its buffers, each rounded up to the pool's
+  // alignment (256 bytes or the adapter's larger buffer-offset alignment). The first call (the
+  // trace) raises Runtime::memory_stats(device).peak_bytes_in_use by exactly this much over
+  // bytes_in_use before it, given arguments already in their in_shardings and nothing else
+  // allocating or freeing meanwhile (tests/test_cost_analysis.cpp measures it).
+  uint64_t pool_bytes = 0;
+  // Arrays from outside the program it reads (a closed-over array): not its own, not counted above.
+  uint64_t captured_size_in_bytes = 0;
+};
+struct MemoryAnalysis {
+  // The largest over the devices, each field on its own (for even shards, every device's).
+  uint64_t argument_size_in_bytes = 0;
+  uint64_t output_size_in_bytes = 0;
+  uint64_t alias_size_in_bytes = 0;
+  uint64_t temp_size_in_bytes = 0;
+  uint64_t generated_code_size_in_bytes = 0;  // 0: kernels are compiled per runtime and shared
+  uint64_t peak_memory_in_bytes = 0;
+  uint64_t pool_bytes = 0;
+  uint64_t captured_size_in_bytes = 0;
+  std::vector<DeviceMemory> devices;  // every device the program runs on, by id
 };
 
 // A compiled program, as jax.jit(f).lower(args) gives it.
@@ -80,8 +165,12 @@ struct CollectiveRecord {
 class Lowered {
  public:
   Lowered(std::string text, std::map<std::string, CollectiveCount> counts,
-          std::vector<CollectiveRecord> collectives = {})
-      : text_(std::move(text)), counts_(std::move(counts)), collectives_(std::move(collectives)) {}
+          std::vector<CollectiveRecord> collectives = {}, CostAnalysis cost = {}, MemoryAnalysis memory = {})
+      : text_(std::move(text)),
+        counts_(std::move(counts)),
+        collectives_(std::move(collectives)),
+        cost_(std::move(cost)),
+        memory_(std::move(memory)) {}
   // The per-device program: local shapes, each op, every collective with its replica groups and
   // bytes (HLO's names: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute).
   const std::string& as_text() const& { return text_; }
@@ -96,11 +185,22 @@ class Lowered {
   const std::vector<CollectiveRecord>& collectives() const& { return collectives_; }
   std::vector<CollectiveRecord> collectives() && { return std::move(collectives_); }
   std::vector<CollectiveRecord> collectives() const&& { return collectives_; }
+  // FLOPs, transcendentals, bytes accessed per device and bytes communicated per mesh axes, per
+  // call (see CostAnalysis for the rules).
+  const CostAnalysis& cost_analysis() const& { return cost_; }
+  CostAnalysis cost_analysis() && { return std::move(cost_); }
+  CostAnalysis cost_analysis() const&& { return cost_; }
+  // The program's memory per device: arguments, outputs, temporaries and their peak.
+  const MemoryAnalysis& memory_analysis() const& { return memory_; }
+  MemoryAnalysis memory_analysis() && { return std::move(memory_); }
+  MemoryAnalysis memory_analysis() const&& { return memory_; }
 
  private:
   std::string text_;
   std::map<std::string, CollectiveCount> counts_;
   std::vector<CollectiveRecord> collectives_;
+  CostAnalysis cost_;
+  MemoryAnalysis memory_;
 };
 
 // The type-erased jitted function: a cache of compiled programs keyed by the arguments' shapes,

@@ -41,6 +41,10 @@ struct Span {
   const char* name = "";     // kernel name, "copy", a collective, or the host activity
   const char* op = "";       // the program op the work came from; "" when unknown
   const char* program = "";  // the jit function ("jit(f)") it ran in; "" outside jit
+  // A collective's or reshard's provenance, traced in jit: the rule that inserted it and the
+  // user's source line, as the program text ends its line ("dot_general contracts dim 1 sharded
+  // on 'model' - gpt.cpp:88 (block)"); "" otherwise.
+  const char* rule = "";
   int64_t start_ns = 0;      // host monotonic clock (CLOCK_MONOTONIC), nanoseconds
   int64_t end_ns = 0;
   uint64_t bytes = 0;  // bytes copied (copies) or moved (kernels that say); 0 when unknown

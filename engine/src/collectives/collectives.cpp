@@ -6,6 +6,7 @@
 
 #include "collectives/peer_reduce.hpp"
 #include "collectives/transport.hpp"
+#include "kernels/cost.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/storage16.hpp"
@@ -119,6 +120,7 @@ kernels::EwProgram fold_program(int k, DType dtype, Reduction op) {
 void record_fold(RuntimeState& rt, Recording& rec, const std::vector<const DeviceBuffer*>& inputs,
                  const std::vector<uint64_t>& starts, uint64_t count, DType dtype, Reduction op,
                  const DeviceBuffer& out, uint64_t out_start) {
+  const kernels::UncountedScope uncounted;  // the collective's own sums: communication, not the program's flops
   if (record_rank_fold(rt, rec, inputs, starts, count, dtype, op, out, out_start)) return;
   kernels::barrier(rec.cb);
   // bfloat16 / float16 are folded here as float32 words (all_reduce widened them): read and

@@ -1,5 +1,7 @@
 #include "exec/program_log.hpp"
 
+#include "profile/hooks.hpp"
+
 namespace meshvk::exec {
 
 namespace {
@@ -85,8 +87,30 @@ std::string provenance_text(const std::string& why, const CallSite& site) {
 void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
                     const std::vector<std::string>& axes) {
   if (!active) return;
-  active->lines_.push_back(line + provenance_text(rule, call_site));
+  const std::string provenance = provenance_text(rule, call_site);
+  active->lines_.push_back(line + provenance);
   active->collectives_.push_back({kind, bytes, axes, rule, call_site});
+  if (profile::on()) profile::set_rule(provenance.substr(4));  // without the "  # "
+}
+
+void note_provenance() {
+  if (active && profile::on()) profile::set_rule(provenance_text(rule, call_site).substr(4));
+}
+
+CollectiveMark mark_collectives() {
+  return {active, active ? active->collectives_.size() : 0};
+}
+
+CollectiveRepeat::CollectiveRepeat(const CollectiveMark& from, const CollectiveMark& to) : from_(from) {
+  if (!active || from.log != active || to.log != active) return;
+  for (size_t i = from.index; i < to.index && i < active->collectives_.size(); ++i)
+    times_.push_back(active->collectives_[i].times);
+}
+
+void CollectiveRepeat::repeat() const {
+  if (!active || from_.log != active) return;
+  for (size_t i = 0; i < times_.size() && from_.index + i < active->collectives_.size(); ++i)
+    active->collectives_[from_.index + i].times += times_[i];
 }
 
 }  // namespace meshvk::exec

@@ -74,6 +74,11 @@ void log_op(const std::string& line);
 // appended to the line ("  # <rule> - gpt.cpp:88 (function)").
 void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
                     const std::vector<std::string>& axes = {});
+// While a trace listens and the profiler runs: the device work recorded from here to the end of
+// the enclosing profile::OpScope carries the current rule and call site (profile::Span::rule),
+// so the inspector shows each collective's provenance. log_collective calls it; a reshard, which
+// logs its line after it ran, calls it first.
+void note_provenance();
 // A function's name from a pretty signature ("R ns::name(args)") or a plain name (__builtin_FUNCTION's).
 std::string short_function(const char* signature);
 // The provenance suffix log_collective appends: "  # rule - file:line (function)".
@@ -90,6 +95,26 @@ struct CollectiveRecord {
   std::vector<std::string> axes;
   std::string rule;
   CallSite site;
+  uint64_t times = 1;  // runs per call of the program: a loop body's, its trip count
+};
+
+// A loop replays its body's recording rather than tracing it again: the collectives the body
+// logged run once per iteration. mark_collectives() before the body's trace and after it, then
+// repeat_collectives(from, to) once per further iteration (each record's count at `to` time is
+// added, so a loop nested in the body counts its own trip count times the outer one's).
+struct CollectiveMark {
+  const void* log = nullptr;
+  size_t index = 0;
+};
+CollectiveMark mark_collectives();
+class CollectiveRepeat {
+ public:
+  CollectiveRepeat(const CollectiveMark& from, const CollectiveMark& to);
+  void repeat() const;  // one more iteration (nothing unless the same log still listens)
+
+ private:
+  CollectiveMark from_;
+  std::vector<uint64_t> times_;
 };
 
 class ProgramLog {
@@ -112,6 +137,8 @@ class ProgramLog {
  private:
   friend std::string name_result(const void* key, const std::string& op);
   friend std::string value_name(const void* key);
+  friend CollectiveMark mark_collectives();
+  friend class CollectiveRepeat;
 
   friend void log_op(const std::string& line);
   friend void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,

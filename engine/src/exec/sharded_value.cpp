@@ -288,6 +288,7 @@ std::shared_ptr<DeviceBuffer> gather_box(RuntimeState& rt, const ShardedValue& v
     collectives::transport_between(rt, src.device(), device)
         .copy_regions(rt, rec, src, *buffer, regions, "reshard");
     (src.device() == device ? moved.within : moved.between) += bytes;
+    if (src.device() != device) moved.sent[src.device()] += bytes;
     sources.push_back(&src);
   }
   const Fence f = rt.submit(std::move(rec));
@@ -342,6 +343,7 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
                      bool on_every_process) {
   check_devices(rt, target);
   on_every_process = on_every_process && rt.multi_process();
+  note_provenance();  // profile hook: its copies carry the rule that asked for them
   Moved moved;
   const auto from = value.sharding.devices_indices_map(value.shape);
   const auto to = target.devices_indices_map(value.shape);
@@ -367,16 +369,18 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
                              std::to_string(moved.between) + " bytes between devices, " +
                              std::to_string(moved.within) + " bytes within devices";
     if (const auto gathered = gathered_axes(value.sharding, target); moved.between && !gathered.empty()) {
-      // Exactly an all-gather (FSDP's weights): named so, with what each device receives.
+      // Exactly an all-gather (FSDP's weights): named so, with what each device sends, each
+      // byte once (meshvk::CollectiveRecord): its piece.
       std::string axes;
       for (const auto& a : gathered) axes += (axes.empty() ? "'" : ", '") + a + "'";
-      const uint64_t per_device = moved.between / std::max<size_t>(to.size(), 1);
+      uint64_t per_device = 0;
+      for (const auto& piece : value.shards) per_device = std::max(per_device, piece->bytes());
       log_collective("all-gather", per_device,
                      "all-gather over (" + axes + (gathered.size() == 1 ? ",)" : ")") + ": " + line.substr(8) + ", " +
                          std::to_string(per_device) + " bytes per device",
                      gathered);
     } else if (moved.between) {
-      log_collective("reshard", moved.between, line, moved_axes(value.sharding, target, value.shape.size()));
+      log_collective("reshard", moved.most_sent(), line, moved_axes(value.sharding, target, value.shape.size()));
     } else {
       log_op(line);
     }

@@ -1,6 +1,8 @@
 #pragma once
 // A global array's value as per-device pieces, and the eager ways to make and move one: upload
 // from the host, read back, fill on the device and reshard device to device.
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +53,13 @@ std::vector<std::string> moved_axes(const Sharding& from, const Sharding& to, si
 // Bytes a gather_box copied: from other devices, and within the device.
 struct Moved {
   uint64_t between = 0, within = 0;
+  std::map<int, uint64_t> sent;  // per device: what it sent to others (every copy)
+  // The collective record's bytes for a reshard (meshvk::CollectiveRecord): the most one device sent.
+  uint64_t most_sent() const {
+    uint64_t most = 0;
+    for (const auto& kv : sent) most = std::max(most, kv.second);
+    return most;
+  }
 };
 // A fresh buffer on `device` holding global `box` of `value` (row-major), copied device to
 // device from the pieces that hold its parts: the device's own where it has them, else spread

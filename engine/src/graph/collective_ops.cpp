@@ -87,13 +87,20 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
       {"all_to_all", "all-to-all"},    {"pbroadcast", "collective-broadcast"}};
   const auto kind = hlo.count(op) ? hlo.at(op) : std::string(op);
   const exec::RuleScope rule([&] { return op + " (explicit, in shard_map)"; });
-  if (exec::logging())  // the text is built only while a trace listens
+  if (exec::logging()) {  // the text is built only while a trace listens
+    // What each device sends, each byte once (meshvk::CollectiveRecord): all of its operand,
+    // except for a reduce-scatter and an all-to-all, which keep 1/n of it where it is.
+    const uint64_t operand = static_cast<uint64_t>(x.size()) * dtype_size(x.dtype());
+    const uint64_t n = g.members.empty() ? 1 : g.members.front().size();
+    const bool keeps_a_part = kind == "reduce-scatter" || kind == "all-to-all";
+    const uint64_t bytes = keeps_a_part ? operand / n * (n - 1) + operand % n * (n - 1) / n : operand;
     exec::log_collective(
-        kind, static_cast<uint64_t>(x.size()) * dtype_size(x.dtype()),
+        kind, bytes,
         kind + " (" + op + ") over " + detail::axes_text(axes) +
             ": replica_groups=" + detail::replica_groups_text(mesh, g) + ", local " + type_of(x) +
-            ", " + detail::bytes_text(static_cast<uint64_t>(x.size()) * dtype_size(x.dtype())) + " per device",
+            ", " + detail::bytes_text(bytes) + " per device",
         axes);
+  }
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
   const exec::ShardedValue& v = detail::materialized(x);

@@ -16,6 +16,7 @@
 #include "graph/loop_support.hpp"
 #include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
+#include "kernels/cost.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/runtime.hpp"
@@ -40,6 +41,9 @@ class TracedLoop {
     for (const Array& a : owned) inputs.push_back(materialized(a));
     auto capture = std::make_unique<Capture>();
     std::vector<Array> results;
+    // Cost analysis: what the body's trace counts, the device runs again each iteration (next()).
+    cost_ = kernels::CostRepeat();
+    const exec::CollectiveMark collectives_from = exec::mark_collectives();
     rt_->begin_capture(capture.get());
     try {
       results = carried_like(owned, body_(owned));
@@ -65,6 +69,8 @@ class TracedLoop {
       throw;
     }
     rt_->end_capture();
+    cost_.end();
+    collectives_ = exec::CollectiveRepeat(collectives_from, exec::mark_collectives());
     std::vector<exec::ShardedValue> outputs;
     for (const Array& r : results) {
       outputs.push_back(materialized(r));
@@ -100,6 +106,9 @@ class TracedLoop {
       return;
     }
     loop_->iterate();
+    // The replayed body did what its trace did: a jit trace's cost analysis counts it again.
+    cost_.repeat();
+    collectives_.repeat();
     for (size_t i = 0; i < current_.size(); ++i)
       current_[i] = make_array(rt_, loop_->outputs()[i], committed_[i], varying_[i]);
   }
@@ -170,6 +179,8 @@ class TracedLoop {
   std::string name_;
   LoopFn body_;
   std::shared_ptr<RuntimeState> rt_;
+  kernels::CostRepeat cost_;
+  exec::CollectiveRepeat collectives_{{}, {}};
   std::shared_ptr<exec::LoopBody> loop_;
   std::vector<Array> current_;
   std::vector<bool> committed_;

@@ -11,6 +11,7 @@
 
 #include "exec/program.hpp"
 #include "exec/program_log.hpp"
+#include "graph/analysis.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/call_site.hpp"
 #include "graph/loop_support.hpp"
@@ -87,6 +88,8 @@ struct Compiled {
   std::string text;
   std::map<std::string, CollectiveCount> counts;
   std::vector<CollectiveRecord> collectives;
+  CostAnalysis cost;
+  MemoryAnalysis memory;
   // The results handed out last time: they share the program's output buffers, which the next
   // replay overwrites, so any still referenced then are moved to copies first.
   std::vector<std::weak_ptr<const detail::ArrayImpl>> lent;
@@ -217,6 +220,7 @@ struct JitFunction::State {
     }
     auto capture = std::make_unique<detail::Capture>();
     exec::ProgramLog log;
+    kernels::CostLog cost_log;
     // The program text calls the inputs in0, in1, ... also where an op reads them.
     for (size_t i = 0; i < inputs.size(); ++i)
       if (!inputs[i].shards.empty()) log.name_value(inputs[i].shards.front().get(), "in" + std::to_string(i));
@@ -253,6 +257,7 @@ struct JitFunction::State {
     for (size_t i = 0; i < results.size(); ++i) text << "  out" << i << ": " << layout_text(results[i]) << "\n";
 
     Compiled& c = cache[key];
+    c.memory = detail::memory_analysis_of(*capture, inputs, outputs, devices);
     std::vector<exec::ShardedValue> fed;
     for (const Array& a : args) fed.push_back(detail::materialized(a));
     c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs, fed);
@@ -266,8 +271,9 @@ struct JitFunction::State {
       c.counts[r.kind].count += 1;
       c.counts[r.kind].bytes += r.bytes;
       c.collectives.push_back({r.kind, r.axes, r.bytes, r.rule, r.site.file ? r.site.file : "", r.site.line,
-                               exec::short_function(r.site.function), r.site.backward});
+                               exec::short_function(r.site.function), r.site.backward, r.times});
     }
+    c.cost = detail::cost_analysis_of(cost_log.per_device(), devices, c.collectives);
     return c.lend(rt, outputs);
   }
 };
@@ -338,7 +344,7 @@ Lowered JitFunction::lower(const std::vector<Array>& args) const {
   const std::string text = program_text(args);
   std::lock_guard lock(state_->mutex);
   const Compiled& c = state_->cache.at(State::key_of(state_->place_inputs(args)));
-  return Lowered(text, c.counts, c.collectives);
+  return Lowered(text, c.counts, c.collectives, c.cost, c.memory);
 }
 
 size_t JitFunction::cache_size() const {

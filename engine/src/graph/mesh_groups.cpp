@@ -63,6 +63,8 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
   const uint64_t bytes = count * dtype_size(dtype);
   const auto algorithm = collectives::choose_algorithm(bytes);
   static const char* names[] = {"sum", "max", "min"};
+  // Each device's whole operand goes into every other's result: it sends each of its bytes.
+  const uint64_t bytes = count * dtype_size(dtype);
   if (exec::logging())  // the text is built only while a trace listens
     exec::log_collective("all-reduce", bytes,
                          "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " +

@@ -257,6 +257,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
                const std::function<std::vector<Part>(const Index&)>& parts_of) {
   const detail::PartOpScope op_scope(op);  // profile hook
   const exec::RuleScope rule([&] { return std::string(op) + " of a split dimension: pieces fetched from their holders"; });
+  exec::note_provenance();  // profile hook
   auto rt = sources.front().impl()->runtime;
   std::lock_guard lock(rt->mutex());
   std::vector<const exec::ShardedValue*> values;
@@ -323,7 +324,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
       for (const Array& a : sources)
         for (const auto& axis : exec::moved_axes(a.sharding(), target, shape.size()))
           if (std::find(axes.begin(), axes.end(), axis) == axes.end()) axes.push_back(axis);
-      exec::log_collective("reshard", moved.between, line, axes);
+      exec::log_collective("reshard", moved.most_sent(), line, axes);
     }
     else
       exec::log_op(line);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kernels/cost.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/storage16.hpp"
 #include "kernels/mathlib.hpp"
@@ -530,6 +531,7 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
                         const detail::DeviceBuffer& out, uint64_t out_start) {
   const uint64_t count = static_cast<uint64_t>(shape_size(shape));
   if (count == 0) return;
+  const CountedOp counted(rec.device, [&] { return elementwise_cost(p, inputs, shape, count); });
   const DType out_dtype = p.nodes.back().dtype;
   const bool vector = std::none_of(inputs.begin(), inputs.end(),
                                    [](const EwInput& in) { return in.mode == EwInput::Mode::strided; });

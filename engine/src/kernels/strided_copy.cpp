@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "kernels/cost.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/storage16.hpp"
 #include "meshvk/error.hpp"
@@ -202,6 +203,8 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   int64_t count = 1;
   for (const int64_t b : copy.box) count *= b;
   if (count == 0) return;
+  // Data movement: each element of the box read and written once, no flops.
+  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, 2 * static_cast<uint64_t>(count) * copy.element_bytes}; });
   const StridedCopy c = simplify(copy);
   // A contiguous copy is a plain transfer, which no binding limit applies to (one element
   // simplifies to no dimensions at all).
@@ -239,6 +242,7 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
 void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count,
                        uint32_t word, DType dtype) {
   if (count == 0 || rec.remote) return;
+  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, count * dtype_size(dtype)}; });
   // Fills take whole words: a 16-bit array's odd last element fills its word, which the buffer's
   // capacity (a multiple of 4) holds.
   vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), (count * dtype_size(dtype) + 3) / 4 * 4,

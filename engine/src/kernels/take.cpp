@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "kernels/cost.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
 
@@ -78,6 +79,10 @@ void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail:
                  uint32_t fill_bits) {
   const int64_t total = outer * count * inner;
   if (total == 0) return;
+  // A gather: the indices read, and each output element read from the input and written.
+  const CountedOp counted(rec.device, [&] {
+    return OpCost{0, 0, static_cast<uint64_t>(count) * dtype_size(DType::int32) + 2 * static_cast<uint64_t>(total) * kWordBytes};
+  });
   const WindowLimits w = window_limits(rt);
   if (in.capacity() / 4 <= w.texel_count && indices.capacity() / 4 <= w.texel_count &&
       out.capacity() <= w.storage_bytes) {
@@ -154,6 +159,10 @@ void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail:
 void record_argsort(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& in,
                     const detail::DeviceBuffer& out, int64_t rows, int64_t n, bool is_float) {
   if (rows * n == 0) return;
+  // Data movement (compares are not counted as flops, as XLA's sort): the keys read, the indices written.
+  const CountedOp counted(rec.device, [&] {
+    return OpCost{0, 0, static_cast<uint64_t>(rows * n) * (kWordBytes + dtype_size(DType::int32))};
+  });
   if (n > (int64_t{1} << 31))
     throw Error("argsort: rows of " + std::to_string(n) +
                 " elements are longer than the 2^31 a sort handles; "

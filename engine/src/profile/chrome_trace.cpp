@@ -185,6 +185,10 @@ std::string chrome_trace_json() {
         out += ",\"program\":";
         append_string(out, s->program);
       }
+      if (*s->rule) {
+        out += ",\"rule\":";
+        append_string(out, s->rule);
+      }
       if (s->bytes) out += ",\"bytes\":" + std::to_string(s->bytes);
       if (s->flops) out += ",\"flops\":" + std::to_string(s->flops);
       if (s->peer >= 0) out += ",\"device\":" + std::to_string(s->peer);

@@ -47,6 +47,7 @@ size_t Slice::open(Kind kind, std::string_view name, uint64_t bytes, uint64_t fl
   r.name = intern(name);
   const Context& ctx = context();
   r.op = *ctx.op ? ctx.op : ctx.collective;
+  r.rule = ctx.rule;
   r.bytes = bytes;
   r.flops = flops;
   r.src_device = src_device;
@@ -150,6 +151,7 @@ std::shared_ptr<Slice> DeviceProfiler::begin(int lane, VkCommandBuffer cb) {
   const Context& ctx = context();
   slice->program_ = ctx.program;
   slice->op_ = ctx.op;
+  slice->rule_ = ctx.rule;
   slice->collective_ = ctx.collective;
   slice->recording_since_ = now_ns();
   return slice;

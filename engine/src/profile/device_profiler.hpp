@@ -49,6 +49,7 @@ class DeviceProfiler;
 struct SpanRecord {
   const char* name = "";
   const char* op = "";
+  const char* rule = "";
   Kind kind = Kind::kernel;
   uint32_t begin = kNoQuery, end = kNoQuery;
   uint64_t bytes = 0, flops = 0;
@@ -83,6 +84,7 @@ class Slice {
   std::vector<SpanRecord> spans_;
   const char* program_ = "";
   const char* op_ = "";
+  const char* rule_ = "";
   const char* collective_ = "";  // a collective step: one more span around the whole recording
   int64_t recording_since_ = 0;  // host clock at begin, for the "record" host span
 

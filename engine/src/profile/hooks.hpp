@@ -17,6 +17,7 @@ struct Context {
   const char* program = "";     // "jit(f)"
   const char* op = "";          // the program op
   const char* collective = "";  // "all_gather(one_shot)"
+  const char* rule = "";        // the running collective's provenance (Span::rule); OpScope restores it
   bool muted = false;           // in a jit replay that Options::sample_replays leaves out
 };
 Context& context();
@@ -111,7 +112,11 @@ class OpScope {
 
  private:
   const char* saved_ = nullptr;
+  const char* saved_rule_ = nullptr;
 };
+// While profiling: the provenance of the collective the current op runs (Span::rule), until the
+// enclosing OpScope ends.
+void set_rule(std::string_view rule);
 
 // A collective: every recording begun in its scope is one step of it, drawn as a span named
 // "<name>(<algorithm>)" (or "<name>") around the step's copies and kernels.

@@ -111,6 +111,7 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
     step.kind = Kind::collective;
     step.name = slice.collective_;
     step.op = *slice.op_ ? slice.op_ : slice.collective_;
+    step.rule = slice.rule_;
     step.start_ns = std::numeric_limits<int64_t>::max();
     step.end_ns = std::numeric_limits<int64_t>::min();
     for (const SpanRecord& r : slice.spans_) {
@@ -134,6 +135,7 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
     span.kind = r.kind;
     span.name = r.name;
     span.op = r.op;
+    span.rule = r.rule;
     span.start_ns = at(r.begin);
     span.end_ns = at(r.end);
     span.bytes = r.bytes;

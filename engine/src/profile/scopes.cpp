@@ -44,11 +44,18 @@ OpScope::OpScope(std::string_view op) {
     return;
   Context& c = context();
   saved_ = c.op;
+  saved_rule_ = c.rule;
   c.op = intern(op);
 }
 
 OpScope::~OpScope() {
-  if (saved_) context().op = saved_;
+  if (!saved_) return;
+  context().op = saved_;
+  context().rule = saved_rule_;
+}
+
+void set_rule(std::string_view rule) {
+  if (on()) context().rule = intern(rule);
 }
 
 CollectiveScope::CollectiveScope(const char* name, const char* algorithm) {

@@ -181,7 +181,10 @@ std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes)
   }
   if (!a) throw Error(budget_error(device, pool.aligned(bytes)));
   auto buffer = std::make_shared<DeviceBuffer>(shared_from_this(), device, *a, bytes);
-  for (Capture* c : captures()) c->retain(buffer);
+  for (Capture* c : captures()) {
+    c->retain(buffer);
+    c->allocated.push_back(buffer.get());
+  }
   return buffer;
 }
 

@@ -136,6 +136,9 @@ struct Capture {
   std::vector<Submission> submissions;
   std::vector<std::shared_ptr<const void>> keep_alive;
   std::vector<std::shared_ptr<DeviceBuffer>> buffers;
+  // The buffers allocated while it was active (in `buffers` too, so none is freed while the
+  // program lives): what the program itself takes from the pools (its memory analysis).
+  std::vector<const DeviceBuffer*> allocated;
   std::vector<uint64_t> start_values;  // each timeline's last submitted value when the trace began
   // Transfers between processes: the ring range each staged its bytes in, its send and its
   // receive. A replay writes the same range again, after whatever read it since.

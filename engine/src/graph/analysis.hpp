@@ -1,0 +1,23 @@
+#pragma once
+// Lowered::cost_analysis() and memory_analysis() of a traced program (graph/jit.cpp).
+#include <map>
+#include <set>
+#include <vector>
+
+#include "exec/sharded_value.hpp"
+#include "kernels/cost.hpp"
+#include "meshvk/jit.hpp"
+#include "runtime/runtime_state.hpp"
+
+namespace meshvk::detail {
+
+// What the trace's CostLog counted on each of `devices`, with the program's collectives.
+CostAnalysis cost_analysis_of(const std::map<int, kernels::OpCost>& counted, const std::set<int>& devices,
+                              const std::vector<CollectiveRecord>& collectives);
+
+// The program's buffers on each of `devices`: its inputs, its outputs, what its capture
+// allocated, and what else the capture reads (arrays from outside).
+MemoryAnalysis memory_analysis_of(const Capture& capture, const std::vector<exec::ShardedValue>& inputs,
+                                  const std::vector<exec::ShardedValue>& outputs, const std::set<int>& devices);
+
+}  // namespace meshvk::detail
