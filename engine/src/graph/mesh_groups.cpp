@@ -60,11 +60,10 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
                                      collectives::Reduction op) {
   const OpScope op_scope("all-reduce");  // profile hook
   const MeshGroups g = mesh_groups(mesh, axes);
+  // Each device's whole operand goes into every other's result: it sends each of its bytes.
   const uint64_t bytes = count * dtype_size(dtype);
   const auto algorithm = collectives::choose_algorithm(bytes);
   static const char* names[] = {"sum", "max", "min"};
-  // Each device's whole operand goes into every other's result: it sends each of its bytes.
-  const uint64_t bytes = count * dtype_size(dtype);
   if (exec::logging())  // the text is built only while a trace listens
     exec::log_collective("all-reduce", bytes,
                          "all-reduce(" + std::string(names[static_cast<int>(op)]) + ") over " +
