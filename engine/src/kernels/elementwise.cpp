@@ -165,10 +165,13 @@ float mv_tanh(float x) {
 vec4 mv_tanh(vec4 x) { return vec4(mv_tanh(x.x), mv_tanh(x.y), mv_tanh(x.z), mv_tanh(x.w)); }
 )";
 
+}  // namespace
+
 // Rounding a float32 to the nearest bfloat16 / float16 value (ties to even, overflow to inf, NaN
-// kept: bfloat16 quiet, float16 with its payload's top bits as numpy), as a float32: integer arithmetic on the bits, the same as meshvk/dtype.hpp's
-// host conversions, so the result does not depend on how the adapter converts or flushes.
-const char* kRound16 = R"(
+// kept: bfloat16 quiet, float16 with its payload's top bits as numpy), as a float32: integer
+// arithmetic on the bits, the same as meshvk/dtype.hpp's host conversions, so the result does
+// not depend on how the adapter converts or flushes.
+const char* const kRound16Glsl = R"(
 float mv_bf16(float x) {
   uint u = floatBitsToUint(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uintBitsToFloat((u | 0x00400000u) & 0xffff0000u);
@@ -197,6 +200,8 @@ float mv_f16(float x) {
 }
 vec4 mv_f16(vec4 x) { return vec4(mv_f16(x.x), mv_f16(x.y), mv_f16(x.z), mv_f16(x.w)); }
 )";
+
+namespace {
 
 std::string type_name(DType dtype, int width) {
   switch (dtype) {
@@ -422,14 +427,14 @@ std::string rounded_expr(const EwProgram& p, size_t i, int width, MathMode math)
   return e;
 }
 
-// Whether the kernel rounds to, reads or writes a 16-bit format (kRound16 and kStorage16Glsl).
+// Whether the kernel rounds to, reads or writes a 16-bit format (kRound16Glsl and kStorage16Glsl).
 bool uses_16bit(const EwProgram& p, std::span<const EwInput> inputs) {
   return std::any_of(p.nodes.begin(), p.nodes.end(), [](const EwNode& n) { return is_16bit(n.dtype); }) ||
          std::any_of(inputs.begin(), inputs.end(), [](const EwInput& in) { return is_16bit(in.dtype); });
 }
 
 std::string helpers_16bit(const EwProgram& p, std::span<const EwInput> inputs) {
-  return uses_16bit(p, inputs) ? std::string(kRound16) + kStorage16Glsl : std::string();
+  return uses_16bit(p, inputs) ? std::string(kRound16Glsl) + kStorage16Glsl : std::string();
 }
 
 // The output's element type in the storage block.

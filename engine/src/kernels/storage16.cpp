@@ -35,38 +35,6 @@ uvec4 mv_f16_bits(vec4 x) { return uvec4(mv_f16_bits(x.x), mv_f16_bits(x.y), mv_
 
 namespace {
 
-// The float32 -> 16-bit rounding of elementwise.cpp's kRound16 (repeated: the narrowing kernel
-// stands alone).
-const char* kRound = R"(
-float mv_bf16(float x) {
-  uint u = floatBitsToUint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uintBitsToFloat((u | 0x00400000u) & 0xffff0000u);
-  u += 0x7fffu + ((u >> 16u) & 1u);
-  return uintBitsToFloat(u & 0xffff0000u);
-}
-float mv_f16(float x) {
-  const uint u = floatBitsToUint(x);
-  const uint s = u & 0x80000000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) {
-    const uint payload = a & 0x007fe000u;
-    return uintBitsToFloat(s | 0x7f800000u | (payload == 0u ? 0x2000u : payload));
-  }
-  if (a >= 0x477ff000u) return uintBitsToFloat(s | 0x7f800000u);
-  if (a >= 0x38800000u) return uintBitsToFloat(s | ((a + 0xfffu + ((a >> 13u) & 1u)) & 0xffffe000u));
-  const uint e = a >> 23u;
-  if (e < 102u) return uintBitsToFloat(s);
-  const uint m = (a & 0x7fffffu) | 0x800000u;
-  const uint sh = 126u - e;
-  uint q = m >> sh;
-  const uint rem = m & ((1u << sh) - 1u), mid = 1u << (sh - 1u);
-  if (rem > mid || (rem == mid && (q & 1u) != 0u)) q += 1u;
-  if (q == 0u) return uintBitsToFloat(s);
-  return uintBitsToFloat(s | (floatBitsToUint(float(q)) - (24u << 23u)));
-}
-vec4 mv_bf16(vec4 x) { return vec4(mv_bf16(x.x), mv_bf16(x.y), mv_bf16(x.z), mv_bf16(x.w)); }
-vec4 mv_f16(vec4 x) { return vec4(mv_f16(x.x), mv_f16(x.y), mv_f16(x.z), mv_f16(x.w)); }
-)";
-
 constexpr uint32_t kGroup = 64;
 
 std::string convert_kernel(bool widen, DType dtype) {
@@ -79,7 +47,7 @@ std::string convert_kernel(bool widen, DType dtype) {
              : "layout(std430, binding = 0) readonly buffer In { uint x[]; };\n"
                "layout(std430, binding = 1) writeonly buffer Out { uint16_t y[]; };\n";
   s += "layout(push_constant) uniform Params { uint n; uint in_first; uint out_first; } pc;\n";
-  s += kRound;
+  s += kRound16Glsl;
   s += kStorage16Glsl;
   s += "void main() {\n  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
        "gl_LocalInvocationID.x;\n  if (i >= pc.n) return;\n";

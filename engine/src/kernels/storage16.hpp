@@ -15,6 +15,10 @@ namespace meshvk::kernels {
 // and mv_bf16_bits / mv_f16_bits (a float32 -> the 16 bits of it rounded to nearest even; needs
 // the rounding helpers mv_bf16 / mv_f16 declared before it).
 extern const char* const kStorage16Glsl;
+// GLSL: mv_bf16 / mv_f16, a float32 rounded to the nearest bfloat16 / float16 value as a float32
+// (scalar and vec4), integer arithmetic on the bits as meshvk/dtype.hpp's host conversions
+// (defined with the elementwise kernels, which round every 16-bit result with them).
+extern const char* const kRound16Glsl;
 
 // Throws Error naming storageBuffer16BitAccess where the device's adapter lacks it: kernels that
 // store bfloat16 or float16 elements need it.
