@@ -135,7 +135,7 @@ GptTrainStep::GptTrainStep(GptConfig cfg, GptLayout layout)
               auto [updates, next] = opt.update(grads, state, params);
               return std::make_tuple(value, optax::apply_updates(params, updates), std::move(next));
             }),
-            JitOptions{.name = "gpt_train_step"}) {}
+            JitOptions{.name = "gpt_train_step", .location = SourceLocation::current()}) {}
 
 std::tuple<Array, Params, optax::OptState> GptTrainStep::operator()(
     const Params& params, const optax::OptState& state, const Array& tokens,
