@@ -210,23 +210,28 @@ inline Results collective_sweep() {
         {"all_gather", [](const Array& v) { return mv::all_gather(v, "x", 0, true); }},
         {"ppermute", [&](const Array& v) { return mv::ppermute(v, "x", shift); }},
     };
+    // Elements a moving collective put in the wrong place, against the members' input `sent`:
+    // all_gather: member q holds everything; ppermute: member q holds member q-1's piece.
+    const auto wrong_moves = [&](const std::string& name, const auto& got, const auto& sent, auto same) {
+      size_t wrong = 0;
+      for (int q = 0; q < n; ++q)
+        for (int64_t i = 0; i < (name == "all_gather" ? n * L : L); ++i) {
+          const size_t from = name == "all_gather" ? static_cast<size_t>(i)
+                                                   : static_cast<size_t>(((q + n - 1) % n) * L + i);
+          const size_t at = name == "all_gather" ? static_cast<size_t>(q * n * L + i)
+                                                 : static_cast<size_t>(q * L + i);
+          wrong += !same(got[at], sent[from]);
+        }
+      return wrong;
+    };
     for (const auto& [name, body] : moving) {
       if (big && name != "all_gather") continue;
       r[name + " float32" + size] = run(body, xf).to_host<float>();
       r[name + " int32" + size] = bits_of(run(body, xi).to_host<int32_t>());
       const auto got = run(body, xu).to_host<uint32_t>();
       r[name + " uint32" + size] = bits_of(got);
-      size_t wrong = 0;
-      for (int q = 0; q < n; ++q)
-        for (int64_t i = 0; i < (name == "all_gather" ? n * L : L); ++i) {
-          // all_gather: member q holds everything; ppermute: member q holds member q-1's piece.
-          const size_t from = name == "all_gather" ? static_cast<size_t>(i)
-                                                   : static_cast<size_t>(((q + n - 1) % n) * L + i);
-          const size_t at = name == "all_gather" ? static_cast<size_t>(q * n * L + i)
-                                                 : static_cast<size_t>(q * L + i);
-          wrong += got[at] != words[from];
-        }
-      if (wrong) r["MISMATCH " + name + " uint32" + size] = {static_cast<float>(wrong)};
+      if (const size_t wrong = wrong_moves(name, got, words, [](uint32_t a, uint32_t b) { return a == b; }))
+        r["MISMATCH " + name + " uint32" + size] = {static_cast<float>(wrong)};
     }
     // bfloat16, 2 bytes per element (an odd L leaves each piece's last word half used, and the
     // pieces' byte offsets only 2-aligned): moved bit for bit, summed in float32.
@@ -237,16 +242,9 @@ inline Results collective_sweep() {
       if (big && name != "all_gather") continue;
       const auto got = run(body, xh).to_host<mv::bfloat16>();
       r[name + " bfloat16" + size] = values_16(got);
-      size_t wrong = 0;
-      for (int q = 0; q < n; ++q)
-        for (int64_t i = 0; i < (name == "all_gather" ? n * L : L); ++i) {
-          const size_t from = name == "all_gather" ? static_cast<size_t>(i)
-                                                   : static_cast<size_t>(((q + n - 1) % n) * L + i);
-          const size_t at = name == "all_gather" ? static_cast<size_t>(q * n * L + i)
-                                                 : static_cast<size_t>(q * L + i);
-          wrong += got[at].bits != halves[from].bits;
-        }
-      if (wrong) r["MISMATCH " + name + " bfloat16" + size] = {static_cast<float>(wrong)};
+      if (const size_t wrong =
+              wrong_moves(name, got, halves, [](mv::bfloat16 a, mv::bfloat16 b) { return a.bits == b.bits; }))
+        r["MISMATCH " + name + " bfloat16" + size] = {static_cast<float>(wrong)};
     }
     if (!big) r["psum bfloat16" + size] = values_16(run(reducing[0].second, xh).to_host<mv::bfloat16>());
   }
