@@ -202,6 +202,86 @@ TEST(Scan, ShardedStackedXsGradientUnderJit) {
   expect_close(f(ws), g.to_host<float>(), 0.0f);  // the replay
 }
 
+// The backward loop is traced during the forward pass on zero cotangents; the jit program's
+// replays leave that iteration out (Capture::Submission::trace_only) and start the loop from the
+// real cotangents: each replay, on new values, gives the unrolled loop's gradients.
+TEST(Scan, GradientReplaysOnNewValuesMatchTheUnrolledLoop) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const int64_t n = 3;
+  auto scanned = [](const Array& stack, const Array& h) {
+    auto [last, ys] = mv::lax::scan(
+        [](const Array& c, const Array& w) {
+          const Array next = mv::tanh(mv::matmul(c, w));
+          return std::make_pair(next, next.sum(1));
+        },
+        h, stack);
+    return last.sum() + (ys * ys).sum();
+  };
+  auto unrolled = [n](const Array& stack, const Array& h) {
+    Array c = h, total = mv::zeros({});
+    for (int64_t i = 0; i < n; ++i) {
+      c = mv::tanh(mv::matmul(c, stack[i]));
+      total = total + (c.sum(1) * c.sum(1)).sum();
+    }
+    return c.sum() + total;
+  };
+  auto f = mv::jit([&](const Array& stack, const Array& h) { return mv::grad(scanned, std::vector<int>{0, 1})(stack, h); });
+  for (int call = 0; call < 3; ++call) {
+    const float scale = 0.05f + 0.02f * static_cast<float>(call);
+    const Array ws = mv::device_put(host_array(patterned_values(n * 8 * 8, scale, 0.01f), {n, 8, 8}),
+                                    mv::NamedSharding(mesh, P(mv::None, "y")));
+    const Array h = mv::device_put(host_array(patterned_values(6 * 8, 0.1f + scale), {6, 8}), mv::NamedSharding(mesh, P("x")));
+    const std::vector<Array> g = f(ws, h);
+    const std::vector<Array> want = mv::grad(unrolled, std::vector<int>{0, 1})(ws, h);
+    expect_close(g[0], want[0].to_host<float>(), 1e-5f);
+    expect_close(g[1], want[1].to_host<float>(), 1e-5f);
+  }
+  EXPECT_EQ(f.traces(), 1u);
+}
+
+// A scan in a scan's body: the inner backward loop is traced inside the outer backward loop's
+// trace, and both replays (the outer loop's iterations and the jit program's) leave its traced
+// iteration out.
+TEST(Scan, NestedScanGradientUnderJitOnNewValues) {
+  auto inner_scan = [](const Array& start, const Array& row) {
+    return mv::lax::scan(
+        [](const Array& c, const Array& e) {
+          const Array next = mv::tanh(c * 0.9f + e);
+          return std::make_pair(next, next * c);
+        },
+        start, row);
+  };
+  auto scanned = [&](const Array& x) {  // x: [3, 4]
+    auto [c, ys] = mv::lax::scan(
+        [&](const Array& outer, const Array& row) {
+          auto [last, zs] = inner_scan(outer, row);
+          return std::make_pair(outer * 0.5f + last, zs.sum());
+        },
+        mv::scalar(0.3f), x);
+    return c + (ys * ys).sum();
+  };
+  auto unrolled = [](const Array& x) {
+    Array outer = mv::scalar(0.3f), total = mv::zeros({});
+    for (int64_t r = 0; r < 3; ++r) {
+      Array c = outer, zs = mv::zeros({});
+      for (int64_t e = 0; e < 4; ++e) {
+        const Array next = mv::tanh(c * 0.9f + x[r][e]);
+        zs = zs + next * c;
+        c = next;
+      }
+      outer = outer * 0.5f + c;
+      total = total + zs * zs;
+    }
+    return outer + total;
+  };
+  auto f = mv::jit([&](const Array& x) { return mv::grad(scanned)(x); });
+  for (int call = 0; call < 2; ++call) {
+    const Array x = host_array(patterned_values(12, 0.2f + 0.1f * static_cast<float>(call), 0.03f), {3, 4});
+    expect_close(f(x), mv::grad(unrolled)(x).to_host<float>(), 1e-5f);
+  }
+  EXPECT_EQ(f.traces(), 1u);
+}
+
 TEST(WhileLoop, RunsUntilThePredicateFailsEagerAndUnderJit) {
   using C = std::pair<Array, Array>;
   auto collatz = [](const Array& start) {

@@ -148,6 +148,13 @@ void LoopBody::iterate() {
           return w.none() || w.value <= body_->start_values[w.timeline] || moved.count({w.timeline, w.value});
         });
         if (!ready) break;
+        if (sub.trace_only) {  // see Capture::Submission::trace_only
+          moved[{t, sub.signal}] = next - 1;
+          pending[t].pop_front();
+          --remaining;
+          progressed = true;
+          continue;
+        }
         std::vector<Fence> waits{fed[rt_->device_of(t)]};
         for (const Fence& w : sub.waits) waits.push_back(remap(w));
         moved[{t, sub.signal}] = next++;

@@ -154,6 +154,10 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
     std::vector<uint64_t> next(timelines);
     for (int t = 0; t < timelines; ++t) next[t] = rt_->last_submitted(t);
     for (const auto& sub : subs) {
+      if (sub.trace_only) {
+        moved[{sub.timeline, sub.signal}] = next[sub.timeline];
+        continue;
+      }
       std::vector<Fence> waits{refreshed[rt_->device_of(sub.timeline)]};
       for (const Fence& w : sub.waits) waits.push_back(remap(w));
       moved[{sub.timeline, sub.signal}] = ++next[sub.timeline];
@@ -177,6 +181,13 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
                  moved.count({w.timeline, w.value});
         });
         if (!ready) break;
+        if (sub.trace_only) {
+          moved[{t, sub.signal}] = next - 1;
+          pending[t].pop_front();
+          --remaining;
+          progressed = true;
+          continue;
+        }
         std::vector<Fence> waits{refreshed[rt_->device_of(t)]};
         for (const Fence& w : sub.waits) waits.push_back(remap(w));
         if (const auto it = ring_waits.find({t, sub.signal}); it != ring_waits.end())

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <mutex>
+#include <set>
 
 #include "exec/loop.hpp"
 #include "exec/program.hpp"
@@ -32,7 +33,9 @@ thread_local uint64_t decisions = 0;
 // decided something on the host, or the runtime spans processes).
 class TracedLoop {
  public:
-  TracedLoop(const std::string& name, const LoopFn& body, const std::vector<Array>& init)
+  // `trace_only`: the traced iteration only records the body (its carry is replaced before the
+  // first next()), so an enclosing program's replays leave it out and it counts for nothing.
+  TracedLoop(const std::string& name, const LoopFn& body, const std::vector<Array>& init, bool trace_only = false)
       : name_(name), body_(body), rt_(Runtime::current().state()) {
     const uint64_t decided = decisions;
     std::vector<Array> owned;
@@ -78,6 +81,7 @@ class TracedLoop {
       varying_.push_back(r.impl()->varying);
     }
     unrolled_ = decisions != decided || rt_->multi_process() || !capture->ring_uses.empty();
+    if (trace_only && !unrolled_) leave_out_of_replays(*capture);
     loop_ = std::make_shared<exec::LoopBody>(rt_, std::move(capture), std::move(inputs), outputs, init.size());
     current_ = results;
   }
@@ -106,9 +110,14 @@ class TracedLoop {
       return;
     }
     loop_->iterate();
-    // The replayed body did what its trace did: a jit trace's cost analysis counts it again.
-    cost_.repeat();
-    collectives_.repeat();
+    // The replayed body did what its trace did: a jit trace's cost analysis counts it again
+    // (except for the first iteration of a loop whose trace counted but is left out).
+    if (uncounted_trace_) {
+      uncounted_trace_ = false;
+    } else {
+      cost_.repeat();
+      collectives_.repeat();
+    }
     for (size_t i = 0; i < current_.size(); ++i)
       current_[i] = make_array(rt_, loop_->outputs()[i], committed_[i], varying_[i]);
   }
@@ -160,6 +169,17 @@ class TracedLoop {
     return results;
   }
 
+  // Marks the traced iteration's submissions in every enclosing capture: see
+  // Capture::Submission::trace_only.
+  void leave_out_of_replays(const Capture& traced) {
+    std::set<std::pair<int, uint64_t>> mine;
+    for (const auto& s : traced.submissions) mine.insert({s.timeline, s.signal});
+    for (Capture* outer : rt_->captures())
+      for (auto& s : outer->submissions)
+        if (mine.count({s.timeline, s.signal})) s.trace_only = true;
+    uncounted_trace_ = !rt_->captures().empty();
+  }
+
   // A body that threw while traced: inside a jit trace, the trace's program takes over what it
   // recorded (it submits those command buffers too, should the caller go on); else they are
   // waited for and freed.
@@ -187,6 +207,7 @@ class TracedLoop {
   std::vector<std::vector<std::string>> varying_;
   size_t carried_ = 0;
   bool unrolled_ = false;
+  bool uncounted_trace_ = false;
 };
 
 Array leading_slice(const Array& xs, const Array& k) {
@@ -320,7 +341,9 @@ struct Stacker {
 // Scan's backward pass, traced while the forward pass runs (the body may refer to values that
 // are gone by the time the gradient is taken, as a lambda capturing a caller's locals by
 // reference does): a loop over the body's vjp, the other way, with the cotangents of the ys in
-// buffers of its own that the backward pass fills before it runs the loop.
+// buffers of its own that the backward pass fills before it runs the loop. That trace runs the
+// body once on zero cotangents; a jit program's replays leave it out (trace_only), so the
+// device runs the backward body n times, not n + 1.
 struct ScanBackward {
   std::unique_ptr<TracedLoop> loop;
   std::vector<Array> ct_ys;  // the loop reads these buffers
@@ -425,7 +448,8 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   for (const Array& c : init) bstart.push_back(zeros_like(c));
   for (const Array& c : closure) bstart.push_back(zeros_like(c));
   backward->loop = std::make_unique<TracedLoop>(
-      "scan (backward)", counter_step(step_vjp, bxs, nc + ncl, !reverse, false, std::make_shared<size_t>(0)), bstart);
+      "scan (backward)", counter_step(step_vjp, bxs, nc + ncl, !reverse, false, std::make_shared<size_t>(0)), bstart,
+      /*trace_only=*/true);
 
   isolated.reset();  // the rule goes on the caller's tapes
   std::vector<Array> inputs = init;

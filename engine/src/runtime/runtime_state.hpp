@@ -132,6 +132,11 @@ struct Capture {
     // Whether this capture's program releases the command buffer: not when an inner capture (a
     // loop body's) recorded it, or a loop submitted its body again.
     bool owned = true;
+    // Ran once while traced, and a replay leaves it out: a loop traced only to be recorded (scan's
+    // backward pass, traced during the forward pass with zero cotangents) whose every real
+    // iteration is a later iterate(). A replay's waits on it become waits on its stream's previous
+    // submission: nothing reads what it wrote before the loop writes it again.
+    bool trace_only = false;
   };
   std::vector<Submission> submissions;
   std::vector<std::shared_ptr<const void>> keep_alive;
