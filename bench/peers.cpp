@@ -21,6 +21,7 @@
 
 #include "bench.hpp"
 #include "benchmarks.hpp"
+#include "gpt_step.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/meshvk.hpp"
 #include "peer_process.hpp"
@@ -40,9 +41,8 @@ namespace meshvk::bench {
 namespace {
 
 const std::vector<int> kMlpSizes = {784, 1024, 1024, 1024, 10};
-const std::vector<std::string> kGroups = {"train",      "train-dp",   "matmul",
-                                          "sin",        "sum",        "xent",
-                                          "all-reduce", "all-gather", "reduce-scatter"};
+const std::vector<std::string> kGroups = {"train", "train-dp", "gpt",        "matmul",     "sin",
+                                          "sum",   "xent",     "all-reduce", "all-gather", "reduce-scatter"};
 
 struct Config {
   std::set<std::string> groups;
@@ -384,6 +384,19 @@ int run_peers(const Options& options) {
   run_group("train-dp", "PyTorch DDP gloo x" + std::to_string(peers.world), torch_dist,
             {{mlp + ", 8-way data parallel", 0.6,
               [&] { return train_seconds(rt, config.batch, true, r); }, "train-dp:" + b}});
+  // The GPT of samples/programs, one device and two of its 8-device layouts, against the same
+  // model in PyTorch (tests/models/gpt_reference.py) on one process at the same thread count.
+  std::map<std::string, double> gpt_times;
+  {
+    const char* gpt = "GPT step (d_model 128, 2 layers, seq 64, batch 16, Adam)";
+    std::vector<Spec> specs;
+    for (const auto& [mode, label] : std::vector<std::pair<std::string, std::string>>{
+             {"single", "one device"}, {"dp", "8-way data parallel"}, {"dp_tp", "8-way dp + tp (2, 4)"}})
+      specs.push_back({std::string(gpt) + ", " + label, 0.5,
+                       [&rt, &gpt_times, mode = mode, r] { return gpt_times[mode] = gpt_step_seconds(rt, mode, r); },
+                       "gpt:16"});
+    run_group("gpt", "PyTorch", torch_single, std::move(specs));
+  }
   {
     std::vector<Spec> specs;
     for (const int64_t n : config.matmul) {
@@ -458,6 +471,24 @@ int run_peers(const Options& options) {
 
   std::cout << "\n";
   print_table(rows, std::cout);
+  if (gpt_times.count("single") && gpt_times.count("dp")) {
+    const double ratio = gpt_times["dp"] / gpt_times["single"];
+    std::printf("\nGPT step, 8-way data parallel / one device: %.2fx (target <= 1.25x %s)\n", ratio,
+                ratio <= 1.25 ? "PASS" : "MISS");
+    for (const std::string mode : {"single", "dp_tp"}) {
+      try {
+        const GptStepProfile p = gpt_step_profile(rt, mode);
+        std::printf("GPT step %s, one profiled replay: wall %.1f ms, %d kernels per step (all devices)\n",
+                    mode.c_str(), p.wall_ms, p.kernels);
+        for (const auto& [kind, ms] : p.device_ms)
+          std::printf("  %-22s %5d spans %9.1f ms device time\n", kind.c_str(), p.spans.at(kind), ms);
+        std::printf("  the ops that took the most device time:\n");
+        for (const auto& [op, n, ms] : p.top_ops) std::printf("    %-44s %5d spans %9.1f ms\n", op.c_str(), n, ms);
+      } catch (const std::exception& ex) {
+        std::printf("GPT step %s profile: %s\n", mode.c_str(), ex.what());
+      }
+    }
+  }
   std::cout << "\nTargets: elementwise and reductions >= 2x PyTorch; matmul and the training step "
                ">= 0.6x PyTorch;\ncollectives >= 1x both peers. Collective sizes as nccl-tests: "
                "each rank's send buffer, all-gather's\ngathered total. torch 1.13's gloo has no "

@@ -4,6 +4,7 @@
 // measured while the program was traced (Runtime::memory_stats' high-water mark).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -380,5 +381,33 @@ TEST(CostAnalysis, TranscendentalsAndReductions) {
     EXPECT_EQ(d.transcendentals, 3 * local) << l.as_text();
     // The add and the multiply per element, then the row sums: 2 rows of 7 - 1 adds.
     EXPECT_EQ(d.flops, 2 * local + 2 * (c - 1)) << l.as_text();
+  }
+}
+
+// The fusion computes a value once however often the program uses it (tanh's t in 1 - t * t is
+// one tanh per element), and work on a broadcast operand once per own element (LayerNorm's
+// rsqrt of the row variances: once per row, not once per element of the rows it scales).
+TEST(CostAnalysis, FusionComputesSharedAndBroadcastValuesOnce) {
+  const int64_t rows = 6, cols = 10;
+  const Array x = host_array(random_floats(rows * cols, 3), {rows, cols});
+  const auto tanh_grad = mv::jit([](const Array& v) {
+    const Array t = mv::tanh(v);
+    return (1.f - t * t) * t;
+  });
+  const mv::Lowered l = tanh_grad.lower(x);
+  EXPECT_EQ(l.cost_analysis().transcendentals, static_cast<uint64_t>(rows * cols)) << l.as_text();
+  const auto normalize = mv::jit([](const Array& v) {
+    const Array var = (v * v).mean(1, true);
+    return v * mv::rsqrt(var + 1e-5f);
+  });
+  const mv::Lowered n = normalize.lower(x);
+  EXPECT_EQ(n.cost_analysis().transcendentals, static_cast<uint64_t>(rows)) << n.as_text();
+  const std::vector<float> hx = x.to_host<float>(), got = normalize(x).to_host<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    float s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += hx[static_cast<size_t>(r * cols + c)] * hx[static_cast<size_t>(r * cols + c)];
+    const float scale = 1.f / std::sqrt(s / cols + 1e-5f);
+    for (int64_t c = 0; c < cols; ++c)
+      EXPECT_NEAR(got[static_cast<size_t>(r * cols + c)], hx[static_cast<size_t>(r * cols + c)] * scale, 1e-5f);
   }
 }

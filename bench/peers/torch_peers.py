@@ -10,7 +10,7 @@ Usage (the bench starts it; by hand works too):
     torch_peers.py --threads T --reps R --world W dist TASK...
 
 single tasks run in this process with torch.set_num_threads(T):
-    train:B  matmul:N  sin:N  sum:N  xent:BxC
+    train:B  gpt:B  matmul:N  sin:N  sum:N  xent:BxC
 dist tasks run over W gloo processes on the CPU, each with max(1, T // W) threads:
     train-dp:B  all-reduce:BYTES  all-gather:BYTES  reduce-scatter:BYTES
 Sizes follow nccl-tests: BYTES is each rank's send buffer, except all-gather's, which is the
@@ -69,6 +69,26 @@ def single(task, arg, reps):
         x = torch.randn(batch, MLP_SIZES[0], generator=g)
         y = torch.randn(batch, MLP_SIZES[-1], generator=g)
         return median_seconds(reps, train_step(model, opt, x, y))
+    if task == "gpt":
+        # The sample's GPT (tests/models/gpt_reference.py), one step: forward, cross-entropy,
+        # backward, Adam, on one batch of `arg` windows of 64 tokens.
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "tests", "models"))
+        import gpt_reference
+        batch, seq, vocab = int(arg), 64, 256
+        torch.manual_seed(0)
+        model = gpt_reference.Gpt(vocab, 128, 4, 2, seq)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        tokens = torch.randint(0, vocab, (batch, seq), generator=g)
+        targets = torch.randint(0, vocab, (batch, seq), generator=g)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            logits = model(tokens)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+            loss.backward()
+            opt.step()
+        return median_seconds(reps, step)
     if task == "matmul":
         n = int(arg)
         a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
@@ -139,9 +140,19 @@ class ProgramBuilder {
     return push({EwOp::cast, want, node});
   }
 
+  // A node the program holds already is used again rather than computed twice: the ops are pure,
+  // and a value inlined into several operands of one program (tanh's t in 1 - t * t, a
+  // recomputed forward pass inside its gradient) would otherwise be computed once per use.
   int push(EwNode n) {
+    if (const auto it = seen_.find(n); it != seen_.end()) return it->second;
+    return append(n);
+  }
+  // The program's result: the last node, whatever the program holds.
+  int append(EwNode n) {
     program.nodes.push_back(n);
-    return static_cast<int>(program.nodes.size() - 1);
+    const int at = static_cast<int>(program.nodes.size() - 1);
+    seen_.emplace(n, at);
+    return at;
   }
 
   EwProgram program;
@@ -181,7 +192,34 @@ class ProgramBuilder {
   }
 
   std::vector<int> leaf_nodes;
+  struct NodeHash {
+    size_t operator()(const EwNode& n) const {
+      uint64_t h = static_cast<uint64_t>(n.op) | static_cast<uint64_t>(n.dtype) << 8;
+      for (const int v : {n.a, n.b, n.c, n.input}) h = h * 1000003u ^ static_cast<uint32_t>(v);
+      return static_cast<size_t>(h * 1000003u ^ n.bits);
+    }
+  };
+  std::unordered_map<EwNode, int, NodeHash> seen_;
 };
+
+// Whether a program computes anything beyond a few instructions per element: a function of the
+// math library, a division, a power. Inlined into a program over more elements than it has (a
+// broadcast operand: LayerNorm's rsqrt of the variance, Adam's bias correction of the step
+// count), such work would run once per output element instead of once per own element.
+bool has_costly_ops(const EwProgram& p) {
+  for (const EwNode& n : p.nodes) switch (n.op) {
+      case EwOp::input: case EwOp::constant: case EwOp::neg: case EwOp::abs: case EwOp::sign:
+      case EwOp::relu: case EwOp::square: case EwOp::logical_not: case EwOp::cast: case EwOp::add:
+      case EwOp::sub: case EwOp::mul: case EwOp::maximum: case EwOp::minimum: case EwOp::eq:
+      case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
+      case EwOp::logical_and: case EwOp::logical_or: case EwOp::bitwise_and: case EwOp::bitwise_or:
+      case EwOp::bitwise_xor: case EwOp::where:
+        continue;
+      default:
+        return true;
+    }
+  return false;
+}
 
 // Nodes and inputs an operand would add if inlined.
 std::pair<size_t, size_t> fused_size(const Array& a) {
@@ -461,7 +499,9 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
       x = device_put(x, want);
     } else if (detail::is_pending(x)) {
       const auto [n, k] = fused_size(x);
-      if (nodes + n > kMaxFusedNodes || inputs + k > kMaxFusedInputs) detail::materialized(x);
+      if (nodes + n > kMaxFusedNodes || inputs + k > kMaxFusedInputs ||
+          (shape_size(x.shape()) < shape_size(out) && has_costly_ops(x.impl()->pending->program)))
+        detail::materialized(x);
     }
     const auto [n, k] = fused_size(x);
     nodes += n;
@@ -476,7 +516,7 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
   n.a = args[0];
   if (args.size() > 1) n.b = args[1];
   if (args.size() > 2) n.c = args[2];
-  b.push(n);
+  b.append(n);
   b.program.num_inputs = static_cast<int>(b.inputs.size());
   bool committed = false;
   for (const Array* a : arrays) committed = committed || a->committed();
