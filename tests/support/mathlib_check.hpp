@@ -61,7 +61,7 @@ inline long double ref_erfinv(long double x) {
 // Every unary function of the library with its reference.
 inline std::vector<UnaryFunction> unary_functions() {
   return {
-      {"exp", host::mvk_exp, [](long double x) { return std::exp(x); }},
+      {"exp", host::mvk_exp, [](long double x) { return std::exp(x); }, host::mvk_exp64},
       {"sin", host::mvk_sin, [](long double x) { return std::sin(x); }, host::mvk_sin64},
       {"cos", host::mvk_cos, [](long double x) { return std::cos(x); }, host::mvk_cos64},
       {"tan", host::mvk_tan, [](long double x) { return std::tan(x); }, host::mvk_tan64},
@@ -80,8 +80,8 @@ inline std::vector<UnaryFunction> unary_functions() {
       {"asinh", host::mvk_asinh, [](long double x) { return std::asinh(x); }},
       {"acosh", host::mvk_acosh, [](long double x) { return std::acosh(x); }},
       {"atanh", host::mvk_atanh, [](long double x) { return std::atanh(x); }},
-      {"tanh", host::mvk_tanh, [](long double x) { return std::tanh(x); }},
-      {"sigmoid", host::mvk_logistic, ref_logistic},
+      {"tanh", host::mvk_tanh, [](long double x) { return std::tanh(x); }, host::mvk_tanh64},
+      {"sigmoid", host::mvk_logistic, ref_logistic, host::mvk_logistic64},
       {"sinh", host::mvk_sinh, [](long double x) { return std::sinh(x); }},
       {"cosh", host::mvk_cosh, [](long double x) { return std::cosh(x); }},
   };

@@ -270,10 +270,11 @@ std::string compare(EwOp op, const std::string& a, const std::string& b, int wid
 
 // The math library's function for a float32 op (mathlib.hpp), or nullptr where the op is exact
 // in GLSL or has no library function.
-// float64: the adapter runs the float64 variants of sin, cos, tan and arctan2 (runtime_state.hpp).
+// float64: the adapter runs the float64 variants of sin, cos, tan, arctan2, exp, tanh and the
+// logistic function (runtime_state.hpp).
 const char* library_function(EwOp op, bool float64) {
   switch (op) {
-    case EwOp::exp: return "mvk_exp";
+    case EwOp::exp: return float64 ? "mvk_exp64" : "mvk_exp";
     case EwOp::sin: return float64 ? "mvk_sin64" : "mvk_sin";
     case EwOp::cos: return float64 ? "mvk_cos64" : "mvk_cos";
     case EwOp::tan: return float64 ? "mvk_tan64" : "mvk_tan";
@@ -286,8 +287,8 @@ const char* library_function(EwOp op, bool float64) {
     case EwOp::expm1: return "mvk_expm1";
     case EwOp::log: return "mvk_log";
     case EwOp::log1p: return "mvk_log1p";
-    case EwOp::tanh: return "mvk_tanh";
-    case EwOp::sigmoid: return "mvk_logistic";
+    case EwOp::tanh: return float64 ? "mvk_tanh64" : "mvk_tanh";
+    case EwOp::sigmoid: return float64 ? "mvk_logistic64" : "mvk_logistic";
     case EwOp::sinh: return "mvk_sinh";
     case EwOp::cosh: return "mvk_cosh";
     case EwOp::exp2: return "mvk_exp2";

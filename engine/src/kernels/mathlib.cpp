@@ -52,6 +52,15 @@ const Entry kEntries[] = {
     {"mvk_tan64", 1,
 #include "kernels/mathlib/tan64.inc"
      , {"mvk_trig64"}},
+    {"mvk_exp64", 1,
+#include "kernels/mathlib/exp64.inc"
+     , {"mvk_trig64"}},
+    {"mvk_tanh64", 1,
+#include "kernels/mathlib/tanh64.inc"
+     , {"mvk_exp64"}},
+    {"mvk_logistic64", 1,
+#include "kernels/mathlib/logistic64.inc"
+     , {"mvk_exp64"}},
     {"mvk_atan", 1,
 #include "kernels/mathlib/atan.inc"
      , {"mvk_common"}},

@@ -1,0 +1,179 @@
+// The math library's float64 variants of exp, tanh and the logistic function
+// (engine/src/kernels/mathlib/exp64.inc, tanh64.inc, logistic64.inc), which kernels run on
+// adapters with shaderFloat64: the host copy nearly always correctly rounded against long double
+// libm, C's and numpy's special values, and the kernels bit-identical to the host copy of the
+// variant the runtime picks (float64 by default on lavapipe, float-float under
+// MESHVK_MATHLIB_FLOAT64=0).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mathlib_check.hpp"
+#include "meshvk/meshvk.hpp"
+#include "runtime/runtime_state.hpp"
+#include "test_support.hpp"
+
+namespace mv = meshvk;
+namespace host = meshvk::mathlib::host;
+using mathlib_check::hex;
+using mathlib_check::same_bits;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Variant {
+  const char* name;
+  float (*f64)(float);
+  float (*ff)(float);
+  long double (*reference)(long double);
+  mv::Array (*op)(const mv::Array&);
+};
+
+const Variant kVariants[] = {
+    {"exp", host::mvk_exp64, host::mvk_exp, [](long double x) { return std::exp(x); }, mv::exp},
+    {"tanh", host::mvk_tanh64, host::mvk_tanh, [](long double x) { return std::tanh(x); }, mv::tanh},
+    {"sigmoid", host::mvk_logistic64, host::mvk_logistic, mathlib_check::ref_logistic, mv::sigmoid},
+};
+
+// Every step-th bit pattern, the specials, and the floats around the edges: exp's overflow and
+// underflow, tanh's x and 1 shortcuts, the clamps, the reduction's k steps near +-ln2/2.
+std::vector<float> sample(uint32_t step) {
+  std::vector<float> xs;
+  for (uint64_t u = 0; u < (1ull << 32); u += step) xs.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  for (const float s : {0.0f, -0.0f, kInf, -kInf, kNaN, 1e-45f, -1e-45f, 1.17549435e-38f, 3.40282347e38f,
+                        -3.40282347e38f, 88.7228317f, 88.7228394f, -87.3365479f, -103.972084f, -104.0f})
+    xs.push_back(s);
+  for (const float p : {1.22070312e-4f, 0.34657359f, 1.0f, 9.0f, 10.0f, 17.0f, 87.3365479f, 88.7228317f,
+                        103.972084f, 104.0f, 110.0f}) {
+    float up = p, down = p;
+    for (int i = 0; i < 256; ++i) {
+      up = std::nextafter(up, kInf);
+      down = std::nextafter(down, 0.0f);
+      for (const float v : {up, down, -up, -down}) xs.push_back(v);
+    }
+  }
+  return xs;
+}
+
+long double ulp_of(float f) {
+  int e = 0;
+  std::frexp(std::fabs(f), &e);
+  return std::ldexp(1.0L, std::max(e - 24, -149));
+}
+
+#define SKIP_UNDER_FAST_MATH()                                                              \
+  if (const char* fast = std::getenv("MESHVK_FAST_MATH"); fast && std::string(fast) == "1") \
+  GTEST_SKIP() << "MESHVK_FAST_MATH=1 replaces the library with the driver's built-ins"
+
+// How many xs the kernels (the vector kernel, and the strided one a broadcast operand makes)
+// give other bits than `want` for; prints the first few.
+int device_differences(const Variant& v, const std::vector<float>& xs, float (*want)(float)) {
+  const auto got = v.op(host_array(xs)).to_host<float>();
+  const int64_t rows = static_cast<int64_t>(xs.size() / 4);
+  const std::vector<float> head(xs.begin(), xs.begin() + rows * 4);
+  const mv::Array x2 = mv::array(std::span<const float>(head), mv::Shape{rows, 4});
+  const auto strided = (v.op(x2) + host_array({0.0f, 0.0f, 0.0f, 0.0f})).to_host<float>();
+  const mathlib_check::HostFlushesAsAdapter as_adapter;
+  int bad = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const bool ok = same_bits(got[i], want(xs[i])) && (i >= head.size() || same_bits(strided[i], want(xs[i]) + 0.0f));
+    if (!ok && ++bad <= 5)
+      ADD_FAILURE() << v.name << "(" << hex(xs[i]) << "): device " << hex(got[i])
+                    << (i < head.size() ? ", strided " + hex(strided[i]) : "") << ", host " << hex(want(xs[i]));
+  }
+  return bad;
+}
+
+}  // namespace
+
+// One rounding of a double accurate to about 2^-50: within 0.5 + 2^-20 ulp of the exact value,
+// so correctly rounded but for values that close to a rounding boundary (the float-float
+// variants these replace are up to 1 ulp off: README's table).
+TEST(MathlibExp64, HostCopyNearlyCorrectlyRounded) {
+  const std::vector<float> xs = sample(4093);
+  for (const Variant& v : kVariants) {
+    long double worst = 0;
+    float worst_x = 0;
+    int not_rounded = 0;
+    for (const float x : xs) {
+      const float y = v.f64(x);
+      const long double exact = v.reference(static_cast<long double>(x));
+      if (std::isnan(exact)) {
+        EXPECT_TRUE(std::isnan(y)) << v.name << "(" << hex(x) << ") = " << hex(y);
+        continue;
+      }
+      const float rounded = static_cast<float>(exact);
+      if (!same_bits(y, rounded)) ++not_rounded;
+      if (std::isinf(rounded)) {
+        EXPECT_TRUE(same_bits(y, rounded)) << v.name << "(" << hex(x) << ") = " << hex(y);
+        continue;
+      }
+      const long double e = std::fabs(static_cast<long double>(y) - exact) / ulp_of(rounded);
+      if (e > worst) worst = e, worst_x = x;
+    }
+    EXPECT_LE(worst, 0.5L + 0x1p-20L) << v.name << "(" << hex(worst_x) << ") = " << hex(v.f64(worst_x));
+    EXPECT_LE(not_rounded, 2) << v.name;
+    std::cout << "mathlib " << v.name << " (float64): max " << static_cast<double>(worst) << " ulp, " << not_rounded
+              << " of " << xs.size() << " not correctly rounded\n";
+  }
+}
+
+TEST(MathlibExp64, SpecialValuesAndSymmetry) {
+  for (const Variant& v : kVariants) EXPECT_TRUE(std::isnan(v.f64(kNaN))) << v.name;
+  EXPECT_TRUE(same_bits(host::mvk_exp64(kInf), kInf));
+  EXPECT_TRUE(same_bits(host::mvk_exp64(-kInf), 0.0f));
+  EXPECT_TRUE(same_bits(host::mvk_exp64(0.0f), 1.0f));
+  EXPECT_TRUE(same_bits(host::mvk_exp64(-0.0f), 1.0f));
+  EXPECT_TRUE(same_bits(host::mvk_exp64(88.7228394f), kInf));
+  EXPECT_TRUE(std::isfinite(host::mvk_exp64(88.7228317f)));
+  EXPECT_TRUE(same_bits(host::mvk_exp64(-103.278931f), 1e-45f));  // the smallest subnormal
+  EXPECT_TRUE(same_bits(host::mvk_exp64(-104.0f), 0.0f));
+  // Subnormal results, rounded once (from the double, not twice).
+  for (const float x : {-87.3365479f, -90.0f, -100.5f, -103.2f, -103.97207f})
+    EXPECT_TRUE(same_bits(host::mvk_exp64(x), static_cast<float>(std::exp(static_cast<long double>(x))))) << hex(x);
+  EXPECT_TRUE(same_bits(host::mvk_tanh64(kInf), 1.0f));
+  EXPECT_TRUE(same_bits(host::mvk_tanh64(-kInf), -1.0f));
+  EXPECT_TRUE(same_bits(host::mvk_logistic64(kInf), 1.0f));
+  EXPECT_TRUE(same_bits(host::mvk_logistic64(-kInf), 0.0f));
+  EXPECT_TRUE(same_bits(host::mvk_logistic64(0.0f), 0.5f));
+  EXPECT_TRUE(same_bits(host::mvk_logistic64(-0.0f), 0.5f));
+  for (const float x : {0.0f, 1e-45f, 1e-40f, 1.17549435e-38f, 1e-5f, 1.2e-4f}) {
+    EXPECT_TRUE(same_bits(host::mvk_tanh64(x), x)) << hex(x);
+    EXPECT_TRUE(same_bits(host::mvk_tanh64(-x), -x)) << hex(x);
+  }
+  // tanh odd, bit for bit; logistic(-x) = 1 - logistic(x) where both are exact enough to say.
+  for (uint64_t u = 0; u < 0x7f800000u; u += 65521) {
+    const float x = std::bit_cast<float>(static_cast<uint32_t>(u));
+    ASSERT_TRUE(same_bits(host::mvk_tanh64(-x), -host::mvk_tanh64(x))) << hex(x);
+  }
+}
+
+// The default runtime on an adapter with shaderFloat64 (lavapipe has it) runs the float64
+// variants, in both kinds of elementwise kernel, bit for bit as the host copy.
+TEST(MathlibExp64, DeviceBitIdenticalToHostFloat64Copy) {
+  SKIP_UNDER_FAST_MATH();
+  const ScopedEnv unset("MESHVK_MATHLIB_FLOAT64", nullptr);
+  mv::Runtime runtime;
+  auto& rt = *runtime.state();
+  if (!rt.device().adapter().float64) GTEST_SKIP() << "the adapter has no shaderFloat64";
+  ASSERT_TRUE(rt.mathlib_float64(rt.device().adapter()));
+  const std::vector<float> xs = sample(8191);
+  for (const Variant& v : kVariants) EXPECT_EQ(device_differences(v, xs, v.f64), 0) << v.name << " of " << xs.size();
+}
+
+// MESHVK_MATHLIB_FLOAT64=0 keeps the float-float variants, bit for bit as their host copy.
+TEST(MathlibExp64, SwitchOffRunsTheFloatFloatVariants) {
+  SKIP_UNDER_FAST_MATH();
+  const ScopedEnv off("MESHVK_MATHLIB_FLOAT64", "0");
+  mv::Runtime rt;
+  ASSERT_FALSE(rt.state()->mathlib_float64(rt.state()->device().adapter()));
+  const std::vector<float> xs = sample(8191);
+  for (const Variant& v : kVariants) EXPECT_EQ(device_differences(v, xs, v.ff), 0) << v.name << " of " << xs.size();
+}
