@@ -4,6 +4,8 @@
 # the validation layer says nothing.
 # EXTRA_ENV ("NAME=value NAME=value") goes to the mpirun processes too (-x), e.g. the staged transport
 # over TCP, as between nodes: -DEXTRA_ENV="MESHVK_PROCESS_TRANSPORT=staged OMPI_MCA_btl=self,tcp".
+# WRAPPER: a command each mpirun process runs the program through (private_shm.sh);
+# EXPECT_STDERR: a regular expression the mpirun run's standard error must match.
 # EXPECT: a line the mpirun run must print (process_workload's "between processes: staged"), left
 # out of the comparison like every "between processes:" line.
 #   cmake -DPROGRAM=path [-DARGS="--size 512"] [-DEXTRA_ENV=...] [-DEXPECT=line] -DMPIEXEC=mpirun
@@ -33,6 +35,7 @@ function(run label out_var)
     message(FATAL_ERROR "${label}: the validation layer reported something:\n${err}")
   endif()
   set(${out_var}_raw "${out}" PARENT_SCOPE)
+  set(${out_var}_err "${err}" PARENT_SCOPE)
   # Lines that differ between any two runs: wall-clock timings, the process count and how bytes
   # moved between processes.
   string(REGEX REPLACE "between processes: [a-z]+\n" "" out "${out}")
@@ -59,7 +62,10 @@ endif()
 run("mpirun -np ${NP} x ${per_process} devices ${EXTRA_ENV}" processes
     MESHVK_NUM_DEVICES=${per_process} ${EXTRA_ENV}
     ${MPIEXEC} -np ${NP} -x MESHVK_NUM_DEVICES -x MESHVK_VALIDATION -x LP_NUM_THREADS
-    -x MESHVK_GOLDEN_DIR ${extra_x} ${PROGRAM} ${ARGS})
+    -x MESHVK_GOLDEN_DIR ${extra_x} ${WRAPPER} ${PROGRAM} ${ARGS})
+if(EXPECT_STDERR AND NOT processes_err MATCHES "${EXPECT_STDERR}")
+  message(FATAL_ERROR "mpirun -np ${NP} did not say '${EXPECT_STDERR}' on standard error:\n${processes_err}")
+endif()
 if(EXPECT AND NOT processes_raw MATCHES "(^|\n)${EXPECT}\n")
   message(FATAL_ERROR "mpirun -np ${NP} did not print '${EXPECT}':\n${processes_raw}")
 endif()

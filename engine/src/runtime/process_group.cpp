@@ -261,7 +261,7 @@ void ProcessGroup::abort(const std::string& message) {
   std::abort();
 }
 
-void ProcessGroup::allocate_shared(uint64_t bytes) {
+std::string ProcessGroup::allocate_shared(uint64_t bytes) {
   if (!segments_.empty()) throw Error("internal: the node's shared memory exists");
   if (!single_node_)
     throw Error("the job's processes run on several nodes; meshvk moves bytes between "
@@ -281,33 +281,55 @@ void ProcessGroup::allocate_shared(uint64_t bytes) {
                   static_cast<unsigned long long>(job[1]), r);
     return std::string(name);
   };
+  // Every step's outcome goes through an allgather rather than an exception, so that no process
+  // is left waiting at a barrier for one that threw; the own segment's name goes on every path.
   const std::string own = segment_name(rank_);
+  std::string failure;
+  auto agree = [&](const char* step) {
+    char mine[200] = {};
+    std::snprintf(mine, sizeof mine, "%s", failure.c_str());
+    const std::vector<uint8_t> all = allgather(mine, sizeof mine, step);
+    for (int r = 0; r < size_; ++r)
+      if (const char* theirs = reinterpret_cast<const char*>(all.data()) + r * sizeof mine; *theirs)
+        return std::string(theirs, strnlen(theirs, sizeof mine));
+    return std::string();
+  };
   const int fd = shm_open(own.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    if (fd >= 0) close(fd);
-    shm_unlink(own.c_str());
-    throw Error("shared memory of " + std::to_string(bytes >> 20) + " MiB for process " +
-                std::to_string(rank_) + ": " + std::strerror(err) +
-                "; free space in /dev/shm or lower MESHVK_PEER_RING_MIB");
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    failure = "process " + std::to_string(rank_) + " could not make " + std::to_string(bytes >> 20) +
+              " MiB of shared memory in /dev/shm: " + std::strerror(errno) +
+              " (free space there or lower MESHVK_PEER_RING_MIB)";
+  if (fd >= 0) close(fd);
+  std::string agreed = agree("shared memory set-up: each process making its segment");
+  std::vector<uint8_t*> mapped(size_, nullptr);
+  auto unmap = [&] {
+    for (uint8_t*& p : mapped)
+      if (p) munmap(p, bytes), p = nullptr;
+  };
+  if (agreed.empty()) {
+    for (int r = 0; r < size_ && failure.empty(); ++r) {
+      const std::string other = segment_name(r);
+      const int rfd = shm_open(other.c_str(), O_RDWR, 0600);
+      void* p = rfd < 0 ? MAP_FAILED : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+      const int err = errno;
+      if (rfd >= 0) close(rfd);
+      if (p == MAP_FAILED)
+        failure = "process " + std::to_string(rank_) + " cannot map process " + std::to_string(r) +
+                  "'s shared memory " + other + ": " + std::strerror(err) +
+                  (err == ENOENT ? " (the two do not share /dev/shm)" : "");
+      else
+        mapped[r] = static_cast<uint8_t*>(p);
+    }
+    agreed = agree("shared memory set-up: each process mapping the others' segments");
   }
-  close(fd);
-  barrier();
-  segment_bytes_ = bytes;
-  segments_.assign(size_, nullptr);
-  for (int r = 0; r < size_; ++r) {
-    const std::string other = segment_name(r);
-    const int rfd = shm_open(other.c_str(), O_RDWR, 0600);
-    void* p = rfd < 0 ? MAP_FAILED : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
-    const int err = errno;
-    if (rfd >= 0) close(rfd);
-    if (p == MAP_FAILED)
-      throw Error("process " + std::to_string(rank_) + " cannot map process " + std::to_string(r) +
-                  "'s shared memory: " + std::strerror(err));
-    segments_[r] = static_cast<uint8_t*>(p);
-  }
-  barrier();
   shm_unlink(own.c_str());
+  if (!agreed.empty()) {
+    unmap();
+    return agreed;
+  }
+  segment_bytes_ = bytes;
+  segments_ = std::move(mapped);
+  return "";
 }
 
 #else  // built without Open MPI
@@ -329,7 +351,7 @@ void ProcessGroup::abort(const std::string& message) {
   std::fprintf(stderr, "meshvk: %s\n", message.c_str());
   std::abort();
 }
-void ProcessGroup::allocate_shared(uint64_t) {
+std::string ProcessGroup::allocate_shared(uint64_t) {
   throw Error("internal: shared memory without Open MPI");
 }
 

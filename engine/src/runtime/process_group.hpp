@@ -51,8 +51,11 @@ class ProcessGroup {
 
   // Shared memory of the node: each process allocates `bytes` (a multiple of the page size) of
   // its own and sees everyone's; segment(r) is process r's, page-aligned. Collective: every
-  // process calls it once, with the same size.
-  void allocate_shared(uint64_t bytes);
+  // process calls it once, with the same size, and every process gets the same answer: "" when
+  // every process mapped every segment, else why the first process that could not failed (its
+  // /dev/shm full, or not the others' /dev/shm: processes Open MPI puts on one node may still
+  // not share it). Nothing stays in /dev/shm either way, and on failure nothing stays mapped.
+  std::string allocate_shared(uint64_t bytes);
   uint8_t* segment(int rank) const { return segments_[rank]; }
   uint64_t segment_bytes() const { return segment_bytes_; }
 

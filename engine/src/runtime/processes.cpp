@@ -118,6 +118,20 @@ void RuntimeState::share_memory() {
                   "; give every process the same MESHVK_PROCESS_TRANSPORT (mpirun -x)");
   }
   published_.assign(streams_.size(), 0);
+  if (between_processes_ == BetweenProcesses::shared) {
+    // MPI_COMM_TYPE_SHARED says one node, but the processes may still not share /dev/shm
+    // (containers, namespaces): then staged, as between nodes, unless shared was asked for.
+    const std::string failed =
+        group.allocate_shared(kTableBytes + static_cast<uint64_t>(processes_ - 1) * ring_bytes_);
+    if (!failed.empty()) {
+      if (forced_between_ == BetweenProcesses::shared)
+        throw Error("MESHVK_PROCESS_TRANSPORT=shared: " + failed + "; use staged or unset it");
+      if (process_ == 0)
+        std::fprintf(stderr, "meshvk: %s; moving bytes between processes staged through MPI instead\n",
+                     failed.c_str());
+      between_processes_ = BetweenProcesses::staged;
+    }
+  }
   if (between_processes_ == BetweenProcesses::staged) {
     link_ = std::make_unique<StagedLink>(group, num_timelines(), ring_bytes_);
     send_notes_.resize(streams_.size());
@@ -130,7 +144,6 @@ void RuntimeState::share_memory() {
     }
     return;
   }
-  group.allocate_shared(kTableBytes + static_cast<uint64_t>(processes_ - 1) * ring_bytes_);
   for (int r = 0; r < processes_; ++r)
     tables_.push_back(reinterpret_cast<uint64_t*>(group.segment(r)));
   for (auto& adapter : adapters_) {
