@@ -257,6 +257,22 @@ std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes, con
 void ProcessGroup::abort(const std::string& message) {
   std::fprintf(stderr, "meshvk: process %d: %s\n", rank_, message.c_str());
   std::fflush(stderr);
+  // MPI_Abort asks mpirun to end every process; with the link to mpirun or to another node
+  // gone it may never return (issue 27: mpirun and its remote daemon hung until the link came
+  // back). The process ends itself after a grace period whatever Open MPI does.
+  uint64_t grace_ms = 10000;
+  try {
+    grace_ms = env_unsigned("MESHVK_ABORT_GRACE_MS", 0, 3600000, "ms").value_or(grace_ms);
+  } catch (const Error&) {  // a bad value: the default, rather than no end
+  }
+  const int rank = rank_;
+  std::thread([grace_ms, rank] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(grace_ms));
+    std::fprintf(stderr, "meshvk: process %d: MPI_Abort did not end the job within %llu ms; exiting\n", rank,
+                 static_cast<unsigned long long>(grace_ms));
+    std::fflush(stderr);
+    std::_Exit(2);
+  }).detach();
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::abort();
 }
