@@ -266,26 +266,13 @@ TEST(AdvScan, XsShardedAlongAnotherAxisOnTwoByFour) {
 
 // ---- nesting ----
 
-// BUG (not fixed): the gradient of a scan nested in a scan whose inner body closes over the
-// outer body's carry is all zeros, and the Khronos validation layer reports "Invalid
-// VkCommandBuffer" at vkQueueSubmit (VUID-VkSubmitInfo-pCommandBuffers-parameter, ~200 times):
-// command buffers are submitted after they were freed. The forward values are right, and a
-// nested scan whose inner body does not close over the outer carry differentiates right.
-// Minimal repro:
-//   auto f = [](const Array& x) {   // x: float32[2, 3]
-//     return mv::lax::scan([](const Array& o, const Array& row) {
-//       auto [in, zs] = mv::lax::scan([&](const Array& c, const Array& e) {
-//         return std::make_pair(c + mv::sin(e) * o, c); }, mv::scalar(0.f), row);
-//       return std::make_pair(o + in, std::nullopt); }, mv::scalar(1.f), x).first; };
-//   mv::grad(f)(x);  // zeros + validation errors
-// Diagnosis (partial): the inner scan's closure (the outer carry, tracked by step_vjp's tape in
-// scan_leaves) gives the inner scan a backward TracedLoop built while the OUTER backward loop is
-// being traced; its ScanBackward lives in a tape node of step_vjp's vjp_leaves tape. The outer
-// backward LoopBody's recording resubmits the inner loops' command buffers, but some LoopBody
-// whose buffers it resubmits is released (LoopBody::~LoopBody -> release_command_buffer) when no
-// capture is open to take it into keep_alive (~TracedLoop only keeps the loop alive in captures
-// open at destruction), so the outer backward replay submits freed command buffers.
-TEST(AdvScan, DISABLED_ScanNestedInScanValuesAndGradient) {
+// A scan nested in a scan whose inner body closes over the outer body's carry. Its gradient was
+// all zeros with "Invalid VkCommandBuffer" from the validation layer (and then an Error): the
+// inner scan's backward loop is built while the outer backward loop is traced and lives in a
+// tape node that goes when that trace ends, and its LoopBody was released then although the
+// outer loop's recording resubmits its command buffers. Every enclosing capture now keeps a
+// loop's body alive from its trace on (graph/control_flow.cpp, TracedLoop).
+TEST(AdvScan, ScanNestedInScanValuesAndGradient) {
   auto run = [](const Array& x) {  // x: [3, 4]
     auto [c, ys] = mv::lax::scan(
         [](const Array& outer, const Array& row) {
@@ -316,23 +303,41 @@ TEST(AdvScan, DISABLED_ScanNestedInScanValuesAndGradient) {
   expect_grad_close(g, numeric_grad(host, hx));
 }
 
-// Until the repro above differentiates right, its gradient is an Error, not zeros; its values work.
-TEST(AdvScan, NestedScanReadingTheOuterCarryIsRefusedUnderGrad) {
-  auto run = [](const Array& x) {
+// The same under jit, replayed on new values, with the inner body reading a value the outer body
+// computed from its carry: the unrolled loops' gradient every call.
+TEST(AdvScan, NestedScanReadingTheOuterCarryUnderJit) {
+  auto run = [](const Array& x) {  // x: [3, 4]
     auto [c, ys] = mv::lax::scan(
         [](const Array& outer, const Array& row) {
+          const Array scale = mv::tanh(outer) * 0.5f;
           auto [inner, zs] = mv::lax::scan(
-              [&](const Array& c, const Array& e) { return std::make_pair(c * 0.9f + mv::sin(e) * outer, c); },
+              [&](const Array& c, const Array& e) { return std::make_pair(c * 0.9f + mv::sin(e) * scale, c); },
               mv::scalar(0.f), row);
           return std::make_pair(outer + inner, zs.sum());
         },
         mv::scalar(1.f), x);
     return c + ys.sum() * 0.5f;
   };
-  const auto hx = values(12, 0.2f);
-  (void)run(host_array(hx, {3, 4})).to_host<float>();
-  const std::string m = message_of([&] { (void)mv::grad([&](const Array& v) { return run(mv::reshape(v, {3, 4})); })(host_array(hx)); });
-  EXPECT_NE(m.find("reads the outer body's values"), std::string::npos) << m;
+  auto unrolled = [](const Array& x) {
+    Array outer = mv::scalar(1.f), ysum = mv::scalar(0.f);
+    for (int64_t r = 0; r < 3; ++r) {
+      const Array scale = mv::tanh(outer) * 0.5f;
+      Array c = mv::scalar(0.f), zs = mv::scalar(0.f);
+      for (int64_t e = 0; e < 4; ++e) {
+        zs = zs + c;
+        c = c * 0.9f + mv::sin(x[r][e]) * scale;
+      }
+      outer = outer + c;
+      ysum = ysum + zs;
+    }
+    return outer + ysum * 0.5f;
+  };
+  auto g = mv::jit([&](const Array& x) { return mv::grad(run)(x); });
+  for (int call = 0; call < 2; ++call) {
+    const Array x = host_array(values(12, 0.2f + 0.15f * static_cast<float>(call)), {3, 4});
+    expect_close(g(x), mv::grad(unrolled)(x).to_host<float>(), 1e-5f);
+  }
+  EXPECT_EQ(g.traces(), 1u);
   expect_runtime_usable();
 }
 

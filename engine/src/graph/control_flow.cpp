@@ -83,6 +83,10 @@ class TracedLoop {
     unrolled_ = decisions != decided || rt_->multi_process() || !capture->ring_uses.empty();
     if (trace_only && !unrolled_) leave_out_of_replays(*capture);
     loop_ = std::make_shared<exec::LoopBody>(rt_, std::move(capture), std::move(inputs), outputs, init.size());
+    // Every enclosing capture recorded the traced iteration and will record the later ones (as
+    // submissions it does not own): it keeps the body alive from now on, whenever this object
+    // goes (a scan's backward loop may outlive the trace of the loop body it was built in).
+    for (Capture* c : rt_->captures()) c->keep_alive.push_back(loop_);
     current_ = results;
   }
 
@@ -406,10 +410,6 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   for (size_t j = 0; j < *ny; ++j) out.ys.push_back(steps.stacked(j, reverse));
   if (!residuals) return out;
   const std::vector<Array> closure = isolated->closure();
-  if (isolated->reads_enclosing_body())
-    throw Error("scan: differentiating a scan inside another loop's body whose body reads the outer body's values "
-                "(its carry, or values computed from it) is not supported yet (a wrong gradient otherwise); pass "
-                "those values to the inner scan in its carry or xs, or unroll one of the loops");
 
   // The backward loop's carry: the index, the carry's cotangent, the closure's sums; its xs: each
   // step's carry and x, and the cotangents of its ys.
