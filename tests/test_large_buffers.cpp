@@ -246,9 +246,8 @@ TEST(LargeBuffers, WindowedPathsMatchSingleBindingOnes) {
   expect_same_windowed<float>("pad", [&] { return mv::pad(x, {{3, 1}, {0, 5}}, 2.5f); });
   expect_same_windowed<float>("concatenate", [&] { return mv::concatenate({x, x * 2.f}, 1); });
   expect_same_windowed<float>("roll", [&] { return mv::roll(x, -13, 1); });
-  expect_same_windowed<int32_t>("broadcast", [&] {
-    return mv::broadcast_to(mv::arange(400), {3, 300, 400});
-  });
+  // broadcast_to is an elementwise program (its consumers read the input with zero strides): its
+  // large case is the 6000 x 6000 one above, through the elementwise kernels' chunks.
   expect_same_windowed<float>("update", [&] {
     return mv::dynamic_update_slice(x, mv::ones({200, 300}), {50, 60});
   });

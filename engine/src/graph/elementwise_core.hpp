@@ -22,6 +22,9 @@ DType promote(std::initializer_list<OperandType> types);
 // `ew` over the operands converted to `compute`, giving `result`: a pending (fused) array.
 Array elementwise(const char* op, kernels::EwOp ew, std::vector<Operand> operands, DType compute,
                   DType result);
+// x broadcast to `shape` (numpy's rules) as a pending program that only reads x: fused into its
+// consumers, which read x with zero strides where it is broadcast, rather than copied out whole.
+Array broadcast(const Array& x, const Shape& shape);
 // A unary op in x's type (bools as int32; float ops of ints in float32, of bfloat16 in bfloat16).
 Array unary(const char* op, kernels::EwOp ew, const Array& x);
 // A binary op in the operands' promoted type, and a comparison (a bool result).

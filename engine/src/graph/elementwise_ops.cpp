@@ -449,7 +449,23 @@ std::optional<Array> on_partial_summands(const char* op, EwOp ew, const std::vec
 
 namespace detail::ew {
 
+namespace {
+Array elementwise_to(const char* op, EwOp ew, std::vector<Operand> operands, DType compute, DType result,
+                     const Shape* target);
+}  // namespace
+
 Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType compute, DType result) {
+  return elementwise_to(op, ew, std::move(operands), compute, result, nullptr);
+}
+
+Array broadcast(const Array& x, const Shape& shape) {
+  return elementwise_to("broadcast_to", EwOp::cast, {x}, x.dtype(), x.dtype(), &shape);
+}
+
+namespace {
+
+Array elementwise_to(const char* op, EwOp ew, std::vector<Operand> operands, DType compute, DType result,
+                     const Shape* target) {
   std::vector<const Array*> arrays;
   for (const Operand& o : operands)
     if (const auto* a = std::get_if<Array>(&o.get())) {
@@ -462,9 +478,9 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
     const auto& first = operands.front().get();
     operands.front() = std::holds_alternative<float>(first) ? Operand(scalar(std::get<float>(first)))
                                                            : Operand(scalar(std::get<int32_t>(first)));
-    return elementwise(op, ew, std::move(operands), compute, result);
+    return elementwise_to(op, ew, std::move(operands), compute, result, target);
   }
-  Shape out = arrays.front()->shape();
+  Shape out = target ? *target : arrays.front()->shape();
   for (const Array* a : arrays) out = broadcast_shapes(out, a->shape(), op);
   for (const Array* a : arrays)
     if (detail::is_partial(*a)) {
@@ -536,6 +552,8 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
     return detail::make_pending(rt, out, result, everywhere, false, PendingElementwise{program, std::move(inputs)});
   });
 }
+
+}  // namespace
 
 bool is_float_op(EwOp op) {
   switch (op) {

@@ -14,6 +14,7 @@
 #include "exec/program_log.hpp"
 #include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
+#include "graph/elementwise_core.hpp"
 #include "graph/dtype_support.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/partial_sum.hpp"
@@ -203,25 +204,11 @@ static Array broadcast_to_untaped(const Array& x, Shape shape) {
   const Shape joined = broadcast_shapes(x.shape(), shape, "broadcast_to");
   if (joined != shape)
     throw Error("broadcast_to: cannot broadcast shape " + shape_to_string(x.shape()) + " to " + shape_to_string(shape));
-  const size_t lead = shape.size() - x.ndim();
-  Sharding sharding = x.sharding();
-  if (const NamedSharding* n = x.sharding().named()) {
-    std::vector<SpecEntry> spec(shape.size());
-    for (size_t d = 0; d < x.ndim(); ++d)
-      if (x.shape()[d] == shape[lead + d]) spec[lead + d] = n->spec()[d];
-    sharding = NamedSharding(n->mesh(), PartitionSpec(spec).trimmed());
-  }
-  // A size-1 dimension split over mesh axes cannot be, so each piece holds what it needs.
-  auto& rt = *x.impl()->runtime;
-  return on_each_device("broadcast_to", {x}, shape, x.dtype(), sharding,
-                        [&](Recording& rec, const auto& in, const auto& in_pieces, const DeviceBuffer& out, const Index& piece) {
-                          const auto in_strides = strides_of(local_shape(in_pieces[0]));
-                          const Shape box = local_shape(piece);
-                          std::vector<int64_t> src(shape.size(), 0);
-                          for (size_t d = 0; d < x.ndim(); ++d)
-                            if (x.shape()[d] == shape[lead + d]) src[lead + d] = in_strides[d];
-                          kernels::record_strided_copy(rt, rec, copy_into(box, src, 0, strides_of(box), 0, x.dtype()), *in[0], out);
-                        });
+  if (x.shape() == shape) return x;
+  // A pending program reading x (laid out as numpy broadcasting lays it out, split where x is):
+  // an elementwise consumer (a reduction's gradient spread over its input, then multiplied) reads
+  // x in place through zero strides instead of a copy of it.
+  return detail::ew::broadcast(x, shape);
 }
 
 namespace {
@@ -690,6 +677,7 @@ Array transpose(const Array& x, std::vector<int> axes) {
 
 Array broadcast_to(const Array& x, Shape shape) {
   const Array y = broadcast_to_untaped(x, shape);
+  if (y.impl() == x.impl()) return y;  // to its own shape: x itself, nothing to record
   if (!differentiable(x)) return y;
   const Shape s = x.shape();
   return detail::on_tape(y, {x}, [s](const Array& ct) { return std::vector<Array>{detail::unbroadcast(ct, s)}; });
