@@ -291,6 +291,34 @@ TEST(OptaxTrees, AJittedStepOnAMeshWithShardedLeaves) {
   }
 }
 
+// out_shardings for a tree's state: state_shardings takes the tree and its shardings (a tree
+// shaped like it) and lays each moment out as its Array.
+TEST(OptaxTrees, OutShardingsLayATreesStateOut) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const mv::NamedSharding w1s(mesh, P("x", "y")), w2s(mesh, P("y")), rep(mesh, P());
+  const Mlp host = make_mlp(70);
+  const mv::ShardingTree layout = mv::ShardingTree::list({w1s, rep, w2s, rep});
+  const Mlp p = mv::device_put(Mlp{mv::ones({4, 4}), mv::ones({3}), mv::ones({4, 2}), mv::ones({2}), 3}, layout);
+  const auto opt = optax::adam(0.1f);
+  const optax::OptState s0 = opt.init(host);  // uncommitted
+  const auto step = mv::jit(
+      [&](const Mlp& q, const optax::OptState& s) {
+        auto un = opt.update(q, s, q);
+        return std::make_pair(optax::apply_updates(q, un.first), un.second);
+      },
+      {.out_shardings = {layout, optax::state_shardings(s0, p, layout, rep)}});
+  const auto [q, s] = step(p, opt.init(p));
+  const mv::Params& mu = s.inner.at(0).tree("mu");
+  EXPECT_EQ(mu.at(".w1").sharding(), mv::Sharding(w1s));
+  EXPECT_EQ(mu.at(".w2").sharding(), mv::Sharding(w2s));
+  EXPECT_EQ(s.inner.at(0).tree("nu").at(".b1").sharding(), mv::Sharding(rep));
+  EXPECT_EQ(s.count().sharding(), mv::Sharding(rep));
+  EXPECT_EQ(q.w1.sharding(), mv::Sharding(w1s));
+  expect_error([&] { (void)optax::state_shardings(s0, p, mv::ShardingTree::list({w1s})); },
+               "optax.state_shardings: the shardings for the params is a list of 1 entry but the params there "
+               "is a registered struct of 4 fields");
+}
+
 // Trees that differ are Errors naming both structures' paths; a state made for another tree
 // names the paths it lacks.
 TEST(OptaxTrees, MismatchedTreesAreErrors) {

@@ -228,6 +228,13 @@ Schedule join_schedules(std::vector<Schedule> schedules, std::vector<int> bounda
 // ShardingTree::dict by name, as for the params) for each of its trees, `scalars` for its counts.
 ShardingTree state_shardings(const OptState& state, const ShardingTree& params,
                              const ShardingTree& scalars = std::nullopt);
+// The same for a state of another pytree: `params` laid out by `shardings`, a tree shaped like
+// them or a prefix of it (as jit's out_shardings for them), each Array's sharding given to the
+// state's entries of its path.
+template <class T>
+  requires ParamTree<T>
+ShardingTree state_shardings(const OptState& state, const T& params, const ShardingTree& shardings,
+                             const ShardingTree& scalars = std::nullopt);
 
 namespace detail {
 // Where a step count goes: with the params when they all lie on one mesh (replicated there) or
@@ -322,6 +329,20 @@ template <class T>
   requires ParamTree<T>
 Array global_norm(const T& updates) {
   return global_norm(detail::as_params(updates));
+}
+
+template <class T>
+  requires ParamTree<T>
+ShardingTree state_shardings(const OptState& state, const T& params, const ShardingTree& shardings,
+                             const ShardingTree& scalars) {
+  meshvk::detail::LeafShardings per_leaf;
+  const std::string name = "optax.state_shardings";
+  meshvk::detail::Tree<T>::shardings(params, shardings, per_leaf,
+                                     meshvk::detail::TreePlace{name, "the params"});
+  const std::vector<std::string> paths = leaf_paths(params);
+  std::vector<std::pair<std::string, ShardingTree>> by_path;
+  for (size_t i = 0; i < paths.size(); ++i) by_path.emplace_back(paths[i], ShardingTree(per_leaf[i]));
+  return state_shardings(state, ShardingTree::dict(std::move(by_path)), scalars);
 }
 
 }  // namespace meshvk::optax

@@ -459,9 +459,10 @@ struct StructTree {
 //   struct Layer { meshvk::Array w, b; int heads; };
 //   MESHVK_REGISTER_PYTREE(Layer, &Layer::w, &Layer::b)
 // Its listed fields (Arrays, Params, vectors, pairs, tuples or other registered structs) are its
-// leaves; then jit, grad, vjp, vmap, scan, checkpoint and out_shardings (ShardingTree::list, one
-// entry per field) take it as JAX takes a registered pytree. Unlisted members are copied as
-// they are (static).
+// leaves; then jit, grad, vjp, vmap, scan, checkpoint, shard_map, optax and out_shardings
+// (ShardingTree::list, one entry per field) take it as JAX takes a registered pytree. Unlisted
+// members are copied as they are (static). The fields' names as written here name its Arrays'
+// paths (".w" for &Layer::w; see leaf_paths).
 #define MESHVK_REGISTER_PYTREE(Type, ...)                                          \
   template <>                                                                      \
   struct meshvk::detail::Tree<Type> : meshvk::detail::StructTree<Type, __VA_ARGS__> { \

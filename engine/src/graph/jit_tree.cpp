@@ -51,12 +51,14 @@ bool spec_option(const TreePlace& where) {
 // "jit(step): out_shardings" (or in_shardings), or device_put's or shard_map's own.
 std::string shardings_of(const TreePlace& where) {
   if (where.function == "device_put") return "device_put: the shardings";
+  if (where.function == "optax.state_shardings") return "optax.state_shardings: the shardings";
   if (spec_option(where)) return where.function + ": " + where.option;
   return "jit(" + where.function + "): " + where.option;
 }
 // What the tree is matched against there.
 std::string value_at(const TreePlace& where) {
   const std::string option = where.option;
+  if (where.function == "optax.state_shardings") return "the params";
   return option == "in_shardings" || option == "in_specs" ? "the argument" : "the result";
 }
 // A ShardingTree's words in a spec tree's: its leaves are PartitionSpecs, with no nullopt.
