@@ -33,7 +33,8 @@ using Nested = std::tuple<Array, std::vector<Array>>;
 
 Mlp make_mlp(uint32_t seed) {
   return {host_array(random_floats(12, seed), {4, 3}), host_array(random_floats(3, seed + 1)),
-          host_array(random_floats(6, seed + 2), {3, 2}), host_array(random_floats(2, seed + 3)), 3};
+          host_array(random_floats(6, seed + 2), {3, 2}), host_array(random_floats(2, seed + 3)),
+          3};
 }
 
 Nested make_nested(uint32_t seed) {
@@ -69,7 +70,8 @@ void expect_bits_by_path(const T& tree, const mv::Params& named, const std::stri
   const std::vector<std::string> paths = optax::leaf_paths(tree);
   const std::vector<Array> leaves = leaves_of(tree);
   ASSERT_EQ(paths.size(), named.size()) << what;
-  for (size_t i = 0; i < paths.size(); ++i) expect_bits(leaves[i], named.at(paths[i]), what + " " + paths[i]);
+  for (size_t i = 0; i < paths.size(); ++i)
+    expect_bits(leaves[i], named.at(paths[i]), what + " " + paths[i]);
 }
 
 // Two states alike: the same kinds, trees (by name and path) and scalars, bit for bit.
@@ -78,9 +80,11 @@ void expect_same_state(const optax::OptState& a, const optax::OptState& b) {
   ASSERT_EQ(a.trees.size(), b.trees.size());
   for (const auto& [name, tree] : a.trees) {
     ASSERT_EQ(tree.size(), b.tree(name).size()) << name;
-    for (const auto& [path, x] : tree) expect_bits(x, b.tree(name).at(path), a.kind + " " + name + path);
+    for (const auto& [path, x] : tree)
+      expect_bits(x, b.tree(name).at(path), a.kind + " " + name + path);
   }
-  for (const auto& [name, x] : a.scalars) EXPECT_EQ(x.to_host<int32_t>(), b.scalar(name).to_host<int32_t>());
+  for (const auto& [name, x] : a.scalars)
+    EXPECT_EQ(x.to_host<int32_t>(), b.scalar(name).to_host<int32_t>());
   ASSERT_EQ(a.inner.size(), b.inner.size());
   for (size_t i = 0; i < a.inner.size(); ++i) expect_same_state(a.inner[i], b.inner[i]);
 }
@@ -126,9 +130,12 @@ Nested nested_grads(int k, const Nested& p) {
 
 TEST(OptaxTrees, PathsNameEveryArray) {
   EXPECT_EQ(optax::leaf_paths(make_mlp(1)), (std::vector<std::string>{".w1", ".b1", ".w2", ".b2"}));
-  EXPECT_EQ(optax::leaf_paths(make_nested(1)), (std::vector<std::string>{"[0]", "[1][0]", "[1][1]"}));
-  const std::pair<mv::Params, Array> with_params{{{"w", mv::ones({2})}, {"b", mv::ones({1})}}, mv::ones({3})};
-  EXPECT_EQ(optax::leaf_paths(with_params), (std::vector<std::string>{"[0]['b']", "[0]['w']", "[1]"}));
+  EXPECT_EQ(optax::leaf_paths(make_nested(1)),
+            (std::vector<std::string>{"[0]", "[1][0]", "[1][1]"}));
+  const std::pair<mv::Params, Array> with_params{{{"w", mv::ones({2})}, {"b", mv::ones({1})}},
+                                                 mv::ones({3})};
+  EXPECT_EQ(optax::leaf_paths(with_params),
+            (std::vector<std::string>{"[0]['b']", "[0]['w']", "[1]"}));
   // init keeps the moments by path, shaped (and laid out) as each Array.
   const optax::OptState s = optax::adam(0.1f).init(make_mlp(1));
   const mv::Params& mu = s.inner.at(0).tree("mu");
@@ -144,32 +151,38 @@ TEST(OptaxTrees, EveryTransformationMatchesParamsBitForBit) {
       {"nadam", optax::adam(0.01f, 0.9f, 0.99f, 1e-6f, 1e-8f, true)},
       {"adamw", optax::adamw(0.02f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f)},
       {"sgd", optax::sgd(0.1f)},
-      {"nesterov sgd with a schedule", optax::sgd(optax::exponential_decay(0.1f, 1, 0.5f), 0.9f, true)},
+      {"nesterov sgd with a schedule",
+       optax::sgd(optax::exponential_decay(0.1f, 1, 0.5f), 0.9f, true)},
       {"clip + adamw with warmup-cosine",
        optax::chain(optax::clip_by_global_norm(0.5f),
                     optax::adamw(optax::warmup_cosine_decay_schedule(0.0f, 0.05f, 2, 10)))},
-      {"trace + scale + identity", optax::chain(optax::trace(0.5f), optax::scale(-0.3f), optax::identity())},
+      {"trace + scale + identity",
+       optax::chain(optax::trace(0.5f), optax::scale(-0.3f), optax::identity())},
       {"add_decayed_weights + schedule",
-       optax::chain(optax::add_decayed_weights(0.5f), optax::scale_by_schedule(optax::linear_schedule(1.f, 0.f, 4)))},
+       optax::chain(optax::add_decayed_weights(0.5f),
+                    optax::scale_by_schedule(optax::linear_schedule(1.f, 0.f, 4)))},
   };
   for (const auto& [what, opt] : optimizers) {
-    expect_tree_matches_params<Mlp>(opt, make_mlp(10), mlp_grads, 2, what + " on a registered struct");
+    expect_tree_matches_params<Mlp>(opt, make_mlp(10), mlp_grads, 2,
+                                    what + " on a registered struct");
     expect_tree_matches_params<Nested>(opt, make_nested(20), nested_grads, 2, what + " on a tuple");
   }
   // Params nested in a pair, and a lone Array.
   using WithParams = std::pair<mv::Params, Array>;
-  const WithParams wp{{{"w", host_array(random_floats(4, 30))}, {"b", host_array(random_floats(2, 31))}},
-                      host_array(random_floats(3, 32))};
+  const WithParams wp{
+      {{"w", host_array(random_floats(4, 30))}, {"b", host_array(random_floats(2, 31))}},
+      host_array(random_floats(3, 32))};
   expect_tree_matches_params<WithParams>(
       optax::adamw(0.05f), wp,
       [](int k, const WithParams& p) {
-        return WithParams{{{"w", p.first.at("w") + 1.f}, {"b", p.first.at("b") * static_cast<float>(k)}},
-                          p.second * p.second};
+        return WithParams{
+            {{"w", p.first.at("w") + 1.f}, {"b", p.first.at("b") * static_cast<float>(k)}},
+            p.second * p.second};
       },
       3, "adamw on nested Params");
   expect_tree_matches_params<Array>(
-      optax::adam(0.1f), host_array(random_floats(5, 33)), [](int, const Array& p) { return p * 2.f; }, 2,
-      "adam on an Array");
+      optax::adam(0.1f), host_array(random_floats(5, 33)),
+      [](int, const Array& p) { return p * 2.f; }, 2, "adam on an Array");
 }
 
 // By hand, one adam step on a struct: -lr * sign(g) (m_hat / sqrt(v_hat) = g / |g| at step 1),
@@ -183,7 +196,8 @@ TEST(OptaxTrees, ValuesAreOptaxs) {
   const std::vector<Array> gl = leaves_of(g), ul = leaves_of(u);
   for (size_t i = 0; i < gl.size(); ++i) {
     const auto gh = gl[i].to_host<float>(), uh = ul[i].to_host<float>();
-    for (size_t j = 0; j < gh.size(); ++j) EXPECT_NEAR(uh[j], gh[j] > 0 ? -0.1f : 0.1f, 1e-6f) << i << " " << j;
+    for (size_t j = 0; j < gh.size(); ++j)
+      EXPECT_NEAR(uh[j], gh[j] > 0 ? -0.1f : 0.1f, 1e-6f) << i << " " << j;
   }
   EXPECT_EQ(s.count().to_host<int32_t>(), std::vector<int32_t>{1});
   double squares = 0;
@@ -203,12 +217,16 @@ TEST(OptaxTrees, MasksByPathOrPerArray) {
   };
   const optax::Mask by_function(decay_matrices);
   const optax::Mask per_leaf(make_mlp(50), {true, false, true, false});
-  const optax::Mask by_name(std::map<std::string, bool>{{".w1", true}, {".b1", false}, {".w2", true}, {".b2", false}});
-  const auto adamw = [](optax::Mask m) { return optax::adamw(0.05f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.5f, std::move(m)); };
+  const optax::Mask by_name(
+      std::map<std::string, bool>{{".w1", true}, {".b1", false}, {".w2", true}, {".b2", false}});
+  const auto adamw = [](optax::Mask m) {
+    return optax::adamw(0.05f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.5f, std::move(m));
+  };
   Mlp results[3];
   int i = 0;
   for (const optax::Mask& m : {by_function, per_leaf, by_name}) {
-    expect_tree_matches_params<Mlp>(adamw(m), make_mlp(50), mlp_grads, 2, "adamw masked " + std::to_string(i));
+    expect_tree_matches_params<Mlp>(adamw(m), make_mlp(50), mlp_grads, 2,
+                                    "adamw masked " + std::to_string(i));
     const Mlp p = make_mlp(50);
     const auto opt = adamw(m);
     results[i++] = opt.update(mlp_grads(0, p), opt.init(p), p).first;
@@ -224,27 +242,36 @@ TEST(OptaxTrees, MasksByPathOrPerArray) {
   expect_bits(results[0].b1, adam_only.b1, "unmasked .b1 is adam's");
   const auto decayed = results[0].w1.to_host<float>(), a = adam_only.w1.to_host<float>(),
              w = p.w1.to_host<float>();
-  for (size_t j = 0; j < w.size(); ++j) EXPECT_NEAR(decayed[j], a[j] - 0.05f * 0.5f * w[j], 1e-6f) << j;
-  expect_error([&] { optax::Mask(make_mlp(50), {true, false}); },
-               "optax mask: 2 bools for a tree of 4 Arrays ('.w1', '.b1', '.w2', '.b2')");
+  for (size_t j = 0; j < w.size(); ++j)
+    EXPECT_NEAR(decayed[j], a[j] - 0.05f * 0.5f * w[j], 1e-6f) << j;
+  expect_error(
+      [&] {
+        optax::Mask(make_mlp(50), {true, false});
+      },
+      "optax mask: 2 bools for a tree of 4 Arrays ('.w1', '.b1', '.w2', '.b2')");
 }
 
 // A jitted step on a 2x4 mesh takes the state and returns the next one: traced once, the
 // sharded leaves' moments laid out as the leaves, the same values as eager steps.
 TEST(OptaxTrees, AJittedStepOnAMeshWithShardedLeaves) {
   const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
-  const mv::NamedSharding w1s(mesh, P("x", "y")), b1s(mesh, P("y")), w2s(mesh, P("y")), rep(mesh, P());
-  const Mlp p0{mv::device_put(mv::normal(mv::random_key(0), {8, 4}), w1s), mv::device_put(mv::zeros({4}), b1s),
-               mv::device_put(mv::normal(mv::random_key(1), {4, 2}), w2s), mv::device_put(mv::zeros({2}), rep), 4};
-  const Array x = mv::device_put(mv::normal(mv::random_key(2), {16, 8}), mv::NamedSharding(mesh, P("x")));
+  const mv::NamedSharding w1s(mesh, P("x", "y")), b1s(mesh, P("y")), w2s(mesh, P("y")),
+      rep(mesh, P());
+  const Mlp p0{mv::device_put(mv::normal(mv::random_key(0), {8, 4}), w1s),
+               mv::device_put(mv::zeros({4}), b1s),
+               mv::device_put(mv::normal(mv::random_key(1), {4, 2}), w2s),
+               mv::device_put(mv::zeros({2}), rep), 4};
+  const Array x =
+      mv::device_put(mv::normal(mv::random_key(2), {16, 8}), mv::NamedSharding(mesh, P("x")));
   const auto loss = [](const Mlp& m, const Array& in) {
     const Array h = mv::tanh(mv::matmul(in, m.w1) + m.b1);
     return mv::mean(mv::square(mv::matmul(h, m.w2) + m.b2 - 1.f));
   };
-  const auto opt = optax::chain(optax::clip_by_global_norm(1.0f),
-                                optax::adamw(optax::warmup_cosine_decay_schedule(0.0f, 0.05f, 2, 10), 0.9f, 0.999f,
-                                             1e-8f, 0.0f, 0.01f,
-                                             [](const std::string& path, const Array&) { return path[1] == 'w'; }));
+  const auto opt = optax::chain(
+      optax::clip_by_global_norm(1.0f),
+      optax::adamw(optax::warmup_cosine_decay_schedule(0.0f, 0.05f, 2, 10), 0.9f, 0.999f, 1e-8f,
+                   0.0f, 0.01f,
+                   [](const std::string& path, const Array&) { return path[1] == 'w'; }));
   const auto step = mv::jit([&opt, &loss](const Mlp& p, const optax::OptState& s, const Array& in) {
     auto lg = mv::value_and_grad(loss)(p, in);
     auto un = opt.update(lg.second, s, p);
@@ -287,7 +314,8 @@ TEST(OptaxTrees, AJittedStepOnAMeshWithShardedLeaves) {
   for (size_t i = 0; i < jl.size(); ++i) {
     EXPECT_EQ(jl[i].sharding(), pl[i].sharding()) << i;
     const auto a = jl[i].to_host<float>(), b = el[i].to_host<float>();
-    for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-6f * std::max(1.f, std::fabs(b[j]))) << i;
+    for (size_t j = 0; j < a.size(); ++j)
+      ASSERT_NEAR(a[j], b[j], 1e-6f * std::max(1.f, std::fabs(b[j]))) << i;
   }
 }
 
@@ -298,7 +326,8 @@ TEST(OptaxTrees, OutShardingsLayATreesStateOut) {
   const mv::NamedSharding w1s(mesh, P("x", "y")), w2s(mesh, P("y")), rep(mesh, P());
   const Mlp host = make_mlp(70);
   const mv::ShardingTree layout = mv::ShardingTree::list({w1s, rep, w2s, rep});
-  const Mlp p = mv::device_put(Mlp{mv::ones({4, 4}), mv::ones({3}), mv::ones({4, 2}), mv::ones({2}), 3}, layout);
+  const Mlp p = mv::device_put(
+      Mlp{mv::ones({4, 4}), mv::ones({3}), mv::ones({4, 2}), mv::ones({2}), 3}, layout);
   const auto opt = optax::adam(0.1f);
   const optax::OptState s0 = opt.init(host);  // uncommitted
   const auto step = mv::jit(
@@ -315,7 +344,8 @@ TEST(OptaxTrees, OutShardingsLayATreesStateOut) {
   EXPECT_EQ(s.count().sharding(), mv::Sharding(rep));
   EXPECT_EQ(q.w1.sharding(), mv::Sharding(w1s));
   expect_error([&] { (void)optax::state_shardings(s0, p, mv::ShardingTree::list({w1s})); },
-               "optax.state_shardings: the shardings for the params is a list of 1 entry but the params there "
+               "optax.state_shardings: the shardings for the params is a list of 1 entry but the "
+               "params there "
                "is a registered struct of 4 fields");
 }
 
@@ -327,17 +357,28 @@ TEST(OptaxTrees, MismatchedTreesAreErrors) {
   const optax::OptState s = opt.init(p);
   const Nested shorter{std::get<0>(p), {std::get<1>(p)[0]}};
   expect_error([&] { (void)opt.update(shorter, s, p); },
-               "optax.adamw: the updates and the params are different trees: the params have 3 Arrays ('[0]', "
+               "optax.adamw: the updates and the params are different trees: the params have 3 "
+               "Arrays ('[0]', "
                "'[1][0]', '[1][1]'), the updates have 2 Arrays ('[0]', '[1][0]')");
   expect_error([&] { (void)optax::apply_updates(p, shorter); },
                "optax.apply_updates: the updates and the params are different trees");
+  // Params left out ({}: optax's None) are fine where no transformation reads them, and an Error
+  // naming update()'s third argument where adamw's decay does.
+  const auto adam = optax::adam(0.1f);
+  const Nested u_none = adam.update(p, adam.init(p), {}).first;
+  expect_bits(std::get<1>(u_none)[1], std::get<1>(adam.update(p, adam.init(p), p).first)[1],
+              "params left out");
+  expect_error([&] { (void)opt.update(p, s, {}); }, "needs the params");
+  expect_error([&] { (void)opt.update(make_mlp(1), opt.init(make_mlp(1)), Mlp{}); },
+               "needs the params");
   // Without params, the state tells: its moments were made for three Arrays.
   expect_error([&] { (void)optax::adam(0.1f).update(shorter, optax::adam(0.1f).init(p)); },
                "lack '[1][1]'");
   // The same paths, another structure (an empty vector where there was none).
   using Lists = std::vector<std::vector<Array>>;
   const Lists a{{mv::ones({2})}, {}}, b{{mv::ones({2})}};
-  expect_error([&] { (void)optax::apply_updates(a, b); }, "the paths agree but the structures differ");
+  expect_error([&] { (void)optax::apply_updates(a, b); },
+               "the paths agree but the structures differ");
   // Shapes by path.
   const Nested wide{std::get<0>(p), {std::get<1>(p)[0], mv::ones({3, 3})}};
   expect_error([&] { (void)opt.update(wide, s, p); }, "the updates['[1][1]'] is float32[3,3]");

@@ -77,7 +77,8 @@ TEST(ShardMapSpecTrees, FullTreeEqualsPerLeafSpecs) {
   EXPECT_EQ(got.second[1].sharding(), named(mesh, P("y")));
   // By hand: the second block of 4 rows of v1 (rows 2-3) is on y = 1.
   const auto host = got.second[1].to_host<float>(), in = t.second[1].to_host<float>();
-  for (size_t i = 0; i < host.size(); ++i) EXPECT_FLOAT_EQ(host[i], in[i] * 2.f + static_cast<float>(i / 6)) << i;
+  for (size_t i = 0; i < host.size(); ++i)
+    EXPECT_FLOAT_EQ(host[i], in[i] * 2.f + static_cast<float>(i / 6)) << i;
 
   // The same tree under jit.
   const Tree jitted = mv::jit([&](const Tree& x) { return tree_fn(x); })(t);
@@ -108,7 +109,8 @@ TEST(ShardMapSpecTrees, PrefixesApplyToSubtrees) {
 
   // A registered struct field by field, Params by name, and a named std::vector of specs.
   const Block blk{host_array(random_floats(8, 7), {4, 2}), host_array(random_floats(2, 8)), 3};
-  const mv::Params params{{"u", host_array(random_floats(8, 9))}, {"v", host_array(random_floats(3, 10))}};
+  const mv::Params params{{"u", host_array(random_floats(8, 9))},
+                          {"v", host_array(random_floats(3, 10))}};
   const std::vector<mv::PartitionSpec> in{P(), P()};
   const auto g = mv::shard_map(
       [](const Block& b, const mv::Params& p) {
@@ -139,7 +141,9 @@ TEST(ShardMapSpecTrees, GradientsThroughSpecTrees) {
   const Tree t = make_tree();
   const auto tree_fn = mv::shard_map(
       [](const Tree& local) {
-        return mv::psum(mv::psum((local.first * local.first).sum() + (local.second[1] * 3.f).sum(), "x"), "y") +
+        return mv::psum(
+                   mv::psum((local.first * local.first).sum() + (local.second[1] * 3.f).sum(), "x"),
+                   "y") +
                mv::sin(local.second[0]).sum();
       },
       mesh, {{P("x"), {P(), P("y")}}}, P());
@@ -149,9 +153,9 @@ TEST(ShardMapSpecTrees, GradientsThroughSpecTrees) {
       },
       mesh, {P("x"), P(), P("y")}, P());
   const Tree g = mv::grad([&](const Tree& x) { return tree_fn(x); })(t);
-  const auto leaf_grads = mv::grad([&](const Array& a, const Array& v0, const Array& v1) {
-    return leaf_fn(a, v0, v1);
-  }, std::vector<int>{0, 1, 2})(t.first, t.second[0], t.second[1]);
+  const auto leaf_grads =
+      mv::grad([&](const Array& a, const Array& v0, const Array& v1) { return leaf_fn(a, v0, v1); },
+               std::vector<int>{0, 1, 2})(t.first, t.second[0], t.second[1]);
   const Array &ga = leaf_grads.at(0), &gv0 = leaf_grads.at(1), &gv1 = leaf_grads.at(2);
   expect_same(g.first, ga);
   expect_same(g.second[0], gv0);
@@ -171,36 +175,72 @@ TEST(ShardMapSpecTrees, MismatchedTreesAreErrors) {
   const Tree t = make_tree();
   const auto id = [](const Tree& x) { return x; };
   // Three entries for a pair.
-  expect_error([&] { mv::shard_map(id, mesh, {{P("x"), P(), P()}}, P())(t); },
-               "shard_map: in_specs for argument 0 is a list of 3 entries but the argument there is a "
-               "std::pair; give a PartitionSpec for all of it, or SpecTree::list with one entry per element");
+  expect_error(
+      [&] {
+        mv::shard_map(id, mesh, {{P("x"), P(), P()}}, P())(t);
+      },
+      "shard_map: in_specs for argument 0 is a list of 3 entries but the argument there is a "
+      "std::pair; give a PartitionSpec for all of it, or SpecTree::list with one entry per "
+      "element");
   // A list where the value is an Array.
-  expect_error([&] { mv::shard_map(id, mesh, {{{P(), P()}, P()}}, P())(t); },
-               "in_specs for argument 0[0] is a list of 2 entries but the argument there is an Array; give a "
-               "PartitionSpec");
+  expect_error(
+      [&] {
+        mv::shard_map(id, mesh, {{{P(), P()}, P()}}, P())(t);
+      },
+      "in_specs for argument 0[0] is a list of 2 entries but the argument there is an Array; give "
+      "a "
+      "PartitionSpec");
   // A vector of 2 given 3 specs.
-  expect_error([&] { mv::shard_map(id, mesh, {{P("x"), {P(), P(), P()}}}, P())(t); },
-               "in_specs for argument 0[1] is a list of 3 entries but the argument there is a std::vector of 2");
+  expect_error(
+      [&] {
+        mv::shard_map(id, mesh, {{P("x"), {P(), P(), P()}}}, P())(t);
+      },
+      "in_specs for argument 0[1] is a list of 3 entries but the argument there is a std::vector "
+      "of 2");
   // Params: a missing name, an extra one.
   const mv::Params params{{"u", mv::arange(8.f)}, {"v", mv::arange(3.f)}};
   const auto pid = [](const mv::Params& p) { return p; };
-  expect_error([&] { mv::shard_map(pid, mesh, {SpecTree::dict({{"u", P("x")}})}, P())(params); },
-               "shard_map: in_specs for argument 0 (Params) has no entry 'v'; SpecTree::dict needs one entry "
-               "for every name of the argument, or give one PartitionSpec for all of it");
   expect_error(
       [&] {
-        mv::shard_map(pid, mesh, {SpecTree::dict({{"u", P("x")}, {"v", P()}, {"w", P()}})}, P())(params);
+        mv::shard_map(pid, mesh, {SpecTree::dict({{"u", P("x")}})}, P())(params);
+      },
+      "shard_map: in_specs for argument 0 (Params) has no entry 'v'; SpecTree::dict needs one "
+      "entry "
+      "for every name of the argument, or give one PartitionSpec for all of it");
+  expect_error(
+      [&] {
+        mv::shard_map(pid, mesh, {SpecTree::dict({{"u", P("x")}, {"v", P()}, {"w", P()}})},
+                      P())(params);
       },
       "names 'w', which the argument lacks; its names are 'u', 'v'");
   // The result's tree.
-  expect_error([&] { mv::shard_map(id, mesh, {P()}, {P(), {P(), {P(), P()}}})(t); },
-               "shard_map: out_specs for the result[1][1] is a list of 2 entries but the result there is an Array");
-  expect_error([&] { mv::shard_map(id, mesh, {P()}, {P(), P(), P()})(t); },
-               "3 out_specs for a result that is a sequence of 2 elements");
+  const std::string out_tree = message_of([&] {
+    mv::shard_map(id, mesh, {P()}, {P(), {P(), {P(), P()}}})(t);
+  });
+  EXPECT_NE(out_tree.find("shard_map: out_specs for the result[1][1] is a list of 2 entries but "
+                          "the result there is "
+                          "an Array; give a PartitionSpec"),
+            std::string::npos)
+      << out_tree;
+  EXPECT_EQ(out_tree.find("each taking its argument's in_spec"), std::string::npos)
+      << out_tree;  // not the arguments
+  expect_error(
+      [&] {
+        mv::shard_map(id, mesh, {P()}, {P(), P(), P()})(t);
+      },
+      "3 out_specs for a result that is a sequence of 2 elements");
   // A spec that does not divide its leaf names the argument and the Array.
   const Tree odd{mv::arange(6.f), {mv::arange(5.f), mv::arange(6.f)}};
-  expect_error([&] { mv::shard_map(id, mesh, {{P("x"), {P(), P("y")}}}, P())(odd); }, "argument 0: Arrays 0-2");
+  expect_error(
+      [&] {
+        mv::shard_map(id, mesh, {{P("x"), {P(), P("y")}}}, P())(odd);
+      },
+      "argument 0: Arrays 0-2");
   // One spec per argument still counts the arguments.
-  expect_error([&] { mv::shard_map(id, mesh, {P(), {P(), P()}}, P())(t); }, "2 in_specs for 1 arguments");
+  expect_error(
+      [&] {
+        mv::shard_map(id, mesh, {P(), {P(), P()}}, P())(t);
+      },
+      "2 in_specs for 1 arguments");
   expect_runtime_usable();
 }

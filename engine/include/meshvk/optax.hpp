@@ -16,6 +16,7 @@
 //     auto [updates, next] = opt.update(grad(loss)(p, x), s, p);
 //     return std::make_pair(optax::apply_updates(p, updates), next);
 //   });
+#include <algorithm>
 #include <concepts>
 #include <functional>
 #include <initializer_list>
@@ -312,6 +313,12 @@ template <class T>
   requires ParamTree<T>
 std::pair<T, OptState> GradientTransformation::update(const T& updates, const OptState& state,
                                                       const T& params) const {
+  // update(grads, state, {}) leaves the params out, as optax's params=None: a value-initialised
+  // tree has no Arrays, or only empty ones.
+  std::vector<Array> given;
+  meshvk::detail::Tree<T>::flatten(params, given);
+  if (std::none_of(given.begin(), given.end(), [](const Array& x) { return x.valid(); }))
+    return update(updates, state);
   detail::require_same_tree("optax." + name_, params, "the params", updates, "the updates");
   auto [u, next] = update(detail::as_params(updates), state, detail::as_params(params));
   return {detail::from_params("optax." + name_, updates, u), std::move(next)};

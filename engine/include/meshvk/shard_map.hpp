@@ -189,6 +189,7 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<SpecTree>& i
   const std::tuple<A...> skeletons{Tree<A>::skeleton(args)...};
   std::optional<R> result_skeleton;
   std::vector<PartitionSpec> result_specs;
+  bool out_specs_failed = false;  // then the Error is about the result, not the arguments' Arrays
   const ShardMapBody body = [&](const std::vector<Array>& locals) {
     size_t pos = 0;
     const R r = [&]<size_t... I>(std::index_sequence<I...>) {
@@ -198,7 +199,12 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<SpecTree>& i
     }(std::index_sequence_for<A...>{});
     std::vector<Array> out;
     Tree<R>::flatten(r, out);
-    result_specs = out_specs_for(r, out.size());
+    try {
+      result_specs = out_specs_for(r, out.size());
+    } catch (const Error&) {
+      out_specs_failed = true;
+      throw;
+    }
     result_skeleton.emplace(Tree<R>::skeleton(r));
     return out;
   };
@@ -208,6 +214,7 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<SpecTree>& i
                                       leaves, axis_names);
   } catch (const Error& e) {
     if constexpr ((std::is_same_v<A, Array> && ...)) throw;
+    else if (out_specs_failed) throw;
     else shard_map_leaf_error(e.what(), leaf_argument);
   }
   size_t pos = 0;

@@ -24,7 +24,9 @@ std::string listed(const std::vector<std::string>& paths) {
   return s;
 }
 
-std::string arrays(size_t n) { return std::to_string(n) + (n == 1 ? " Array" : " Arrays"); }
+std::string arrays(size_t n) {
+  return std::to_string(n) + (n == 1 ? " Array" : " Arrays");
+}
 
 }  // namespace
 
@@ -58,7 +60,8 @@ void require_same_tree(const std::string& op, const std::string& a_what, const s
   std::string what = op + ": " + b_what + " and " + a_what + " are different trees: " + a_what +
                      " have " + arrays(a_paths.size()) + " (" + listed(a_paths) + "), " + b_what +
                      " have " + arrays(b_paths.size()) + " (" + listed(b_paths) + ")";
-  if (a_paths == b_paths) what += "; the paths agree but the structures differ (" + a_key + " vs " + b_key + ")";
+  if (a_paths == b_paths)
+    what += "; the paths agree but the structures differ (" + a_key + " vs " + b_key + ")";
   throw Error(what + "; give " + b_what + " with the structure of " + a_what +
               " (optax: updates have the params' tree structure)");
 }
