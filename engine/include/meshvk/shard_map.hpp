@@ -174,7 +174,7 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<SpecTree>& i
   std::vector<Array> leaves;
   std::vector<PartitionSpec> leaf_specs_in;
   std::vector<size_t> leaf_argument;
-  size_t argument = 0;
+  [[maybe_unused]] size_t argument = 0;  // unused for a function of no arguments
   (
       [&] {
         const size_t before = leaves.size();

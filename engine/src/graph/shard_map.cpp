@@ -189,8 +189,8 @@ void detail::shard_map_leaf_error(const std::string& message, const std::vector<
     where += std::string(where.empty() ? "" : ", ") + "argument " + std::to_string(leaf_argument[k]) + ": " +
              (last == k ? "Array " + std::to_string(k) : "Arrays " + std::to_string(k) + "-" + std::to_string(last));
   }
-  throw Error(message + " (the arguments are flattened into Arrays in order, each taking its argument's "
-              "in_spec; " + (where.empty() ? std::string("none has Arrays") : where) + ")");
+  throw Error(message + " (the arguments are flattened into Arrays in order, each taking its spec from its "
+              "argument's in_spec or spec tree; " + (where.empty() ? std::string("none has Arrays") : where) + ")");
 }
 
 std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
