@@ -4,6 +4,10 @@
 // composed with chain() and applied with apply_updates(). Every number a step changes lives in
 // the state on the device (the moments laid out as their parameters, the step count an int32
 // scalar), so a jitted training step takes the state and returns the next one and is traced once.
+// params and updates are Params or any other pytree of Arrays (a registered struct, std::pair,
+// std::tuple, std::vector, nested Params): as in optax, the updates have the params' structure.
+// A state keeps a tree's leaves as Params keyed by their paths (".w1", "[1][0]", "['w']": see
+// leaf_paths), so one state type serves every tree and stays a jit argument.
 //
 //   auto opt = optax::chain(optax::clip_by_global_norm(1.0f),
 //                           optax::adamw(optax::warmup_cosine_decay_schedule(0, 1e-3, 10, 100)));
@@ -12,6 +16,7 @@
 //     auto [updates, next] = opt.update(grad(loss)(p, x), s, p);
 //     return std::make_pair(optax::apply_updates(p, updates), next);
 //   });
+#include <algorithm>
 #include <concepts>
 #include <functional>
 #include <initializer_list>
@@ -71,6 +76,8 @@ class ScalarOrSchedule {
 
 // Which parameters a weight decay applies to (optax's mask): a function of the name and the
 // parameter (true: decayed), or a map with a bool for every parameter name. Empty: all of them.
+// For params that are another pytree, the name is the Array's path in it (".w1" for a registered
+// struct's field, "[0]" for an element, "['w']" for a Params entry: see leaf_paths).
 class Mask {
  public:
   Mask() = default;
@@ -78,12 +85,30 @@ class Mask {
   requires std::is_invocable_r_v<bool, const F&, const std::string&, const Array&> Mask(F f)
       : fn_(std::move(f)) {}
   Mask(std::map<std::string, bool> by_name);
+  // optax's mask tree of bools for a pytree: one bool per Array of `params`, in flatten's order
+  // (jax.tree.leaves' order); the state and the updates name the Arrays by path (leaf_paths).
+  template <class T>
+    requires(meshvk::detail::is_leafy_v<T> && !std::is_same_v<T, Params>)
+  Mask(const T& params, const std::vector<bool>& per_leaf);
   bool empty() const { return !fn_; }
   bool operator()(const std::string& name, const Array& param) const { return fn_(name, param); }
 
  private:
   std::function<bool(const std::string&, const Array&)> fn_;
 };
+
+// A pytree other than Params that the transformations take as params and updates: an Array,
+// a registered struct, std::pair, std::tuple, std::vector, or nestings of them and Params.
+template <class T>
+concept ParamTree = meshvk::detail::is_leafy_v<T> && !std::is_same_v<T, Params> &&
+                    !std::is_same_v<T, OptState>;
+
+// The path of each Array of a pytree, in flatten's order (jax.tree_util.keystr's spelling):
+// ".w1" for a registered struct's field, "[1]" for an element of a pair, tuple or vector,
+// "['w']" for a Params entry, "" for a lone Array; a Params' own are its names.
+template <class T>
+  requires meshvk::detail::is_leafy_v<T>
+std::vector<std::string> leaf_paths(const T& tree);
 
 using InitFn = std::function<OptState(const Params& params)>;
 using UpdateFn = std::function<std::pair<Params, OptState>(
@@ -100,6 +125,18 @@ class GradientTransformation {
   OptState init(const Params& params) const { return init_(params); }
   std::pair<Params, OptState> update(const Params& updates, const OptState& state,
                                      const Params& params = {}) const;
+  // The same for any other pytree of Arrays (see ParamTree): the state holds its Arrays by path,
+  // the updates come back with the structure of the updates given. With params, the two must be
+  // the same tree (an Error names both structures' paths otherwise).
+  template <class T>
+    requires ParamTree<T>
+  OptState init(const T& params) const;
+  template <class T>
+    requires ParamTree<T>
+  std::pair<T, OptState> update(const T& updates, const OptState& state) const;
+  template <class T>
+    requires ParamTree<T>
+  std::pair<T, OptState> update(const T& updates, const OptState& state, const T& params) const;
   const std::string& name() const { return name_; }
 
  private:
@@ -112,6 +149,14 @@ class GradientTransformation {
 Params apply_updates(const Params& params, const Params& updates);
 // sqrt of the sum of every element's square, a float32 scalar (optax.global_norm).
 Array global_norm(const Params& updates);
+// The same for any other pytree (params and updates the same tree: an Error otherwise). The
+// norm sums the Arrays in their paths' order, as clip_by_global_norm does.
+template <class T>
+  requires ParamTree<T>
+T apply_updates(const T& params, const T& updates);
+template <class T>
+  requires ParamTree<T>
+Array global_norm(const T& updates);
 
 // ---- Transformations (optax._src.transform, clipping, combine).
 GradientTransformation identity();
@@ -184,12 +229,128 @@ Schedule join_schedules(std::vector<Schedule> schedules, std::vector<int> bounda
 // ShardingTree::dict by name, as for the params) for each of its trees, `scalars` for its counts.
 ShardingTree state_shardings(const OptState& state, const ShardingTree& params,
                              const ShardingTree& scalars = std::nullopt);
+// The same for a state of another pytree: `params` laid out by `shardings`, a tree shaped like
+// them or a prefix of it (as jit's out_shardings for them), each Array's sharding given to the
+// state's entries of its path.
+template <class T>
+  requires ParamTree<T>
+ShardingTree state_shardings(const OptState& state, const T& params, const ShardingTree& shardings,
+                             const ShardingTree& scalars = std::nullopt);
 
 namespace detail {
 // Where a step count goes: with the params when they all lie on one mesh (replicated there) or
 // one device, so that no step moves it; otherwise uncommitted, as optax's jnp.zeros([], int32).
 Array count_like(const Params& params);
+
+// A tree's Arrays as Params keyed by path (what the transformations compute on), and back.
+Params params_by_path(const std::vector<std::string>& paths, const std::vector<Array>& leaves);
+std::vector<Array> leaves_by_path(const std::string& op, const std::vector<std::string>& paths,
+                                  const Params& by_path);
+// `b` must be the same tree as `a` (the same structure key): an Error naming both trees' paths.
+void require_same_tree(const std::string& op, const std::string& a_what, const std::string& a_key,
+                       const std::vector<std::string>& a_paths, const std::string& b_what,
+                       const std::string& b_key, const std::vector<std::string>& b_paths);
+std::function<bool(const std::string&, const Array&)> mask_of_leaves(
+    const std::vector<std::string>& paths, const std::vector<bool>& per_leaf);
+
+template <class T>
+Params as_params(const T& tree) {
+  std::vector<Array> leaves;
+  meshvk::detail::Tree<T>::flatten(tree, leaves);
+  return params_by_path(leaf_paths(tree), leaves);
+}
+
+template <class T>
+T from_params(const std::string& op, const T& like, const Params& by_path) {
+  const std::vector<Array> leaves = leaves_by_path(op, leaf_paths(like), by_path);
+  size_t pos = 0;
+  return meshvk::detail::Tree<T>::unflatten(like, leaves, pos);
+}
+
+template <class T>
+void require_same_tree(const std::string& op, const T& a, const std::string& a_what, const T& b,
+                       const std::string& b_what) {
+  std::string a_key, b_key;
+  meshvk::detail::Tree<T>::structure(a, a_key);
+  meshvk::detail::Tree<T>::structure(b, b_key);
+  if (a_key != b_key)
+    require_same_tree(op, a_what, a_key, leaf_paths(a), b_what, b_key, leaf_paths(b));
+}
 }  // namespace detail
+
+template <class T>
+  requires meshvk::detail::is_leafy_v<T>
+std::vector<std::string> leaf_paths(const T& tree) {
+  std::vector<std::string> paths;
+  if constexpr (std::is_same_v<T, Params>) {
+    for (const auto& kv : tree) paths.push_back(kv.first);
+  } else {
+    meshvk::detail::leaf_paths(tree, "", paths);
+  }
+  return paths;
+}
+
+template <class T>
+  requires(meshvk::detail::is_leafy_v<T> && !std::is_same_v<T, Params>)
+Mask::Mask(const T& params, const std::vector<bool>& per_leaf)
+    : fn_(detail::mask_of_leaves(leaf_paths(params), per_leaf)) {}
+
+template <class T>
+  requires ParamTree<T>
+OptState GradientTransformation::init(const T& params) const {
+  return init_(detail::as_params(params));
+}
+
+template <class T>
+  requires ParamTree<T>
+std::pair<T, OptState> GradientTransformation::update(const T& updates,
+                                                      const OptState& state) const {
+  auto [u, next] = update(detail::as_params(updates), state);
+  return {detail::from_params("optax." + name_, updates, u), std::move(next)};
+}
+
+template <class T>
+  requires ParamTree<T>
+std::pair<T, OptState> GradientTransformation::update(const T& updates, const OptState& state,
+                                                      const T& params) const {
+  // update(grads, state, {}) leaves the params out, as optax's params=None: a value-initialised
+  // tree has no Arrays, or only empty ones.
+  std::vector<Array> given;
+  meshvk::detail::Tree<T>::flatten(params, given);
+  if (std::none_of(given.begin(), given.end(), [](const Array& x) { return x.valid(); }))
+    return update(updates, state);
+  detail::require_same_tree("optax." + name_, params, "the params", updates, "the updates");
+  auto [u, next] = update(detail::as_params(updates), state, detail::as_params(params));
+  return {detail::from_params("optax." + name_, updates, u), std::move(next)};
+}
+
+template <class T>
+  requires ParamTree<T>
+T apply_updates(const T& params, const T& updates) {
+  detail::require_same_tree("optax.apply_updates", params, "the params", updates, "the updates");
+  return detail::from_params("optax.apply_updates", params,
+                             apply_updates(detail::as_params(params), detail::as_params(updates)));
+}
+
+template <class T>
+  requires ParamTree<T>
+Array global_norm(const T& updates) {
+  return global_norm(detail::as_params(updates));
+}
+
+template <class T>
+  requires ParamTree<T>
+ShardingTree state_shardings(const OptState& state, const T& params, const ShardingTree& shardings,
+                             const ShardingTree& scalars) {
+  meshvk::detail::LeafShardings per_leaf;
+  const std::string name = "optax.state_shardings";
+  meshvk::detail::Tree<T>::shardings(params, shardings, per_leaf,
+                                     meshvk::detail::TreePlace{name, "the params"});
+  const std::vector<std::string> paths = leaf_paths(params);
+  std::vector<std::pair<std::string, ShardingTree>> by_path;
+  for (size_t i = 0; i < paths.size(); ++i) by_path.emplace_back(paths[i], ShardingTree(per_leaf[i]));
+  return state_shardings(state, ShardingTree::dict(std::move(by_path)), scalars);
+}
 
 }  // namespace meshvk::optax
 

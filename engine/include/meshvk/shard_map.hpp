@@ -1,6 +1,7 @@
 #pragma once
 // Manual parallelism, as jax.shard_map: a function written for one device's piece, run on every
 // device of a mesh, communicating through collectives over named mesh axes.
+#include <concepts>
 #include <functional>
 #include <optional>
 #include <initializer_list>
@@ -50,6 +51,38 @@ std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
                                   const std::vector<Array>& args,
                                   const std::vector<std::string>& axis_names = {});
 
+// shard_map's in_specs and out_specs for one argument or the result: a tree of PartitionSpecs
+// shaped like the value or like any prefix of it (JAX's pytree-prefix rule). A PartitionSpec lays
+// out every Array beneath it; a list, braced ({P("x"), {P(), P("y")}} is JAX's
+// (P('x'), [P(), P('y')])) or SpecTree::list, lays out a std::pair, std::tuple, std::vector or
+// registered struct element by element (a struct field by field); SpecTree::dict lays out Params
+// by name, one entry for every name. jit's in_shardings / out_shardings trees are matched against
+// their values by the same code, so the two accept the same shapes.
+class SpecTree {
+ public:
+  enum class Kind { leaf, list, dict };
+  SpecTree() = default;  // P(): replicated
+  SpecTree(PartitionSpec spec) : spec_(std::move(spec)) {}
+  // A list. Beware SpecTree{t}: a list of one entry (as any braced initialiser), not a copy of t.
+  SpecTree(std::initializer_list<SpecTree> elements) : kind_(Kind::list), elements_(elements) {}
+  // A list of PartitionSpecs: out_specs as before spec trees (one per element of the result).
+  SpecTree(const std::vector<PartitionSpec>& specs) : kind_(Kind::list), elements_(specs.begin(), specs.end()) {}
+  static SpecTree list(std::vector<SpecTree> elements);
+  static SpecTree dict(std::vector<std::pair<std::string, SpecTree>> by_name);
+
+  Kind kind() const { return kind_; }
+  const PartitionSpec& spec() const { return spec_; }  // a leaf's
+  // A list's elements, or a dict's entries in the order of names().
+  const std::vector<SpecTree>& elements() const { return elements_; }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  Kind kind_ = Kind::leaf;
+  PartitionSpec spec_;
+  std::vector<SpecTree> elements_;
+  std::vector<std::string> names_;
+};
+
 namespace detail {
 // shard_map_call with the out_specs asked for once the body has run: for a structured result,
 // how many Arrays each out_spec covers is known only then.
@@ -63,6 +96,31 @@ std::vector<Array> shard_map_call_deferred(const ShardMapBody& body, const Mesh&
 [[noreturn]] void shard_map_out_specs_error(size_t given, const std::string& result);
 // An Error from the call, told which argument and Array of it flat leaf k is.
 [[noreturn]] void shard_map_leaf_error(const std::string& message, const std::vector<size_t>& leaf_argument);
+
+// A spec tree as a ShardingTree whose leaves carry the index of their spec in `table` (as
+// SingleDeviceSharding's device), so that Tree<T>::shardings, jit's matching of trees against
+// values, matches it; the specs themselves are checked by shard_map_call, with its messages.
+ShardingTree spec_index_tree(const SpecTree& specs, std::vector<PartitionSpec>& table);
+std::vector<PartitionSpec> specs_of_indices(const LeafShardings& indices,
+                                            const std::vector<PartitionSpec>& table);
+
+// The spec of each of x's Arrays, in flatten's order, from a tree shaped like x or a prefix of it;
+// `path` ("argument 1", "the result") and `option` ("in_specs", "out_specs") name it in Errors.
+template <class T>
+std::vector<PartitionSpec> leaf_specs(const T& x, const SpecTree& specs, const std::string& path,
+                                      const char* option) {
+  if (specs.kind() == SpecTree::Kind::leaf) {
+    std::vector<Array> leaves;
+    Tree<T>::flatten(x, leaves);
+    return std::vector<PartitionSpec>(leaves.size(), specs.spec());
+  }
+  std::vector<PartitionSpec> table;
+  const ShardingTree indices = spec_index_tree(specs, table);
+  LeafShardings placed;
+  const std::string name = "shard_map";
+  Tree<T>::shardings(x, indices, placed, TreePlace{name, path, option});
+  return specs_of_indices(placed, table);
+}
 
 // The Arrays of each element of a std::pair, std::tuple or std::vector result; nullopt for any
 // other result (an Array, Params, a registered struct).
@@ -85,10 +143,26 @@ std::optional<std::vector<size_t>> element_leaf_counts(const R& r) {
   }
 }
 
-// shard_map over pytrees: each argument's Arrays take its in_spec; `out_specs_for(result)` gives
-// one spec per Array of the result.
+// The result's specs from out_specs. Besides the prefix rule, two forms kept from before spec
+// trees: a list of one PartitionSpec for a result that is not a sequence applies to all of it,
+// and a list of another length than a sequence result is an Error counting both.
+template <class R>
+std::vector<PartitionSpec> result_specs(const R& r, const SpecTree& out_specs) {
+  if (out_specs.kind() == SpecTree::Kind::list) {
+    const std::optional<std::vector<size_t>> counts = element_leaf_counts(r);
+    const auto& e = out_specs.elements();
+    if (!counts && e.size() == 1 && e.front().kind() == SpecTree::Kind::leaf)
+      return leaf_specs(r, e.front(), "the result", "out_specs");
+    if (counts && counts->size() != e.size())
+      shard_map_out_specs_error(e.size(), "a sequence of " + std::to_string(counts->size()) + " elements");
+  }
+  return leaf_specs(r, out_specs, "the result", "out_specs");
+}
+
+// shard_map over pytrees: each argument's Arrays take their specs from its spec tree;
+// `out_specs_for(result)` gives one spec per Array of the result.
 template <class F, class OutSpecs, class... A>
-auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
+auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<SpecTree>& in_specs,
                     const OutSpecs& out_specs_for, const std::vector<std::string>& axis_names,
                     const A&... args) {
   using R = std::invoke_result_t<const F&, const A&...>;
@@ -98,14 +172,16 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<PartitionSpe
   static_assert(is_leafy_v<R>, "shard_map: the function must return an Array or a structure of them");
   if (in_specs.size() != sizeof...(A)) shard_map_in_specs_error(in_specs.size(), sizeof...(A));
   std::vector<Array> leaves;
-  std::vector<PartitionSpec> leaf_specs;
+  std::vector<PartitionSpec> leaf_specs_in;
   std::vector<size_t> leaf_argument;
-  size_t argument = 0;
+  [[maybe_unused]] size_t argument = 0;  // unused for a function of no arguments
   (
       [&] {
         const size_t before = leaves.size();
         Tree<A>::flatten(args, leaves);
-        leaf_specs.insert(leaf_specs.end(), leaves.size() - before, in_specs[argument]);
+        const std::vector<PartitionSpec> specs =
+            leaf_specs(args, in_specs[argument], "argument " + std::to_string(argument), "in_specs");
+        leaf_specs_in.insert(leaf_specs_in.end(), specs.begin(), specs.end());
         leaf_argument.insert(leaf_argument.end(), leaves.size() - before, argument);
         ++argument;
       }(),
@@ -113,6 +189,7 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<PartitionSpe
   const std::tuple<A...> skeletons{Tree<A>::skeleton(args)...};
   std::optional<R> result_skeleton;
   std::vector<PartitionSpec> result_specs;
+  bool out_specs_failed = false;  // then the Error is about the result, not the arguments' Arrays
   const ShardMapBody body = [&](const std::vector<Array>& locals) {
     size_t pos = 0;
     const R r = [&]<size_t... I>(std::index_sequence<I...>) {
@@ -122,16 +199,22 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<PartitionSpe
     }(std::index_sequence_for<A...>{});
     std::vector<Array> out;
     Tree<R>::flatten(r, out);
-    result_specs = out_specs_for(r, out.size());
+    try {
+      result_specs = out_specs_for(r, out.size());
+    } catch (const Error&) {
+      out_specs_failed = true;
+      throw;
+    }
     result_skeleton.emplace(Tree<R>::skeleton(r));
     return out;
   };
   std::vector<Array> outputs;
   try {
-    outputs = shard_map_call_deferred(body, mesh, leaf_specs, [&](size_t) { return result_specs; },
+    outputs = shard_map_call_deferred(body, mesh, leaf_specs_in, [&](size_t) { return result_specs; },
                                       leaves, axis_names);
   } catch (const Error& e) {
     if constexpr ((std::is_same_v<A, Array> && ...)) throw;
+    else if (out_specs_failed) throw;
     else shard_map_leaf_error(e.what(), leaf_argument);
   }
   size_t pos = 0;
@@ -140,50 +223,32 @@ auto shard_map_tree(const F& f, const Mesh& mesh, const std::vector<PartitionSpe
 }  // namespace detail
 
 // jax.shard_map. Arguments are Arrays or structures of them (Params, std::vector, std::pair,
-// std::tuple, a struct registered with MESHVK_REGISTER_PYTREE); in_specs has one PartitionSpec
-// per argument, applied to each of its Arrays (JAX's pytree-prefix rule at the argument). With
-// one out_spec the result may be an Array or any structure, each of its Arrays laid out by it.
+// std::tuple, a struct registered with MESHVK_REGISTER_PYTREE). in_specs has one SpecTree per
+// argument and out_specs is one SpecTree for the result, each a PartitionSpec for every Array of
+// the value or a tree of them shaped like a prefix of it (see SpecTree):
+//   shard_map(f, mesh, {P("x"), {P("x"), {P(), P("y")}}}, {P("x"), P()})
+// takes an Array split by 'x' and a std::pair<Array, std::vector<Array>> laid out as JAX's
+// (P('x'), [P(), P('y')]), and returns a pair of an Array split by 'x' and a replicated
+// structure. A mismatched tree is an Error naming where and what the value is there.
 // axis_names: the mesh axes the body is manual over (default: all); see shard_map_call.
 template <class F>
-auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, PartitionSpec out_spec,
+auto shard_map(F f, Mesh mesh, std::vector<SpecTree> in_specs, SpecTree out_specs,
                std::vector<std::string> axis_names = {}) {
   return [f = std::move(f), mesh = std::move(mesh), in_specs = std::move(in_specs),
-          out_spec = std::move(out_spec), axis_names = std::move(axis_names)](const auto&... args) {
+          out_specs = std::move(out_specs), axis_names = std::move(axis_names)](const auto&... args) {
     return detail::shard_map_tree(
-        f, mesh, in_specs,
-        [&out_spec](const auto&, size_t n) { return std::vector<PartitionSpec>(n, out_spec); },
+        f, mesh, in_specs, [&out_specs](const auto& result, size_t) { return detail::result_specs(result, out_specs); },
         axis_names, args...);
   };
 }
 
-// jax.shard_map with one out_spec per element of the result: a std::vector of Arrays (one per
-// Array), or a std::pair, std::tuple or std::vector of structures (each out_spec applied to every
-// Array of its element). A result that is not a sequence takes one out_spec here too.
-template <class F>
-auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs, std::vector<PartitionSpec> out_specs,
-               std::vector<std::string> axis_names = {}) {
-  return [f = std::move(f), mesh = std::move(mesh), in_specs = std::move(in_specs),
-          out_specs = std::move(out_specs), axis_names = std::move(axis_names)](const auto&... args) {
-    const auto specs_for = [&out_specs](const auto& result, size_t n) {
-      using R = std::remove_cvref_t<decltype(result)>;
-      if constexpr (std::is_same_v<R, std::vector<Array>>) {
-        return out_specs;  // one per Array; a count that differs is an Error naming both
-      } else {
-        const std::optional<std::vector<size_t>> counts = detail::element_leaf_counts(result);
-        if (!counts) {
-          if (out_specs.size() != 1) detail::shard_map_out_specs_error(out_specs.size(), "a single structure");
-          return std::vector<PartitionSpec>(n, out_specs.front());
-        }
-        if (counts->size() != out_specs.size())
-          detail::shard_map_out_specs_error(out_specs.size(),
-                                            "a sequence of " + std::to_string(counts->size()) + " elements");
-        std::vector<PartitionSpec> per_leaf;
-        for (size_t i = 0; i < counts->size(); ++i) per_leaf.insert(per_leaf.end(), (*counts)[i], out_specs[i]);
-        return per_leaf;
-      }
-    };
-    return detail::shard_map_tree(f, mesh, in_specs, specs_for, axis_names, args...);
-  };
+// in_specs as a std::vector of PartitionSpecs, one per argument. (A template, so that a braced
+// list of specs goes to the overload above rather than being ambiguous between the two.)
+template <class F, class V>
+  requires std::same_as<V, std::vector<PartitionSpec>>
+auto shard_map(F f, Mesh mesh, const V& in_specs, SpecTree out_specs, std::vector<std::string> axis_names = {}) {
+  return shard_map(std::move(f), std::move(mesh), std::vector<SpecTree>(in_specs.begin(), in_specs.end()),
+                   std::move(out_specs), std::move(axis_names));
 }
 
 // Collectives over named mesh axes, with JAX's semantics; valid inside shard_map.

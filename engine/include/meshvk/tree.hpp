@@ -122,6 +122,44 @@ void list_shardings(size_t n, const ShardingTree& t, const TreePlace& where,
     element(i, t.elements()[i], where.at("[" + std::to_string(i) + "]"));
 }
 
+// The path of each of x's Arrays below `prefix`, in flatten's order, spelled as JAX's
+// jax.tree_util.keystr: "['w']" for a Params entry, "[1]" for an element of a std::vector,
+// std::pair or std::tuple, ".w" for a field of a registered struct. A tree without paths (a
+// hand-written Tree specialization) numbers its Arrays: "[0]", "[1]", ...
+template <class T>
+void leaf_paths(const T& x, const std::string& prefix, std::vector<std::string>& out) {
+  if constexpr (requires { Tree<T>::paths(x, prefix, out); }) {
+    Tree<T>::paths(x, prefix, out);
+  } else {
+    std::vector<Array> leaves;
+    Tree<T>::flatten(x, leaves);
+    for (size_t i = 0; i < leaves.size(); ++i) out.push_back(prefix + "[" + std::to_string(i) + "]");
+  }
+}
+
+// The field names of MESHVK_REGISTER_PYTREE's member pointers as written ("&Mlp::w1, &Mlp::b1"
+// gives w1, b1): the last name of each.
+inline std::vector<std::string> field_names(std::string_view spelled) {
+  std::vector<std::string> names;
+  int depth = 0;
+  std::string field;
+  const auto finish = [&] {
+    const size_t colons = field.rfind("::");
+    std::string name = colons == std::string::npos ? field : field.substr(colons + 2);
+    std::erase_if(name, [](char c) { return c == ' ' || c == '&' || c == '\t' || c == '\n' || c == '(' || c == ')'; });
+    names.push_back(name);
+    field.clear();
+  };
+  for (const char c : spelled) {
+    if (c == '<' || c == '(') ++depth;
+    if (c == '>' || c == ')') --depth;
+    if (c == ',' && depth == 0) finish();
+    else field += c;
+  }
+  finish();
+  return names;
+}
+
 template <>
 struct Tree<Array> {
   static constexpr bool leafy = true;
@@ -136,6 +174,9 @@ struct Tree<Array> {
     if (t.kind() != ShardingTree::Kind::leaf)
       out_sharding_tree_error(where, t, "an Array", "a sharding (or nullopt)");
     out.push_back(t.sharding());
+  }
+  static void paths(const Array&, const std::string& prefix, std::vector<std::string>& out) {
+    out.push_back(prefix);
   }
 };
 
@@ -176,6 +217,9 @@ struct Tree<Params> {
       Tree<Array>::shardings(x, t.elements()[i], out, where.at("['" + name + "']"));
     }
   }
+  static void paths(const Params& p, const std::string& prefix, std::vector<std::string>& out) {
+    for (const auto& kv : p) out.push_back(prefix + "['" + kv.first + "']");
+  }
 };
 
 // None: a pytree without leaves (a scan without xs, or a body without ys).
@@ -189,6 +233,7 @@ struct Tree<std::nullopt_t> {
     return std::nullopt;
   }
   static void shardings(const std::nullopt_t&, const ShardingTree&, LeafShardings&, const TreePlace&) {}
+  static void paths(const std::nullopt_t&, const std::string&, std::vector<std::string>&) {}
 };
 
 template <class T>
@@ -220,6 +265,9 @@ requires Tree<T>::leafy struct Tree<std::vector<T>> {
                    [&](size_t i, const ShardingTree& e, const TreePlace& at) {
                      Tree<T>::shardings(v[i], e, out, at);
                    });
+  }
+  static void paths(const std::vector<T>& v, const std::string& prefix, std::vector<std::string>& out) {
+    for (size_t i = 0; i < v.size(); ++i) leaf_paths(v[i], prefix + "[" + std::to_string(i) + "]", out);
   }
 };
 
@@ -255,6 +303,12 @@ requires(Tree<T>::leafy&&...) struct Tree<std::tuple<T...>> {
                      (std::index_sequence_for<T...>{});
                    });
   }
+  static void paths(const std::tuple<T...>& x, const std::string& prefix, std::vector<std::string>& out) {
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (leaf_paths(std::get<I>(x), prefix + "[" + std::to_string(I) + "]", out), ...);
+    }
+    (std::index_sequence_for<T...>{});
+  }
 };
 
 template <class A, class B>
@@ -289,6 +343,10 @@ requires(Tree<A>::leafy&& Tree<B>::leafy) struct Tree<std::pair<A, B>> {
                      else
                        Tree<B>::shardings(p.second, e, out, at);
                    });
+  }
+  static void paths(const std::pair<A, B>& p, const std::string& prefix, std::vector<std::string>& out) {
+    leaf_paths(p.first, prefix + "[0]", out);
+    leaf_paths(p.second, prefix + "[1]", out);
   }
 };
 
@@ -380,6 +438,19 @@ struct StructTree {
                       ...);
                    });
   }
+  // ".w1": the fields' names as MESHVK_REGISTER_PYTREE spelled them ("[0]" for a struct
+  // registered another way).
+  static void paths(const T& x, const std::string& prefix, std::vector<std::string>& out) {
+    std::vector<std::string> names;
+    if constexpr (requires { Tree<T>::field_spelling; }) names = field_names(Tree<T>::field_spelling);
+    size_t i = 0;
+    const auto step = [&] {
+      const std::string s = names.size() == sizeof...(Fields) ? "." + names[i] : "[" + std::to_string(i) + "]";
+      ++i;
+      return prefix + s;
+    };
+    (leaf_paths(x.*Fields, step(), out), ...);
+  }
 };
 
 }  // namespace meshvk::detail
@@ -388,12 +459,15 @@ struct StructTree {
 //   struct Layer { meshvk::Array w, b; int heads; };
 //   MESHVK_REGISTER_PYTREE(Layer, &Layer::w, &Layer::b)
 // Its listed fields (Arrays, Params, vectors, pairs, tuples or other registered structs) are its
-// leaves; then jit, grad, vjp, vmap, scan, checkpoint and out_shardings (ShardingTree::list, one
-// entry per field) take it as JAX takes a registered pytree. Unlisted members are copied as
-// they are (static).
-#define MESHVK_REGISTER_PYTREE(Type, ...)                                   \
-  template <>                                                               \
-  struct meshvk::detail::Tree<Type> : meshvk::detail::StructTree<Type, __VA_ARGS__> {}
+// leaves; then jit, grad, vjp, vmap, scan, checkpoint, shard_map, optax and out_shardings
+// (ShardingTree::list, one entry per field) take it as JAX takes a registered pytree. Unlisted
+// members are copied as they are (static). The fields' names as written here name its Arrays'
+// paths (".w" for &Layer::w; see leaf_paths).
+#define MESHVK_REGISTER_PYTREE(Type, ...)                                          \
+  template <>                                                                      \
+  struct meshvk::detail::Tree<Type> : meshvk::detail::StructTree<Type, __VA_ARGS__> { \
+    static constexpr const char* field_spelling = #__VA_ARGS__;                    \
+  }
 
 namespace meshvk {
 

@@ -43,21 +43,45 @@ void jit_tree_shardings_error(const std::string& name, size_t given, size_t want
 }
 
 namespace {
-// "jit(step): out_shardings" (or in_shardings), or device_put's own.
+// shard_map's in_specs / out_specs, matched as spec trees (see SpecTree in shard_map.hpp).
+bool spec_option(const TreePlace& where) {
+  const std::string option = where.option;
+  return option == "in_specs" || option == "out_specs";
+}
+// "jit(step): out_shardings" (or in_shardings), or device_put's or shard_map's own.
 std::string shardings_of(const TreePlace& where) {
-  return where.function == "device_put" ? std::string("device_put: the shardings")
-                                        : "jit(" + where.function + "): " + where.option;
+  if (where.function == "device_put") return "device_put: the shardings";
+  if (where.function == "optax.state_shardings") return "optax.state_shardings: the shardings";
+  if (spec_option(where)) return where.function + ": " + where.option;
+  return "jit(" + where.function + "): " + where.option;
 }
 // What the tree is matched against there.
 std::string value_at(const TreePlace& where) {
-  return std::string(where.option) == "in_shardings" ? "the argument" : "the result";
+  const std::string option = where.option;
+  if (where.function == "optax.state_shardings") return "the params";
+  return option == "in_shardings" || option == "in_specs" ? "the argument" : "the result";
+}
+// A ShardingTree's words in a spec tree's: its leaves are PartitionSpecs, with no nullopt.
+std::string in_spec_words(const TreePlace& where, std::string text) {
+  if (!spec_option(where)) return text;
+  const auto replace = [&text](const std::string& from, const std::string& to) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+  };
+  replace("a sharding (or nullopt)", "a PartitionSpec");
+  replace("a sharding", "a PartitionSpec");
+  replace("one sharding", "one PartitionSpec");
+  replace("ShardingTree::", "SpecTree::");
+  replace(" (nullopt to follow the data)", "");
+  return text;
 }
 }  // namespace
 
 void out_sharding_tree_error(const TreePlace& where, const ShardingTree& given,
                              const std::string& what, const std::string& valid) {
-  throw Error(shardings_of(where) + " for " + where.path + " is " + given.describe() + " but " +
-              value_at(where) + " there is " + what + "; give " + valid);
+  throw Error(in_spec_words(where, shardings_of(where) + " for " + where.path + " is " +
+                                       given.describe() + " but " + value_at(where) +
+                                       " there is " + what + "; give " + valid));
 }
 
 void check_out_sharding_names(const TreePlace& where, const ShardingTree& given,
@@ -66,11 +90,12 @@ void check_out_sharding_names(const TreePlace& where, const ShardingTree& given,
   for (const std::string& name : names) {
     const auto entries = std::count(dict.begin(), dict.end(), name);
     if (entries != 1)
-      throw Error(
+      throw Error(in_spec_words(
+          where,
           shardings_of(where) + " for " + where.path + " (Params) " +
-          (entries ? "names '" + name + "' more than once" : "has no entry '" + name + "'") +
-          "; ShardingTree::dict needs one entry for every name of " + value_at(where) +
-          " (nullopt to follow the data), or give one sharding for all of it");
+              (entries ? "names '" + name + "' more than once" : "has no entry '" + name + "'") +
+              "; ShardingTree::dict needs one entry for every name of " + value_at(where) +
+              " (nullopt to follow the data), or give one sharding for all of it"));
   }
   for (const std::string& name : dict)
     if (std::find(names.begin(), names.end(), name) == names.end())

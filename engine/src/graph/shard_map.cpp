@@ -125,8 +125,53 @@ PartitionSpec combined(const std::vector<SpecEntry>& manual_spec, const std::vec
 
 void detail::shard_map_in_specs_error(size_t given, size_t arguments) {
   throw Error("shard_map: " + std::to_string(given) + " in_specs for " + std::to_string(arguments) +
-              " arguments; give one PartitionSpec per argument (it applies to every Array of a "
-              "structured argument)");
+              " arguments; give one per argument: a PartitionSpec (it applies to every Array of a "
+              "structured argument) or a SpecTree shaped like the argument or a prefix of it");
+}
+
+SpecTree SpecTree::list(std::vector<SpecTree> elements) {
+  SpecTree t;
+  t.kind_ = Kind::list;
+  t.elements_ = std::move(elements);
+  return t;
+}
+
+SpecTree SpecTree::dict(std::vector<std::pair<std::string, SpecTree>> by_name) {
+  SpecTree t;
+  t.kind_ = Kind::dict;
+  for (auto& [name, tree] : by_name) {
+    t.names_.push_back(std::move(name));
+    t.elements_.push_back(std::move(tree));
+  }
+  return t;
+}
+
+ShardingTree detail::spec_index_tree(const SpecTree& specs, std::vector<PartitionSpec>& table) {
+  switch (specs.kind()) {
+    case SpecTree::Kind::leaf:
+      table.push_back(specs.spec());
+      return ShardingTree(SingleDeviceSharding(static_cast<int>(table.size() - 1)));
+    case SpecTree::Kind::list: {
+      std::vector<ShardingTree> elements;
+      for (const SpecTree& e : specs.elements()) elements.push_back(spec_index_tree(e, table));
+      return ShardingTree::list(std::move(elements));
+    }
+    case SpecTree::Kind::dict: {
+      std::vector<std::pair<std::string, ShardingTree>> by_name;
+      for (size_t i = 0; i < specs.names().size(); ++i)
+        by_name.emplace_back(specs.names()[i], spec_index_tree(specs.elements()[i], table));
+      return ShardingTree::dict(std::move(by_name));
+    }
+  }
+  throw Error("shard_map: a spec tree of an unknown kind");
+}
+
+std::vector<PartitionSpec> detail::specs_of_indices(const LeafShardings& indices,
+                                                    const std::vector<PartitionSpec>& table) {
+  std::vector<PartitionSpec> specs;
+  for (const std::optional<Sharding>& s : indices)
+    specs.push_back(table.at(static_cast<size_t>(s->single()->device())));
+  return specs;
 }
 
 void detail::shard_map_out_specs_error(size_t given, const std::string& result) {
@@ -144,8 +189,8 @@ void detail::shard_map_leaf_error(const std::string& message, const std::vector<
     where += std::string(where.empty() ? "" : ", ") + "argument " + std::to_string(leaf_argument[k]) + ": " +
              (last == k ? "Array " + std::to_string(k) : "Arrays " + std::to_string(k) + "-" + std::to_string(last));
   }
-  throw Error(message + " (the arguments are flattened into Arrays in order, each taking its argument's "
-              "in_spec; " + (where.empty() ? std::string("none has Arrays") : where) + ")");
+  throw Error(message + " (the arguments are flattened into Arrays in order, each taking its spec from its "
+              "argument's in_spec or spec tree; " + (where.empty() ? std::string("none has Arrays") : where) + ")");
 }
 
 std::vector<Array> shard_map_call(const ShardMapBody& body, const Mesh& mesh,
