@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 namespace inspector {
 
@@ -244,37 +245,56 @@ std::vector<CollectiveInvocation> collective_invocations(const TraceData& trace)
                    [&](size_t a, size_t b) { return spans[a].start_ns < spans[b].start_ns; });
   std::vector<CollectiveInvocation> out;
   std::vector<int> invocation_of(spans.size(), -1);
-  bool open = false;
   const auto device_of = [&](const TraceSpan& s) { return lanes[s.lane].device; };
+  // A device's run: its consecutive steps of one collective, until it does work of another op.
+  // The n-th run of a collective on each device belongs to the n-th invocation of that
+  // collective: devices are matched by how many times they ran it, not by when, since the
+  // processes of a job (and groups that exchange nothing with each other) run ahead of each
+  // other by whole invocations and interleave on the timeline.
+  using Key = std::tuple<std::string, std::string, std::string>;  // name, op, program
+  struct DeviceState {
+    int run = -1;             // the invocation of its open run; -1: none open
+    std::map<Key, int> runs;  // runs so far, per collective
+  };
+  std::map<std::pair<int, int>, DeviceState> devices;    // by (runtime, device)
+  std::map<std::pair<Key, int>, int> invocation_of_run;  // (collective, n) -> index into out
   for (const size_t i : order) {
     const TraceSpan& s = spans[i];
+    DeviceState& dev = devices[{lanes[s.lane].runtime, device_of(s)}];
     if (s.kind == SpanKind::collective) {
-      CollectiveInvocation* cur = open ? &out.back() : nullptr;
-      if (!cur || cur->name != s.name || cur->op != s.op || cur->program != s.program) {
-        out.emplace_back();
-        cur = &out.back();
-        cur->name = s.name;
-        cur->op = s.op;
-        cur->program = s.program;
-        cur->start_ns = s.start_ns;
-        cur->end_ns = s.end_ns;
-        open = true;
+      if (dev.run >= 0) {
+        const CollectiveInvocation& cur = out[dev.run];
+        if (cur.name != s.name || cur.op != s.op || cur.program != s.program) dev.run = -1;
       }
-      cur->spans.push_back(i);
-      cur->start_ns = std::min(cur->start_ns, s.start_ns);
-      cur->end_ns = std::max(cur->end_ns, s.end_ns);
-      cur->bytes += s.bytes;
+      if (dev.run < 0) {
+        Key key{s.name, s.op, s.program};
+        const int n = dev.runs[key]++;
+        const auto [it, made] =
+            invocation_of_run.try_emplace({std::move(key), n}, static_cast<int>(out.size()));
+        if (made) {
+          out.emplace_back();
+          out.back().name = s.name;
+          out.back().op = s.op;
+          out.back().program = s.program;
+          out.back().start_ns = s.start_ns;
+          out.back().end_ns = s.end_ns;
+        }
+        dev.run = it->second;
+      }
+      CollectiveInvocation& cur = out[dev.run];
+      cur.spans.push_back(i);
+      cur.start_ns = std::min(cur.start_ns, s.start_ns);
+      cur.end_ns = std::max(cur.end_ns, s.end_ns);
+      cur.bytes += s.bytes;
       const int d = device_of(s);
-      if (!std::binary_search(cur->devices.begin(), cur->devices.end(), d))
-        cur->devices.insert(std::lower_bound(cur->devices.begin(), cur->devices.end(), d), d);
-      invocation_of[i] = static_cast<int>(out.size()) - 1;
+      if (!std::binary_search(cur.devices.begin(), cur.devices.end(), d))
+        cur.devices.insert(std::lower_bound(cur.devices.begin(), cur.devices.end(), d), d);
+      invocation_of[i] = dev.run;
       continue;
     }
-    // Other work of another op on a device of the open invocation ends it. (The copies and
-    // folds inside a collective step carry the collective's op.)
-    if (open && s.op != out.back().op &&
-        std::binary_search(out.back().devices.begin(), out.back().devices.end(), device_of(s)))
-      open = false;
+    // Work of another op on the device ends its run. (The copies and folds inside a collective
+    // step carry the collective's op.)
+    if (dev.run >= 0 && s.op != out[dev.run].op) dev.run = -1;
   }
   if (out.empty()) return out;
   // Groups: devices linked by a flow into a copy that runs inside one of the invocation's steps,
@@ -319,6 +339,8 @@ std::vector<CollectiveInvocation> collective_invocations(const TraceData& trace)
     std::stable_sort(out[k].spans.begin(), out[k].spans.end(),
                      [&](size_t a, size_t b) { return spans[a].start_ns < spans[b].start_ns; });
   }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   return out;
 }
 

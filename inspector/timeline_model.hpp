@@ -97,9 +97,11 @@ struct CollectiveInvocation {
     return end_ns > start_ns ? static_cast<double>(bytes) / (end_ns - start_ns) : 0;
   }
 };
-// Collective step spans grouped into invocations: steps of one op follow each other on the
-// devices taking part; other work on one of those devices (an op that is not this collective)
-// ends the invocation.
+// Collective step spans grouped into invocations, by start. A device's consecutive steps of one
+// collective (until it runs work of another op) are its run of an invocation, and the n-th run
+// of a collective on every device makes its n-th invocation: the processes of a job, whose
+// spans interleave on one timeline, group alike. A device that skips an invocation (takes no
+// step in it) would shift its later runs by one.
 std::vector<CollectiveInvocation> collective_invocations(const TraceData& trace);
 // The smallest set of the mesh's axes whose device groups hold each group (size > 1) of
 // `groups`: "'b'", "('a', 'b')"; "" when no set does or no group moved data.

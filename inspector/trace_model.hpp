@@ -74,7 +74,8 @@ class TraceData {
   void set_span_end(size_t span, int64_t end_ns);
   void add_flow(TraceFlow flow) { flows_.push_back(flow); }
   // Puts the spans added since the last call into their lanes, sorted by start, and works out
-  // nesting depths. Call after adding a batch.
+  // nesting depths; a collective step that says no bytes gets those of the copies (or, with
+  // none, the kernels) nested inside it. Call after adding a batch.
   void finish();
   // Adds another trace's lanes that hold spans (named `lane_prefix` + their name), its spans
   // `shift_ns` later, and its flows, then finish()es: several processes' traces on one timeline.
@@ -93,6 +94,8 @@ class TraceData {
   std::string source;
 
  private:
+  void fill_step_bytes(size_t step);
+
   std::vector<TraceLane> lanes_;
   std::vector<TraceSpan> spans_;
   std::vector<TraceFlow> flows_;
