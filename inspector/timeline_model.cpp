@@ -422,6 +422,40 @@ double follow_edge_ns(const TraceData& trace) {
   return static_cast<double>(device ? edge : trace.max_ns());
 }
 
+std::string thousands(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string losses_warning(const TraceLosses& losses) {
+  if (!losses.any()) return "";
+  std::vector<std::string> parts;
+  if (losses.device_spans)
+    parts.push_back(thousands(losses.device_spans) +
+                    " device spans dropped by the profiler (the device ran too far behind for "
+                    "their timestamps to be kept)");
+  if (losses.events)
+    parts.push_back(thousands(losses.events) +
+                    " events overwritten in the profiler's ring buffer (the oldest)");
+  if (losses.missed)
+    parts.push_back(thousands(losses.missed) + " events the inspector fell too far behind to read");
+  if (losses.not_kept)
+    parts.push_back(thousands(losses.not_kept) +
+                    " spans past the most the inspector holds (restart the run to see new ones)");
+  std::string text = "Incomplete trace: ";
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? "; " : "") + parts[i];
+  text +=
+      ". That work ran but is not drawn: lanes have gaps, and the collectives table and range "
+      "totals count less than ran.";
+  if (losses.device_spans)
+    text += " MESHVK_PROFILE_SAMPLE=N (Options::sample_replays) profiles 1 jit replay in N.";
+  return text;
+}
+
 Provenance split_provenance(const std::string& text) {
   // The source is the last " - " part when it names a line ("file:12"); a rule may hold " - " too.
   const size_t dash = text.rfind(" - ");

@@ -119,6 +119,12 @@ struct Provenance {
 };
 Provenance split_provenance(const std::string& text);
 
+// The warning the timeline shows above its lanes when work was lost before it got there (how
+// much, and what that means for what is drawn); "" when nothing was.
+std::string losses_warning(const TraceLosses& losses);
+// 44492 -> "44,492".
+std::string thousands(uint64_t n);
+
 // Where live follow keeps the view's right edge: the latest device timestamp once there is one
 // (device spans arrive after their timestamps are read back, so the host runs ahead of them),
 // else the latest host one.

@@ -55,11 +55,6 @@ void draw_timeline_view(App& app) {
   ImGui::SameLine();
   ImGui::TextDisabled("%zu spans, %zu flows, %zu lanes", trace.spans().size(), trace.flows().size(),
                       trace.lanes().size());
-  if (app.live_mode && app.live.missed() > 0) {
-    ImGui::SameLine();
-    ImGui::TextColored(ImVec4(1, 0.7f, 0.3f, 1), "%llu events missed",
-                       static_cast<unsigned long long>(app.live.missed()));
-  }
   ImGui::SameLine();
   if (ImGui::SmallButton("fit")) {
     app.view_start_ns = static_cast<double>(trace.min_ns());
@@ -89,6 +84,13 @@ void draw_timeline_view(App& app) {
     ImGui::TextDisabled("%s", span_kind_name(k));
   }
   draw_search(app);
+  // Lost work is said above the lanes, where the gaps it leaves are seen.
+  if (const std::string lost = losses_warning(trace.losses); !lost.empty()) {
+    ImGui::PushTextWrapPos();
+    ImGui::TextColored(ImVec4(1, 0.7f, 0.3f, 1), "%s", lost.c_str());
+    ImGui::PopTextWrapPos();
+    app.record_widget("timeline_warning");
+  }
   if (!app.trace_error.empty()) {
     ImGui::PushTextWrapPos();
     ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", app.trace_error.c_str());

@@ -169,6 +169,7 @@ void TraceData::clear() {
   thread_lanes_.clear();
   sorted_spans_ = 0;
   min_ns_ = max_ns_ = 0;
+  losses = {};
 }
 
 std::vector<CollectiveRow> TraceData::collectives() const {

@@ -58,6 +58,26 @@ struct CollectiveRow {
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
 };
 
+// What was lost before the trace reached the timeline: work that ran but is not drawn, so lanes
+// have gaps there and counts and totals fall short. From a file's otherData, or live from
+// meshvk::profile's counters and the inspector's reader.
+struct TraceLosses {
+  uint64_t device_spans = 0;  // dropped_spans: device work whose timestamps were not kept
+  uint64_t events = 0;        // dropped_events: overwritten in the profiler's ring buffer
+  uint64_t flows = 0;         // dropped_flows: flows whose source span was never seen
+  uint64_t missed = 0;        // live: events the reader fell too far behind to read
+  uint64_t not_kept = 0;      // live: spans past what the inspector holds (TraceData's cap)
+  bool any() const { return device_spans || events || missed || not_kept; }
+  TraceLosses& operator+=(const TraceLosses& o) {
+    device_spans += o.device_spans;
+    events += o.events;
+    flows += o.flows;
+    missed += o.missed;
+    not_kept += o.not_kept;
+    return *this;
+  }
+};
+
 class TraceData {
  public:
   // The lane for a (runtime, device, queue) key, made on first use; device -1 is the host.
@@ -92,6 +112,7 @@ class TraceData {
 
   // The source, for the window title: "live" or a file path.
   std::string source;
+  TraceLosses losses;
 
  private:
   void fill_step_bytes(size_t step);

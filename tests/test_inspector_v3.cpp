@@ -123,3 +123,38 @@ TEST(InspectorV3, TwoProcessTracesGroupInvocationsAcrossProcesses) {
     EXPECT_EQ(inv.bytes, 8u * 5 * 4096);
   }
 }
+
+// Issue 26.2: a trace whose otherData says the profiler dropped spans gets a warning saying how
+// many and what that means; a job's traces add up; a complete trace gets none.
+TEST(InspectorV3, DroppedSpansGiveAWarning) {
+  const ins::TraceLoad load =
+      ins::load_chrome_trace(one_shot_trace(0, 0, 1, 0, R"(,"dropped_spans":44492)"));
+  ASSERT_EQ(load.error, "");
+  EXPECT_EQ(load.data.losses.device_spans, 44492u);
+  const std::string warning = ins::losses_warning(load.data.losses);
+  EXPECT_NE(warning.find("44,492 device spans dropped"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("not drawn"), std::string::npos) << warning;
+
+  std::vector<ins::TraceLoad> loads;
+  loads.push_back(ins::load_chrome_trace(
+      one_shot_trace(0, 0, 1, 0, R"(,"dropped_spans":2,"dropped_events":1000,"dropped_flows":3)")));
+  loads.push_back(ins::load_chrome_trace(one_shot_trace(1, 4, 1, 0, R"(,"dropped_spans":5)")));
+  const ins::TraceLoad merged = ins::merge_trace_loads(std::move(loads));
+  ASSERT_EQ(merged.error, "");
+  EXPECT_EQ(merged.data.losses.device_spans, 7u);
+  EXPECT_EQ(merged.data.losses.events, 1000u);
+  EXPECT_EQ(merged.data.losses.flows, 3u);
+  EXPECT_NE(ins::losses_warning(merged.data.losses).find("1,000 events overwritten"),
+            std::string::npos);
+
+  const ins::TraceLoad clean =
+      ins::load_chrome_trace(one_shot_trace(0, 0, 1, 0, R"(,"dropped_spans":0)"));
+  EXPECT_EQ(ins::losses_warning(clean.data.losses), "");
+  // Not a count: left alone, as other otherData entries are.
+  const ins::TraceLoad odd =
+      ins::load_chrome_trace(one_shot_trace(0, 0, 1, 0, R"(,"dropped_spans":"many")"));
+  EXPECT_EQ(odd.error, "");
+  EXPECT_EQ(odd.data.losses.device_spans, 0u);
+  EXPECT_EQ(ins::thousands(1234567), "1,234,567");
+  EXPECT_EQ(ins::thousands(999), "999");
+}
