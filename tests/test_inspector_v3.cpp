@@ -1,8 +1,10 @@
 // Issue 26 (inspector v3), through the inspector's model functions without a window: the bytes
 // and GB/s of one-shot collectives, invocations of a job's processes grouped into the right
-// rows, and the warning a trace with dropped spans gets.
+// rows, the warning a trace with dropped spans gets, and the picture of a value inside
+// shard_map (each device's own block).
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -10,6 +12,7 @@
 #include <meshvk/meshvk.hpp>
 #include <meshvk/profile.hpp>
 
+#include "sharding_picture.hpp"
 #include "test_support.hpp"
 #include "timeline_model.hpp"
 #include "trace_json.hpp"
@@ -157,4 +160,69 @@ TEST(InspectorV3, DroppedSpansGiveAWarning) {
   EXPECT_EQ(odd.data.losses.device_spans, 0u);
   EXPECT_EQ(ins::thousands(1234567), "1,234,567");
   EXPECT_EQ(ins::thousands(999), "999");
+}
+
+// Issue 26.3 (jax-ml/jax#23936): inside shard_map a value is each device's own block. Its
+// sharding (manual axes, spec P()) says every device holds the whole local shape, which the
+// picture once drew as one tile replicated on all 8 devices; it is one block per device.
+TEST(InspectorV3, ShardMapLocalValuesAreOneBlockPerDevice) {
+  const auto mesh = meshvk::make_mesh({4, 2}, {"a", "b"});
+  const auto x = meshvk::arange(64.f).reshape({8, 8});
+  meshvk::Array local;
+  meshvk::shard_map(
+      [&](const meshvk::Array& v) {
+        local = v;
+        return v * 2.f;
+      },
+      mesh, {meshvk::P("a", "b")}, meshvk::P("a", "b"))(x);
+  ASSERT_TRUE(local.valid());
+  const ins::ShardingPicture pic =
+      ins::make_sharding_picture(local.shape(), local.sharding(), local.dtype());
+  ASSERT_EQ(pic.error, "");
+  ASSERT_EQ(pic.tiles.size(), 8u) << "one block per device, not one replicated tile";
+  ASSERT_EQ(pic.slices.size(), 8u);
+  std::set<uint32_t> colors;
+  for (int d = 0; d < 8; ++d) {
+    const ins::PictureTile& t = pic.tiles[d];
+    EXPECT_EQ(t.devices, std::vector<int>{d});
+    EXPECT_EQ(t.label, "CPU " + std::to_string(d) + " local");
+    EXPECT_EQ(pic.slices[t.slice].header, "CPU " + std::to_string(d) +
+                                              " local block (a=" + std::to_string(d / 2) +
+                                              ", b=" + std::to_string(d % 2) + ")");
+    EXPECT_EQ(meshvk::index_to_string(t.index), "[0:2, 0:4]") << "the whole local block";
+    colors.insert(t.rgb);
+  }
+  EXPECT_EQ(colors.size(), 8u) << "different data, different colours";
+  // Each device's block holds that device's data: its piece of x.
+  const auto shards = local.addressable_shards();
+  ASSERT_EQ(shards.size(), 8u);
+  for (const auto& shard : shards) {
+    const int a = shard.device / 2, b = shard.device % 2;
+    std::vector<float> want;
+    for (int r = 2 * a; r < 2 * a + 2; ++r)
+      for (int c = 4 * b; c < 4 * b + 4; ++c) want.push_back(static_cast<float>(r * 8 + c));
+    EXPECT_EQ(shard.data.to_host<float>(), want) << "device " << shard.device;
+  }
+
+  // Manual over 'a' only: devices at one 'a' coordinate share a picture, laid out along 'b'.
+  meshvk::shard_map(
+      [&](const meshvk::Array& v) {
+        local = v;
+        return v;
+      },
+      mesh, {meshvk::P("a")}, meshvk::P("a"), {"a"})(x);
+  const ins::ShardingPicture part =
+      ins::make_sharding_picture(local.shape(), local.sharding(), local.dtype());
+  ASSERT_EQ(part.error, "");
+  EXPECT_EQ(part.slices.size(), 4u);
+  for (const auto& t : part.tiles)
+    EXPECT_EQ(t.devices.size(), 2u) << "replicated along the automatic 'b': " << t.label;
+  EXPECT_EQ(part.slices[1].header.substr(0, 22), "CPU 2,3 local block (a");
+
+  // An array outside shard_map draws as before.
+  const ins::ShardingPicture outside = ins::make_sharding_picture(
+      x.shape(), meshvk::NamedSharding(mesh, meshvk::P()), meshvk::DType::float32);
+  ASSERT_EQ(outside.tiles.size(), 1u);
+  EXPECT_EQ(outside.tiles[0].devices.size(), 8u);
+  EXPECT_EQ(outside.slices[0].header, "");
 }
