@@ -48,7 +48,8 @@ SpanKind dominant(const std::array<int64_t, 5>& kind_ns) {
 }  // namespace
 
 LaneLayout layout_lane(const TraceData& trace, int lane, const TrackGeometry& g, int max_depth,
-                       const std::function<bool(const TraceSpan&)>& highlight) {
+                       const std::function<bool(const TraceSpan&)>& highlight,
+                       const std::vector<char>& matched) {
   LaneLayout out;
   const double v0 = g.view_start_ns, v1 = g.view_start_ns + g.view_span_ns;
   const auto [first, last] = visible_range(trace, lane, v0, v1);
@@ -79,16 +80,23 @@ LaneLayout layout_lane(const TraceData& trace, int lane, const TrackGeometry& g,
     const TraceSpan& s = spans[i];
     if (s.depth >= depths) continue;
     if (static_cast<double>(s.end_ns) < v0) continue;  // an earlier span that ends before view
-    const float x0 = static_cast<float>(
+    float x0 = static_cast<float>(
         std::max<double>(lo, g.track_x + (static_cast<double>(s.start_ns) - v0) * scale));
-    const float x1 = std::max(static_cast<float>(std::min<double>(
-                                  hi, g.track_x + (static_cast<double>(s.end_ns) - v0) * scale)),
-                              x0 + 1);
+    float x1 = std::max(static_cast<float>(std::min<double>(
+                            hi, g.track_x + (static_cast<double>(s.end_ns) - v0) * scale)),
+                        x0 + 1);
+    const bool match = i < matched.size() && matched[i];
+    if (match && x1 - x0 < g.min_match_px) {
+      // Widened about its middle, so that a match in a crowd of thin spans shows.
+      const float mid = (x0 + x1) / 2;
+      x0 = mid - g.min_match_px / 2;
+      x1 = mid + g.min_match_px / 2;
+    }
     out.depth = std::max(out.depth, s.depth + 1);
     const bool lit = highlight && highlight(s);
     const int64_t ns = s.end_ns - s.start_ns;
     Run& r = runs[s.depth];
-    if (x1 - x0 < g.merge_px) {
+    if (x1 - x0 < g.merge_px && !match) {
       // Thin: joins the run at its depth when it touches it, else starts one.
       if (!(r.open && x0 <= r.x1 + 1 && r.x1 - r.x0 < g.max_run_px)) {
         flush(s.depth);
@@ -110,6 +118,7 @@ LaneLayout layout_lane(const TraceData& trace, int lane, const TrackGeometry& g,
     item.span = i;
     item.kind = s.kind;
     item.highlighted = lit;
+    item.matched = match;
     out.items.push_back(item);
   }
   for (int d = 0; d < depths; ++d) flush(d);
@@ -165,6 +174,13 @@ int step_match(size_t count, int current, int dir) {
   const int n = static_cast<int>(count);
   if (current < 0 || current >= n) return dir < 0 ? n - 1 : 0;
   return ((current + (dir < 0 ? -1 : 1)) % n + n) % n;
+}
+
+std::vector<char> match_mask(const TraceData& trace, const std::vector<size_t>& matches) {
+  std::vector<char> mask(matches.empty() ? 0 : trace.spans().size(), 0);
+  for (const size_t i : matches)
+    if (i < mask.size()) mask[i] = 1;
+  return mask;
 }
 
 std::vector<RangeTotal> range_totals(const TraceData& trace, int64_t t0, int64_t t1) {

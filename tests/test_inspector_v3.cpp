@@ -226,3 +226,40 @@ TEST(InspectorV3, ShardMapLocalValuesAreOneBlockPerDevice) {
   EXPECT_EQ(outside.tiles[0].devices.size(), 8u);
   EXPECT_EQ(outside.slices[0].header, "");
 }
+
+// Issue 26.5: search matches are marked in the lanes and never lost in a run of thin spans:
+// each is an item of its own, at least min_match_px wide.
+TEST(InspectorV3, SearchMatchesStandOutInTheLanes) {
+  ins::TraceData t;
+  const int lane = t.lane(1, 0, 0, "CPU 0");
+  for (int k = 0; k < 100; ++k) {
+    ins::TraceSpan s;
+    s.lane = lane;
+    s.kind = SpanKind::kernel;
+    s.name = k == 50 ? "matmul" : "fusion";
+    s.start_ns = k * 10;
+    s.end_ns = k * 10 + 5;
+    t.add_span(s);
+  }
+  t.finish();
+  ins::TrackGeometry g;
+  g.view_start_ns = 0;
+  g.view_span_ns = 1000;
+  g.track_w = 100;  // a span is 0.5 px: every one merges into runs
+  const auto plain = ins::layout_lane(t, lane, g, 16, {});
+  for (const auto& it : plain.items) EXPECT_FALSE(it.matched);
+  const auto matches = ins::search_spans(t, "matmul");
+  ASSERT_EQ(matches.size(), 1u);
+  const auto layout = ins::layout_lane(t, lane, g, 16, {}, ins::match_mask(t, matches));
+  int found = 0;
+  for (const auto& it : layout.items) {
+    if (!it.matched) continue;
+    ++found;
+    EXPECT_EQ(it.count, 1u);
+    EXPECT_EQ(it.span, matches[0]);
+    EXPECT_GE(it.x1 - it.x0, g.min_match_px);
+    EXPECT_NEAR((it.x0 + it.x1) / 2, 50.5f, 0.01f) << "widened about its (1 px) middle";
+  }
+  EXPECT_EQ(found, 1);
+  EXPECT_TRUE(ins::match_mask(t, {}).empty());
+}

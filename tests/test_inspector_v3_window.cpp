@@ -1,5 +1,6 @@
 // Issue 26 in the inspector's window, driven by --script under Xvfb and checked through the
-// state it dumps: the warning a trace with dropped spans gets.
+// state it dumps: the warning a trace with dropped spans gets, and search stepping with Enter
+// and Shift+Enter while the field keeps the keyboard.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -85,4 +86,36 @@ TEST(InspectorV3Window, DroppedSpansAreSaidAboveTheLanes) {
   s = read_state(w.at("clean.txt"));
   EXPECT_EQ(s["timeline_warning"], "");
   EXPECT_EQ(s.count("widget timeline_warning"), 0u);
+}
+
+TEST(InspectorV3Window, EnterAndShiftEnterStepThroughMatchesKeepingTheField) {
+  ASSERT_TRUE(fs::exists(inspector_binary())) << inspector_binary();
+  Xvfb xvfb;
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  Window w;
+  std::string output;
+  // Six "matmul" kernels (three per device); Enter steps forward, Shift+Enter back, and the
+  // field keeps the keyboard, so each press steps (Enter once let go of it after one step).
+  const std::string script =
+      "wait 3\nclick @search\nwait 1\ntype matmul\nwait 1\n"
+      "key enter\nwait 2\ndump " +
+      w.at("one.txt") + "\nkey enter\nwait 2\nkey enter\nwait 2\ndump " + w.at("three.txt") +
+      "\nkey shift+enter\nwait 2\ndump " + w.at("back.txt") +
+      "\nkey shift+enter\nwait 2\nkey shift+enter\nwait 2\nkey "
+      "shift+enter\nwait 2\ndump " +
+      w.at("wrapped.txt") + "\nquit\n";
+  ASSERT_EQ(w.play(xvfb, small_trace(""), script, output), 0) << output;
+  auto s = read_state(w.at("one.txt"));
+  EXPECT_EQ(s["search"], "matmul");
+  EXPECT_EQ(s["search_match"], "1 of 6");
+  EXPECT_EQ(s["search_active"], "1") << "the field keeps the keyboard after Enter";
+  EXPECT_NE(s["selected_span"], "-1");
+  s = read_state(w.at("three.txt"));
+  EXPECT_EQ(s["search_match"], "3 of 6");
+  EXPECT_EQ(s["search_active"], "1");
+  s = read_state(w.at("back.txt"));
+  EXPECT_EQ(s["search_match"], "2 of 6") << "Shift+Enter steps back";
+  EXPECT_EQ(s["search_active"], "1");
+  s = read_state(w.at("wrapped.txt"));
+  EXPECT_EQ(s["search_match"], "5 of 6") << "back past the first wraps to the last";
 }
