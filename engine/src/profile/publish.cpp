@@ -79,7 +79,10 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
   }
   ticks_.resize(slice.used_);
   if (s.slot >= 0) {
-    std::memcpy(ticks_.data(), slice.slots_[s.slot]->mapped(), uint64_t{slice.used_} * 8);
+    std::memcpy(
+        ticks_.data(),
+        static_cast<const char*>(slice.slot_buffer(s.slot).mapped()) + slice.slot_offset(s.slot),
+        slice.slot_bytes());
     slice.slot_used_[s.slot] = 0;
   } else {
     for (size_t b = 0; b < slice.blocks_.size(); ++b) {
