@@ -69,6 +69,7 @@ void App::reset_timeline_selection() {
   selected_span = -1;
   tl.range_set = tl.range_dragging = false;
   tl.matches.clear();
+  tl.match_mask.clear();
   tl.match = -1;
   tl.searched_spans = 0;
   tl.invocations.clear();
@@ -244,7 +245,7 @@ void App::frame() {
     if (ImGui::BeginMenu("View")) {
       ImGui::MenuItem("Maximise timeline", "F11", &panels.maximise_timeline);
       static const char* const names[kPanels] = {"Scenario", "Mesh", "Arrays", "Program",
-                                                  "Timeline"};
+                                                 "Timeline"};
       for (int p = 0; p < kPanels; ++p) {
         bool shown = !panels.collapsed[p];
         if (ImGui::MenuItem(names[p], nullptr, &shown)) panels.collapsed[p] = !shown;

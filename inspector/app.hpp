@@ -17,8 +17,8 @@
 #include "panel_layout.hpp"
 #include "scenario_runner.hpp"
 #include "sharding_picture.hpp"
-#include "trace_json.hpp"
 #include "timeline_model.hpp"
+#include "trace_json.hpp"
 #include "trace_model.hpp"
 
 namespace inspector {
@@ -127,8 +127,10 @@ struct App {
     double cursor_ns = -1;  // where the mouse is on the time axis; < 0 when not over it
     std::string search;
     std::vector<size_t> matches;
+    std::vector<char> match_mask;  // by span: a match of the search (the lanes mark them)
     int match = -1;
-    size_t searched_spans = 0;  // the trace's span count when `matches` was made
+    bool search_active = false;  // the search field has the keyboard (for --state-dump)
+    size_t searched_spans = 0;   // the trace's span count when `matches` was made
     std::string searched_for;
     std::vector<CollectiveInvocation> invocations;
     size_t invocations_for = 0;  // span count they were grouped from (recomputed when it grows)
@@ -136,7 +138,7 @@ struct App {
     int sort_column = 2;
     bool sort_ascending = true;
     bool sort_dirty = true;
-    int scroll_to_lane = -1;     // the lanes scroll to show this lane once
+    int scroll_to_lane = -1;  // the lanes scroll to show this lane once
     // The last frame's lane layouts and what they were made for: a still view (the usual case
     // between inputs) redraws them without looking at the spans again.
     std::vector<LaneLayout> layouts;

@@ -9,7 +9,6 @@ namespace profile = meshvk::profile;
 
 namespace {
 
-constexpr size_t kMaxSpans = size_t{1} << 21;
 constexpr size_t kMaxPendingFlows = 1 << 16;
 
 SpanKind kind_of(profile::Kind kind) {
@@ -36,10 +35,18 @@ void LiveTrace::start() {
 void LiveTrace::reset() {
   span_index_.clear();
   pending_flows_.clear();
+  const profile::Counters c = profile::counters();
+  dropped_spans_at_reset_ = c.dropped_spans;
+  dropped_flows_at_reset_ = c.dropped_flows;
+  missed_at_reset_ = missed();
+  not_kept_ = 0;
 }
 
 void LiveTrace::add_span(TraceData& data, const profile::Span& s) {
-  if (data.spans().size() >= kMaxSpans) return;
+  if (data.spans().size() >= kMaxSpans) {
+    ++not_kept_;
+    return;
+  }
   std::string lane_name = profile::lane_name(s.runtime, s.device);
   if (s.device >= 0)
     lane_name += " / q" + std::to_string(s.queue) + (s.transfer ? " transfer" : "");
@@ -87,6 +94,16 @@ size_t LiveTrace::poll(TraceData& data) {
     std::erase_if(pending_flows_, [&](const profile::Flow& f) { return add_flow(data, f); });
   }
   if (n > 0) data.finish();
+  // The profiler's counters restart with it (clear(), a new start()): never below the baseline.
+  const profile::Counters c = profile::counters();
+  const auto since = [](uint64_t now, uint64_t& at_reset) {
+    if (now < at_reset) at_reset = 0;
+    return now - at_reset;
+  };
+  data.losses.device_spans = since(c.dropped_spans, dropped_spans_at_reset_);
+  data.losses.flows = since(c.dropped_flows, dropped_flows_at_reset_);
+  data.losses.missed = since(missed(), missed_at_reset_);
+  data.losses.not_kept = not_kept_;
   return n;
 }
 

@@ -178,6 +178,11 @@ void write_state(const App& app, const std::string& path) {
     meshes += (meshes.empty() ? "" : ";") + app.mesh_choices[i].label;
   out << "mesh_choices " << meshes << "\n";
   out << "timeline" << app.timeline_source() << "\n";
+  out << "timeline_warning " << losses_warning(app.trace.losses) << "\n";
+  out << "search " << app.tl.search << "\n";
+  out << "search_match " << app.tl.match + 1 << " of " << app.tl.matches.size() << "\n";
+  out << "search_active " << (app.tl.search_active ? 1 : 0) << "\n";
+  out << "selected_span " << app.selected_span << "\n";
   out << "frames " << app.frame_index << "\n";
   for (const auto& [name, rect] : app.widgets)
     out << "widget " << name << " " << rect.first.x << " " << rect.first.y << " " << rect.second.x

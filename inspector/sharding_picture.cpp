@@ -47,6 +47,57 @@ double fraction(int64_t at, int64_t dim) {
   return dim > 0 ? static_cast<double>(at) / static_cast<double>(dim) : 0.0;
 }
 
+// Devices by their coordinates along a mesh's manual axes (inside shard_map): group 0 for
+// every device when the mesh has none.
+struct ManualGroups {
+  std::vector<std::string> names;             // the manual axes
+  std::map<int, std::vector<int>> coords_of;  // device -> its manual coordinates
+  std::map<std::vector<int>, int> group_of_coords;
+  std::vector<std::vector<int>> devices;  // per group, ascending
+  bool any() const { return !names.empty(); }
+  int group_of(int device) const {
+    const auto it = coords_of.find(device);
+    return it == coords_of.end() ? 0 : group_of_coords.at(it->second);
+  }
+  // "CPU 3 local block (a=1, b=1)"; a group of several devices (automatic axes left) names them.
+  std::string header(int group, const std::string& kind) const {
+    std::string text = kind + " ";
+    const auto& ds = devices[group];
+    for (size_t i = 0; i < ds.size(); ++i) text += (i ? "," : "") + std::to_string(ds[i]);
+    text += " local block (";
+    const auto& c = coords_of.at(ds.front());
+    for (size_t a = 0; a < names.size(); ++a)
+      text += (a ? ", " : "") + names[a] + "=" + std::to_string(c[a]);
+    return text + ")";
+  }
+};
+
+ManualGroups manual_groups(const meshvk::Sharding& sharding) {
+  ManualGroups g;
+  const meshvk::NamedSharding* named = sharding.named();
+  if (!named) return g;
+  const meshvk::Mesh& mesh = named->mesh();
+  std::vector<int> axes;
+  for (int a = 0; a < mesh.ndim(); ++a)
+    if (mesh.axis_types()[a] == meshvk::AxisType::Manual) {
+      axes.push_back(a);
+      g.names.push_back(mesh.axis_names()[a]);
+    }
+  if (axes.empty()) return g;
+  for (int p = 0; p < mesh.size(); ++p) {
+    const std::vector<int> all = mesh.coords(p);
+    std::vector<int> c;
+    for (const int a : axes) c.push_back(all[a]);
+    g.coords_of[mesh.device_ids()[p]] = c;
+    g.group_of_coords.emplace(c, 0);
+  }
+  int n = 0;
+  for (auto& [c, group] : g.group_of_coords) group = n++;
+  g.devices.resize(n);
+  for (const auto& [device, c] : g.coords_of) g.devices[g.group_of_coords.at(c)].push_back(device);
+  return g;
+}
+
 }  // namespace
 
 std::vector<uint32_t> jax_cell_colors(int n) {
@@ -94,10 +145,16 @@ ShardingPicture make_sharding_picture(const meshvk::Shape& shape, const meshvk::
     for (const auto& s : index) key.emplace_back(s.start, s.stop);
     return key;
   };
+  // Inside shard_map a value is per device: along its mesh's manual axes every device holds
+  // its own block (different data), though the spec names none of them. Devices are grouped
+  // by their manual coordinates, each group a picture of its own, so that no block is drawn as
+  // shared by devices that do not share it. The group leads each box's key.
+  const ManualGroups manual = manual_groups(sharding);
   std::map<std::vector<std::pair<int64_t, int64_t>>, std::set<int>> boxes;
   std::map<std::vector<std::pair<int64_t, int64_t>>, meshvk::Index> box_index;
   for (const auto& entry : map) {
-    const auto key = box_key(entry.index);
+    auto key = box_key(entry.index);
+    key.insert(key.begin(), {manual.group_of(entry.device), 0});
     boxes[key].insert(entry.device);
     box_index[key] = entry.index;
   }
@@ -105,7 +162,7 @@ ShardingPicture make_sharding_picture(const meshvk::Shape& shape, const meshvk::
   // the pieces' starts (JAX's start / size for even pieces).
   std::map<std::vector<std::pair<int64_t, int64_t>>, int> slice_of;
   for (const auto& [key, devices] : boxes) {
-    const std::vector<std::pair<int64_t, int64_t>> leading(key.begin(), key.begin() + lead);
+    const std::vector<std::pair<int64_t, int64_t>> leading(key.begin(), key.begin() + 1 + lead);
     slice_of.emplace(leading, 0);
   }
   std::vector<std::set<int64_t>> row_starts(slice_of.size()), col_starts(slice_of.size());
@@ -114,9 +171,9 @@ ShardingPicture make_sharding_picture(const meshvk::Shape& shape, const meshvk::
     for (auto& [leading, id] : slice_of) id = s++;
   }
   for (const auto& [key, devices] : boxes) {
-    const int s = slice_of.at({key.begin(), key.begin() + lead});
-    row_starts[s].insert(rank >= 2 ? key[rank - 2].first : 0);
-    col_starts[s].insert(rank >= 1 ? key[rank - 1].first : 0);
+    const int s = slice_of.at({key.begin(), key.begin() + 1 + lead});
+    row_starts[s].insert(rank >= 2 ? key[1 + rank - 2].first : 0);
+    col_starts[s].insert(rank >= 1 ? key[1 + rank - 1].first : 0);
   }
   for (const auto& [leading, id] : slice_of) {
     PictureSlice slice;
@@ -128,13 +185,16 @@ ShardingPicture make_sharding_picture(const meshvk::Shape& shape, const meshvk::
     if (rank > 2) {
       slice.header = "[";
       for (size_t d = 0; d < lead; ++d) {
-        const bool whole = leading[d].first == 0 && leading[d].second == shape[d];
-        slice.header +=
-            whole ? ":"
-                  : std::to_string(leading[d].first) + ":" + std::to_string(leading[d].second);
+        const auto& box = leading[1 + d];
+        const bool whole = box.first == 0 && box.second == shape[d];
+        slice.header += whole ? ":" : std::to_string(box.first) + ":" + std::to_string(box.second);
         slice.header += ", ";
       }
       slice.header += ":, :]";
+    }
+    if (manual.any()) {
+      const std::string group = manual.header(static_cast<int>(leading[0].first), kind);
+      slice.header = slice.header.empty() ? group : group + " " + slice.header;
     }
     pic.slices.push_back(std::move(slice));
   }
@@ -144,7 +204,7 @@ ShardingPicture make_sharding_picture(const meshvk::Shape& shape, const meshvk::
   for (const auto& [key, devices] : boxes) {
     PictureTile t;
     t.index = box_index.at(key);
-    t.slice = slice_of.at({key.begin(), key.begin() + lead});
+    t.slice = slice_of.at({key.begin(), key.begin() + 1 + lead});
     t.devices.assign(devices.begin(), devices.end());
     const meshvk::Slice r = row_slice(t), c = col_slice(t);
     t.row = position(row_starts[t.slice], r.start);
@@ -157,6 +217,7 @@ ShardingPicture make_sharding_picture(const meshvk::Shape& shape, const meshvk::
     t.label = kind + " ";
     for (size_t i = 0; i < t.devices.size(); ++i)
       t.label += (i ? "," : "") + std::to_string(t.devices[i]);
+    if (manual.any()) t.label += " local";
     uint64_t elements = 1;
     for (const auto& s : t.index) {
       const auto n = static_cast<uint64_t>(std::max<int64_t>(s.size(), 0));
@@ -194,6 +255,12 @@ ShardingPicture make_sharding_picture(const meshvk::Shape& shape, const meshvk::
           t.rgb = c;
           break;
         }
+  }
+  // Each device's own block gets a colour of its own: they hold different data.
+  if (manual.any()) {
+    const auto colors = jax_cell_colors(static_cast<int>(pic.tiles.size()));
+    for (size_t i = 0; i < pic.tiles.size(); ++i)
+      pic.tiles[i].rgb = pic.tiles[i].jax_rgb = colors[i];
   }
   return pic;
 }

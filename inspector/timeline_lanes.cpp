@@ -190,15 +190,16 @@ void draw_timeline_lanes(App& app) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "%.17g %.17g %.3f %.3f %zu %zu|", g.view_start_ns,
                   g.view_span_ns, g.track_x, g.track_w, trace.spans().size(), trace.lanes().size());
-    layouts_for = buf + key + "|";
+    layouts_for = buf + key + "|" + tl.searched_for + "|";
     for (const TraceLane& lane : trace.lanes())
       layouts_for += lane_collapsed(app, lane) ? '1' : '0';
   }
   if (layouts_for != tl.layouts_for) {
     tl.layouts.assign(trace.lanes().size(), LaneLayout{});
     for (size_t l = 0; l < trace.lanes().size(); ++l)
-      tl.layouts[l] = layout_lane(trace, static_cast<int>(l), g,
-                                  lane_collapsed(app, trace.lanes()[l]) ? 1 : 16, highlight);
+      tl.layouts[l] =
+          layout_lane(trace, static_cast<int>(l), g, lane_collapsed(app, trace.lanes()[l]) ? 1 : 16,
+                      highlight, tl.match_mask);
     tl.layouts_for = std::move(layouts_for);
   }
   const std::vector<LaneLayout>& layouts = tl.layouts;
@@ -292,6 +293,13 @@ void draw_timeline_lanes(App& app) {
         ldl->AddLine(ImVec2(a.x, sy), ImVec2(b.x, sy), IM_COL32(0, 0, 0, 120), 2);
       }
       if (it.highlighted) ldl->AddRect(a, b, IM_COL32(255, 255, 255, 255), 0, 0, 2);
+      // Search matches: a bright frame and a tick above the row, seen at any zoom.
+      if (it.matched) {
+        ldl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1),
+                     IM_COL32(80, 230, 255, 255), 0, 0, 2);
+        ldl->AddLine(ImVec2((a.x + b.x) / 2, sy - 1), ImVec2((a.x + b.x) / 2, sy + 3),
+                     IM_COL32(80, 230, 255, 255), 2);
+      }
       if (it.count == 1 && static_cast<int>(it.span) == app.selected_span)
         ldl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1),
                      IM_COL32(255, 230, 80, 255), 0, 0, 2);

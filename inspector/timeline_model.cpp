@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 namespace inspector {
 
@@ -47,7 +48,8 @@ SpanKind dominant(const std::array<int64_t, 5>& kind_ns) {
 }  // namespace
 
 LaneLayout layout_lane(const TraceData& trace, int lane, const TrackGeometry& g, int max_depth,
-                       const std::function<bool(const TraceSpan&)>& highlight) {
+                       const std::function<bool(const TraceSpan&)>& highlight,
+                       const std::vector<char>& matched) {
   LaneLayout out;
   const double v0 = g.view_start_ns, v1 = g.view_start_ns + g.view_span_ns;
   const auto [first, last] = visible_range(trace, lane, v0, v1);
@@ -78,16 +80,23 @@ LaneLayout layout_lane(const TraceData& trace, int lane, const TrackGeometry& g,
     const TraceSpan& s = spans[i];
     if (s.depth >= depths) continue;
     if (static_cast<double>(s.end_ns) < v0) continue;  // an earlier span that ends before view
-    const float x0 = static_cast<float>(
+    float x0 = static_cast<float>(
         std::max<double>(lo, g.track_x + (static_cast<double>(s.start_ns) - v0) * scale));
-    const float x1 = std::max(static_cast<float>(std::min<double>(
-                                  hi, g.track_x + (static_cast<double>(s.end_ns) - v0) * scale)),
-                              x0 + 1);
+    float x1 = std::max(static_cast<float>(std::min<double>(
+                            hi, g.track_x + (static_cast<double>(s.end_ns) - v0) * scale)),
+                        x0 + 1);
+    const bool match = i < matched.size() && matched[i];
+    if (match && x1 - x0 < g.min_match_px) {
+      // Widened about its middle, so that a match in a crowd of thin spans shows.
+      const float mid = (x0 + x1) / 2;
+      x0 = mid - g.min_match_px / 2;
+      x1 = mid + g.min_match_px / 2;
+    }
     out.depth = std::max(out.depth, s.depth + 1);
     const bool lit = highlight && highlight(s);
     const int64_t ns = s.end_ns - s.start_ns;
     Run& r = runs[s.depth];
-    if (x1 - x0 < g.merge_px) {
+    if (x1 - x0 < g.merge_px && !match) {
       // Thin: joins the run at its depth when it touches it, else starts one.
       if (!(r.open && x0 <= r.x1 + 1 && r.x1 - r.x0 < g.max_run_px)) {
         flush(s.depth);
@@ -109,6 +118,7 @@ LaneLayout layout_lane(const TraceData& trace, int lane, const TrackGeometry& g,
     item.span = i;
     item.kind = s.kind;
     item.highlighted = lit;
+    item.matched = match;
     out.items.push_back(item);
   }
   for (int d = 0; d < depths; ++d) flush(d);
@@ -164,6 +174,13 @@ int step_match(size_t count, int current, int dir) {
   const int n = static_cast<int>(count);
   if (current < 0 || current >= n) return dir < 0 ? n - 1 : 0;
   return ((current + (dir < 0 ? -1 : 1)) % n + n) % n;
+}
+
+std::vector<char> match_mask(const TraceData& trace, const std::vector<size_t>& matches) {
+  std::vector<char> mask(matches.empty() ? 0 : trace.spans().size(), 0);
+  for (const size_t i : matches)
+    if (i < mask.size()) mask[i] = 1;
+  return mask;
 }
 
 std::vector<RangeTotal> range_totals(const TraceData& trace, int64_t t0, int64_t t1) {
@@ -244,37 +261,56 @@ std::vector<CollectiveInvocation> collective_invocations(const TraceData& trace)
                    [&](size_t a, size_t b) { return spans[a].start_ns < spans[b].start_ns; });
   std::vector<CollectiveInvocation> out;
   std::vector<int> invocation_of(spans.size(), -1);
-  bool open = false;
   const auto device_of = [&](const TraceSpan& s) { return lanes[s.lane].device; };
+  // A device's run: its consecutive steps of one collective, until it does work of another op.
+  // The n-th run of a collective on each device belongs to the n-th invocation of that
+  // collective: devices are matched by how many times they ran it, not by when, since the
+  // processes of a job (and groups that exchange nothing with each other) run ahead of each
+  // other by whole invocations and interleave on the timeline.
+  using Key = std::tuple<std::string, std::string, std::string>;  // name, op, program
+  struct DeviceState {
+    int run = -1;             // the invocation of its open run; -1: none open
+    std::map<Key, int> runs;  // runs so far, per collective
+  };
+  std::map<std::pair<int, int>, DeviceState> devices;    // by (runtime, device)
+  std::map<std::pair<Key, int>, int> invocation_of_run;  // (collective, n) -> index into out
   for (const size_t i : order) {
     const TraceSpan& s = spans[i];
+    DeviceState& dev = devices[{lanes[s.lane].runtime, device_of(s)}];
     if (s.kind == SpanKind::collective) {
-      CollectiveInvocation* cur = open ? &out.back() : nullptr;
-      if (!cur || cur->name != s.name || cur->op != s.op || cur->program != s.program) {
-        out.emplace_back();
-        cur = &out.back();
-        cur->name = s.name;
-        cur->op = s.op;
-        cur->program = s.program;
-        cur->start_ns = s.start_ns;
-        cur->end_ns = s.end_ns;
-        open = true;
+      if (dev.run >= 0) {
+        const CollectiveInvocation& cur = out[dev.run];
+        if (cur.name != s.name || cur.op != s.op || cur.program != s.program) dev.run = -1;
       }
-      cur->spans.push_back(i);
-      cur->start_ns = std::min(cur->start_ns, s.start_ns);
-      cur->end_ns = std::max(cur->end_ns, s.end_ns);
-      cur->bytes += s.bytes;
+      if (dev.run < 0) {
+        Key key{s.name, s.op, s.program};
+        const int n = dev.runs[key]++;
+        const auto [it, made] =
+            invocation_of_run.try_emplace({std::move(key), n}, static_cast<int>(out.size()));
+        if (made) {
+          out.emplace_back();
+          out.back().name = s.name;
+          out.back().op = s.op;
+          out.back().program = s.program;
+          out.back().start_ns = s.start_ns;
+          out.back().end_ns = s.end_ns;
+        }
+        dev.run = it->second;
+      }
+      CollectiveInvocation& cur = out[dev.run];
+      cur.spans.push_back(i);
+      cur.start_ns = std::min(cur.start_ns, s.start_ns);
+      cur.end_ns = std::max(cur.end_ns, s.end_ns);
+      cur.bytes += s.bytes;
       const int d = device_of(s);
-      if (!std::binary_search(cur->devices.begin(), cur->devices.end(), d))
-        cur->devices.insert(std::lower_bound(cur->devices.begin(), cur->devices.end(), d), d);
-      invocation_of[i] = static_cast<int>(out.size()) - 1;
+      if (!std::binary_search(cur.devices.begin(), cur.devices.end(), d))
+        cur.devices.insert(std::lower_bound(cur.devices.begin(), cur.devices.end(), d), d);
+      invocation_of[i] = dev.run;
       continue;
     }
-    // Other work of another op on a device of the open invocation ends it. (The copies and
-    // folds inside a collective step carry the collective's op.)
-    if (open && s.op != out.back().op &&
-        std::binary_search(out.back().devices.begin(), out.back().devices.end(), device_of(s)))
-      open = false;
+    // Work of another op on the device ends its run. (The copies and folds inside a collective
+    // step carry the collective's op.)
+    if (dev.run >= 0 && s.op != out[dev.run].op) dev.run = -1;
   }
   if (out.empty()) return out;
   // Groups: devices linked by a flow into a copy that runs inside one of the invocation's steps,
@@ -319,6 +355,8 @@ std::vector<CollectiveInvocation> collective_invocations(const TraceData& trace)
     std::stable_sort(out[k].spans.begin(), out[k].spans.end(),
                      [&](size_t a, size_t b) { return spans[a].start_ns < spans[b].start_ns; });
   }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   return out;
 }
 
@@ -398,6 +436,40 @@ double follow_edge_ns(const TraceData& trace) {
     device = true;
   }
   return static_cast<double>(device ? edge : trace.max_ns());
+}
+
+std::string thousands(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string losses_warning(const TraceLosses& losses) {
+  if (!losses.any()) return "";
+  std::vector<std::string> parts;
+  if (losses.device_spans)
+    parts.push_back(thousands(losses.device_spans) +
+                    " device spans dropped by the profiler (the device ran too far behind for "
+                    "their timestamps to be kept)");
+  if (losses.events)
+    parts.push_back(thousands(losses.events) +
+                    " events overwritten in the profiler's ring buffer (the oldest)");
+  if (losses.missed)
+    parts.push_back(thousands(losses.missed) + " events the inspector fell too far behind to read");
+  if (losses.not_kept)
+    parts.push_back(thousands(losses.not_kept) +
+                    " spans past the most the inspector holds (restart the run to see new ones)");
+  std::string text = "Incomplete trace: ";
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? "; " : "") + parts[i];
+  text +=
+      ". That work ran but is not drawn: lanes have gaps, and the collectives table and range "
+      "totals count less than ran.";
+  if (losses.device_spans)
+    text += " MESHVK_PROFILE_SAMPLE=N (Options::sample_replays) profiles 1 jit replay in N.";
+  return text;
 }
 
 Provenance split_provenance(const std::string& text) {

@@ -29,6 +29,7 @@ struct LaneItem {
   uint32_t count = 1;               // spans merged (1: a single span)
   SpanKind kind = SpanKind::other;  // the span's, or the run's dominant kind by time
   bool highlighted = false;         // the span, or any span of the run, matches the op highlight
+  bool matched = false;             // the span matches the search (never merged into a run)
 };
 
 struct LaneLayout {
@@ -45,13 +46,19 @@ struct TrackGeometry {
   // A run ends once this wide, so a lane at "fit" shows where each kind of work dominates
   // rather than one bar of a single colour.
   float max_run_px = 6;
+  // A search match is drawn at least this wide, on its own, so that it can be seen and
+  // clicked at any zoom.
+  float min_match_px = 4;
 };
 
 // The rectangles of the lane's visible spans. Spans deeper than `max_depth` rows are left out
 // (a collapsed lane shows its top row). `highlight` (may be empty) says which spans the op
-// highlight lights; a run is lit when any of its spans is.
+// highlight lights; a run is lit when any of its spans is. `matched` (may be empty; indexed by
+// span) says which spans match the search: each is an item of its own, at least min_match_px
+// wide.
 LaneLayout layout_lane(const TraceData& trace, int lane, const TrackGeometry& geometry,
-                       int max_depth, const std::function<bool(const TraceSpan&)>& highlight);
+                       int max_depth, const std::function<bool(const TraceSpan&)>& highlight,
+                       const std::vector<char>& matched = {});
 
 // The item under pixel (x, row) of a layout, or -1: the index into layout.items.
 int item_at(const LaneLayout& layout, float x, int row);
@@ -61,6 +68,8 @@ std::vector<size_t> search_spans(const TraceData& trace, const std::string& quer
 // The match after (dir > 0) or before (dir < 0) position `current` of `count` matches,
 // wrapping; the first (or last) when current is -1.
 int step_match(size_t count, int current, int dir);
+// `matches` (span indices) as a mask over the trace's spans, for layout_lane.
+std::vector<char> match_mask(const TraceData& trace, const std::vector<size_t>& matches);
 
 // Work inside a time range, per lane and kind: how many spans touch it and how long they run
 // inside it. Nested host spans count once (only a lane's top row counts for the host).
@@ -97,9 +106,11 @@ struct CollectiveInvocation {
     return end_ns > start_ns ? static_cast<double>(bytes) / (end_ns - start_ns) : 0;
   }
 };
-// Collective step spans grouped into invocations: steps of one op follow each other on the
-// devices taking part; other work on one of those devices (an op that is not this collective)
-// ends the invocation.
+// Collective step spans grouped into invocations, by start. A device's consecutive steps of one
+// collective (until it runs work of another op) are its run of an invocation, and the n-th run
+// of a collective on every device makes its n-th invocation: the processes of a job, whose
+// spans interleave on one timeline, group alike. A device that skips an invocation (takes no
+// step in it) would shift its later runs by one.
 std::vector<CollectiveInvocation> collective_invocations(const TraceData& trace);
 // The smallest set of the mesh's axes whose device groups hold each group (size > 1) of
 // `groups`: "'b'", "('a', 'b')"; "" when no set does or no group moved data.
@@ -116,6 +127,12 @@ struct Provenance {
   std::string rule, source;
 };
 Provenance split_provenance(const std::string& text);
+
+// The warning the timeline shows above its lanes when work was lost before it got there (how
+// much, and what that means for what is drawn); "" when nothing was.
+std::string losses_warning(const TraceLosses& losses);
+// 44492 -> "44,492".
+std::string thousands(uint64_t n);
 
 // Where live follow keeps the view's right edge: the latest device timestamp once there is one
 // (device spans arrive after their timestamps are read back, so the host runs ahead of them),

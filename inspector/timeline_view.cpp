@@ -4,6 +4,7 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "app.hpp"
 
@@ -19,13 +20,27 @@ void draw_search(App& app) {
   buf[n] = 0;
   const bool enter = ImGui::InputTextWithHint("##search", "search name or op", buf, sizeof buf,
                                               ImGuiInputTextFlags_EnterReturnsTrue);
+  tl.search_active = ImGui::IsItemActive();
+  app.record_widget("search");
+  // Enter lets go of the field; take it back, so that Enter and Shift+Enter keep stepping.
+  if (enter) ImGui::SetKeyboardFocusHere(-1);
   tl.search = buf;
-  // Searching looks at every span: redo it when the query changed or the trace grew.
+  // Searching looks at every span: redo it when the query changed or the trace grew. A grown
+  // trace keeps the current match where it was.
   if (tl.search != tl.searched_for || tl.searched_spans != app.trace.spans().size()) {
+    const bool same_query = tl.search == tl.searched_for;
+    const size_t current = tl.match >= 0 && tl.match < static_cast<int>(tl.matches.size())
+                               ? tl.matches[tl.match]
+                               : SIZE_MAX;
     tl.matches = search_spans(app.trace, tl.search);
+    tl.match_mask = match_mask(app.trace, tl.matches);
     tl.searched_for = tl.search;
     tl.searched_spans = app.trace.spans().size();
     tl.match = -1;
+    if (same_query && current != SIZE_MAX) {
+      const auto it = std::find(tl.matches.begin(), tl.matches.end(), current);
+      if (it != tl.matches.end()) tl.match = static_cast<int>(it - tl.matches.begin());
+    }
   }
   int dir = 0;
   ImGui::SameLine();
@@ -55,11 +70,6 @@ void draw_timeline_view(App& app) {
   ImGui::SameLine();
   ImGui::TextDisabled("%zu spans, %zu flows, %zu lanes", trace.spans().size(), trace.flows().size(),
                       trace.lanes().size());
-  if (app.live_mode && app.live.missed() > 0) {
-    ImGui::SameLine();
-    ImGui::TextColored(ImVec4(1, 0.7f, 0.3f, 1), "%llu events missed",
-                       static_cast<unsigned long long>(app.live.missed()));
-  }
   ImGui::SameLine();
   if (ImGui::SmallButton("fit")) {
     app.view_start_ns = static_cast<double>(trace.min_ns());
@@ -89,6 +99,13 @@ void draw_timeline_view(App& app) {
     ImGui::TextDisabled("%s", span_kind_name(k));
   }
   draw_search(app);
+  // Lost work is said above the lanes, where the gaps it leaves are seen.
+  if (const std::string lost = losses_warning(trace.losses); !lost.empty()) {
+    ImGui::PushTextWrapPos();
+    ImGui::TextColored(ImVec4(1, 0.7f, 0.3f, 1), "%s", lost.c_str());
+    ImGui::PopTextWrapPos();
+    app.record_widget("timeline_warning");
+  }
   if (!app.trace_error.empty()) {
     ImGui::PushTextWrapPos();
     ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", app.trace_error.c_str());

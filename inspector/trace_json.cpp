@@ -803,6 +803,19 @@ bool Loader::other_data(od::value& value, size_t depth) {
     if (const auto err = std::move(entry).get(field)) return invalid(err);
     if (!key(field, keys, name, &place)) return false;
     od::value& v = field.value();
+    // What the profiler lost, for the timeline's warning; anything but a count is left alone.
+    uint64_t* lost = name == "dropped_spans"    ? &load_.data.losses.device_spans
+                     : name == "dropped_events" ? &load_.data.losses.events
+                     : name == "dropped_flows"  ? &load_.data.losses.flows
+                                                : nullptr;
+    if (lost) {
+      uint64_t n = 0;
+      if (!v.get_uint64().get(n))
+        *lost = n;
+      else if (!check(v, depth + 1))
+        return false;
+      continue;
+    }
     if (name != "clock_origin_ns") {
       if (!check(v, depth + 1)) return false;
       continue;
@@ -1157,6 +1170,7 @@ TraceLoad merge_trace_loads(std::vector<TraceLoad> loads) {
     const std::string label = l.process.empty() ? "file " + std::to_string(i + 1) : l.process;
     const int64_t shift = aligned ? *l.clock_origin_ns - earliest : 0;
     merged.data.append(l.data, shift, label + " / ");
+    merged.data.losses += l.data.losses;
     merged.skipped += l.skipped;
     sources += (sources.empty() ? "" : ", ") + l.data.source;
   }

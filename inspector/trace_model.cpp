@@ -79,6 +79,7 @@ void TraceData::set_span_end(size_t span, int64_t end_ns) {
 void TraceData::finish() {
   // Place the new spans, then re-sort only the lanes that got some.
   std::vector<bool> touched(lanes_.size(), false);
+  const size_t first_new = sorted_spans_;
   for (size_t i = sorted_spans_; i < spans_.size(); ++i) {
     const int l = spans_[i].lane;
     if (l < 0 || l >= static_cast<int>(lanes_.size())) continue;
@@ -107,6 +108,26 @@ void TraceData::finish() {
     }
     lanes_[l].depth = depth;
   }
+  for (size_t i = first_new; i < spans_.size(); ++i)
+    if (spans_[i].kind == SpanKind::collective && spans_[i].bytes == 0) fill_step_bytes(i);
+}
+
+void TraceData::fill_step_bytes(size_t step) {
+  // Traces of earlier engines left a one-shot step's bytes on the fold kernel inside it: the
+  // step moved what its copies did, or with none, what its kernels read and wrote.
+  TraceSpan& s = spans_[step];
+  if (s.lane < 0 || s.lane >= static_cast<int>(lanes_.size())) return;
+  const auto& ids = lanes_[s.lane].spans;
+  auto p = std::lower_bound(ids.begin(), ids.end(), s.start_ns,
+                            [&](size_t i, int64_t t) { return spans_[i].start_ns < t; });
+  uint64_t copies = 0, kernels = 0;
+  for (; p != ids.end() && spans_[*p].start_ns <= s.end_ns; ++p) {
+    const TraceSpan& c = spans_[*p];
+    if (*p == step || c.depth <= s.depth || c.end_ns > s.end_ns) continue;
+    if (c.kind == SpanKind::copy) copies += c.bytes;
+    if (c.kind == SpanKind::kernel) kernels += c.bytes;
+  }
+  s.bytes = copies ? copies : kernels;
 }
 
 void TraceData::append(const TraceData& other, int64_t shift_ns, const std::string& lane_prefix) {
@@ -148,6 +169,7 @@ void TraceData::clear() {
   thread_lanes_.clear();
   sorted_spans_ = 0;
   min_ns_ = max_ns_ = 0;
+  losses = {};
 }
 
 std::vector<CollectiveRow> TraceData::collectives() const {

@@ -58,6 +58,26 @@ struct CollectiveRow {
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
 };
 
+// What was lost before the trace reached the timeline: work that ran but is not drawn, so lanes
+// have gaps there and counts and totals fall short. From a file's otherData, or live from
+// meshvk::profile's counters and the inspector's reader.
+struct TraceLosses {
+  uint64_t device_spans = 0;  // dropped_spans: device work whose timestamps were not kept
+  uint64_t events = 0;        // dropped_events: overwritten in the profiler's ring buffer
+  uint64_t flows = 0;         // dropped_flows: flows whose source span was never seen
+  uint64_t missed = 0;        // live: events the reader fell too far behind to read
+  uint64_t not_kept = 0;      // live: spans past what the inspector holds (TraceData's cap)
+  bool any() const { return device_spans || events || missed || not_kept; }
+  TraceLosses& operator+=(const TraceLosses& o) {
+    device_spans += o.device_spans;
+    events += o.events;
+    flows += o.flows;
+    missed += o.missed;
+    not_kept += o.not_kept;
+    return *this;
+  }
+};
+
 class TraceData {
  public:
   // The lane for a (runtime, device, queue) key, made on first use; device -1 is the host.
@@ -74,7 +94,8 @@ class TraceData {
   void set_span_end(size_t span, int64_t end_ns);
   void add_flow(TraceFlow flow) { flows_.push_back(flow); }
   // Puts the spans added since the last call into their lanes, sorted by start, and works out
-  // nesting depths. Call after adding a batch.
+  // nesting depths; a collective step that says no bytes gets those of the copies (or, with
+  // none, the kernels) nested inside it. Call after adding a batch.
   void finish();
   // Adds another trace's lanes that hold spans (named `lane_prefix` + their name), its spans
   // `shift_ns` later, and its flows, then finish()es: several processes' traces on one timeline.
@@ -91,8 +112,11 @@ class TraceData {
 
   // The source, for the window title: "live" or a file path.
   std::string source;
+  TraceLosses losses;
 
  private:
+  void fill_step_bytes(size_t step);
+
   std::vector<TraceLane> lanes_;
   std::vector<TraceSpan> spans_;
   std::vector<TraceFlow> flows_;

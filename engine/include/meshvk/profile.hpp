@@ -47,7 +47,10 @@ struct Span {
   const char* rule = "";
   int64_t start_ns = 0;      // host monotonic clock (CLOCK_MONOTONIC), nanoseconds
   int64_t end_ns = 0;
-  uint64_t bytes = 0;  // bytes copied (copies) or moved (kernels that say); 0 when unknown
+  // Bytes copied (copies) or moved (kernels that say); a collective step: its copies' bytes, or
+  // where it copies nothing (a one-shot fold reading its peers in place) its kernels'; 0 when
+  // unknown.
+  uint64_t bytes = 0;
   uint64_t flops = 0;  // floating-point operations; 0 when unknown
   int peer = -1;       // host spans: the virtual device the activity was for (waits: waited on)
   uint64_t value = 0;  // host waits and submits: the timeline value waited for or signalled

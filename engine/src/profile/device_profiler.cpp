@@ -170,12 +170,13 @@ void DeviceProfiler::close(const std::shared_ptr<Slice>& slice, bool captured) {
 int DeviceProfiler::free_slot(Slice& slice) {
   for (size_t k = 0; k < slice.slot_used_.size(); ++k)
     if (!slice.slot_used_[k]) return static_cast<int>(k);
-  if (slice.slots_.size() >= kMaxSlots) return -1;
-  slice.slots_.push_back(std::make_unique<vk::Buffer>(device_, uint64_t{slice.used_} * 8,
-                                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                                                      device_.staging_memory_type(), true));
+  if (slice.slot_used_.size() >= kMaxSlots) return -1;
+  if (slice.slot_used_.size() == slice.slots_.size() * kSlotsPerBuffer)
+    slice.slots_.push_back(std::make_unique<vk::Buffer>(
+        device_, slice.slot_bytes() * kSlotsPerBuffer, VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+        device_.staging_memory_type(), true));
   slice.slot_used_.push_back(0);
-  return static_cast<int>(slice.slots_.size() - 1);
+  return static_cast<int>(slice.slot_used_.size() - 1);
 }
 
 DeviceProfiler::Submitted* DeviceProfiler::find(int device, uint64_t value) {
@@ -235,7 +236,8 @@ void DeviceProfiler::save(VkCommandBuffer cb, int lane, uint64_t signal, VkComma
     const uint32_t first = static_cast<uint32_t>(b) * kBlockQueries;
     const uint32_t n = std::min(kBlockQueries, slice.used_ - first);
     vkCmdCopyQueryPoolResults(cb, lanes_[slice.device_].blocks[slice.blocks_[b]]->handle(), 0, n,
-                              slice.slots_[k]->handle(), uint64_t{first} * 8, 8,
+                              slice.slot_buffer(k).handle(),
+                              slice.slot_offset(k) + uint64_t{first} * 8, 8,
                               VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
   }
   VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};

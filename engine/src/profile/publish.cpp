@@ -79,7 +79,10 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
   }
   ticks_.resize(slice.used_);
   if (s.slot >= 0) {
-    std::memcpy(ticks_.data(), slice.slots_[s.slot]->mapped(), uint64_t{slice.used_} * 8);
+    std::memcpy(
+        ticks_.data(),
+        static_cast<const char*>(slice.slot_buffer(s.slot).mapped()) + slice.slot_offset(s.slot),
+        slice.slot_bytes());
     slice.slot_used_[s.slot] = 0;
   } else {
     for (size_t b = 0; b < slice.blocks_.size(); ++b) {
@@ -114,12 +117,17 @@ bool DeviceProfiler::publish(int device, const Submitted& s) {
     step.rule = slice.rule_;
     step.start_ns = std::numeric_limits<int64_t>::max();
     step.end_ns = std::numeric_limits<int64_t>::min();
+    // Its bytes are what its copies moved; a step that copies nothing (a one-shot fold reading
+    // its peers' buffers in place) moved what its kernels read and wrote.
+    uint64_t kernel_bytes = 0;
     for (const SpanRecord& r : slice.spans_) {
       if (r.begin == kNoQuery || r.end == kNoQuery) continue;
       step.start_ns = std::min(step.start_ns, at(r.begin));
       step.end_ns = std::max(step.end_ns, at(r.end));
       if (r.kind == Kind::copy) step.bytes += r.bytes;
+      if (r.kind == Kind::kernel) kernel_bytes += r.bytes;
     }
+    if (step.bytes == 0) step.bytes = kernel_bytes;
     if (step.start_ns <= step.end_ns) {
       step.id = rec.next_span_id();
       rec.emit(step);
