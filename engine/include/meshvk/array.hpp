@@ -35,7 +35,8 @@ int int_axis(I axis, const char* op, size_t ndim) {
 }  // namespace detail
 struct Shard;
 
-// An immutable array (float32, bfloat16, float16, int32, bool, uint32) whose pieces live on virtual devices, laid out by a
+// An immutable array (float32, float64, bfloat16, float16, int8, int32, int64, uint8, uint32,
+// bool) whose pieces live on virtual devices, laid out by a
 // Sharding (jax.Array). Copies of an Array share its device buffers.
 class Array {
  public:
@@ -200,6 +201,31 @@ inline Array array(std::span<const uint32_t> values, Shape shape) {
   return array(values, std::optional<Shape>(std::move(shape)));
 }
 Array device_put(std::span<const uint32_t> values, Shape shape, const Sharding& sharding);
+
+// int8, uint8, int64 and float64 host values (numpy's int8, uint8, int64, float64: 1 and 8 bytes
+// per element, as on the device), on device 0 or laid out as `sharding`; read back with
+// to_host<int8_t>(), to_host<uint8_t>(), to_host<int64_t>(), to_host<double>(). An adapter
+// lacking the Vulkan feature a dtype needs (see meshvk/dtype.hpp) makes these an Error naming it.
+Array array(std::span<const int8_t> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const uint8_t> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const int64_t> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const double> values, std::optional<Shape> shape = std::nullopt);
+inline Array array(std::span<const int8_t> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+inline Array array(std::span<const uint8_t> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+inline Array array(std::span<const int64_t> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+inline Array array(std::span<const double> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+Array device_put(std::span<const int8_t> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const uint8_t> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const int64_t> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const double> values, Shape shape, const Sharding& sharding);
 
 // numpy.arange: int32 for integer bounds, float32 for float bounds.
 Array arange(int32_t stop);

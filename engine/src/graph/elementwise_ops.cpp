@@ -14,6 +14,7 @@
 #include "graph/elementwise_core.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/partial_sum.hpp"
+#include "kernels/wide_types.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/runtime.hpp"
@@ -60,27 +61,48 @@ OperandType type_of_operand(const Operand& o) {
   return {DType::int32, true};
 }
 
-// JAX's promotion restricted to meshvk's dtypes: the floating dtype of the array operands when
-// they have one (bfloat16 + bfloat16 is bfloat16, bfloat16 + int32 or bool is bfloat16), float32
-// when they have two different ones (bfloat16 + float16 is float32, as in JAX) or when only a
-// weak float scalar is floating (2.5 * int32 is float32; 2.5 * bfloat16 stays bfloat16); int32
-// otherwise (bool operands of arithmetic count as int32).
+// JAX's promotion (jnp.promote_types, the lattice of "Type promotion semantics") restricted to
+// meshvk's dtypes. Floating: the array operands' floating dtype when they have one (bfloat16 +
+// bfloat16 is bfloat16, bfloat16 + any integer or bool is bfloat16); two different ones join on
+// the lattice (bfloat16 + float16 is float32, anything + float64 is float64); float32 when only a
+// weak float scalar is floating (2.5 * int32 is float32, 2.5 * int8 too; 2.5 * bfloat16 stays
+// bfloat16). Integers: the widest signed and unsigned array dtypes join as JAX's table says
+// (int8 + int32 is int32, uint8 + uint32 is uint32, uint8 + int32 is int32, uint32 + int32 and
+// uint32 + int8 are int64); uint8 + int8 is int16 in JAX, which meshvk lacks: int32 here, the
+// next signed type it has. A weak int scalar takes the array's integer dtype (int8 + 1 is int8);
+// bools count as int32 when no other integer array is there (bool + bool arithmetic is int32, as
+// meshvk always did) and give way to one that is (bool + uint8 is uint8, as JAX).
 DType promote(std::initializer_list<OperandType> types) {
   std::optional<DType> strong_float;
-  bool mixed = false, weak_float = false;
+  bool weak_float = false;
+  int signed_bits = 0, unsigned_bits = 0;
+  const auto rank = [](DType d) { return d == DType::float64 ? 3 : d == DType::float32 ? 2 : 1; };
   for (const auto& t : types) {
-    if (!is_floating(t.dtype)) continue;
+    if (!is_floating(t.dtype)) {
+      if (t.weak) continue;
+      if (t.dtype == DType::int8) signed_bits = std::max(signed_bits, 8);
+      if (t.dtype == DType::int32) signed_bits = std::max(signed_bits, 32);
+      if (t.dtype == DType::int64) signed_bits = std::max(signed_bits, 64);
+      if (t.dtype == DType::uint8) unsigned_bits = std::max(unsigned_bits, 8);
+      if (t.dtype == DType::uint32) unsigned_bits = std::max(unsigned_bits, 32);
+      continue;
+    }
     if (t.weak) {
       weak_float = true;
-    } else if (!strong_float) {
+    } else if (!strong_float || *strong_float == t.dtype) {
       strong_float = t.dtype;
-    } else if (*strong_float != t.dtype) {
-      mixed = true;
+    } else if (rank(*strong_float) == 1 && rank(t.dtype) == 1) {
+      strong_float = DType::float32;  // bfloat16 + float16
+    } else if (rank(t.dtype) > rank(*strong_float)) {
+      strong_float = t.dtype;
     }
   }
-  if (mixed) return DType::float32;
   if (strong_float) return *strong_float;
-  return weak_float ? DType::float32 : DType::int32;
+  if (weak_float) return DType::float32;
+  if (unsigned_bits && !signed_bits) return unsigned_bits == 8 ? DType::uint8 : DType::uint32;
+  if (signed_bits > unsigned_bits) return signed_bits == 8 ? DType::int8 : signed_bits == 32 ? DType::int32 : DType::int64;
+  if (unsigned_bits == 32) return DType::int64;  // uint32 + a narrower or equal signed type
+  return DType::int32;  // uint8 + int8 (JAX: int16), or no integer arrays at all
 }
 
 }  // namespace detail::ew
@@ -90,6 +112,8 @@ namespace {
 using detail::ew::OperandType;
 
 // The value of a constant node as a float or an integer, and back in another dtype (folded casts).
+// (Constants of every dtype hold int32 or float32 bits: weak scalars are those, and folded casts
+// keep them so; the kernels widen them exactly for int64 and float64.)
 double constant_value(const EwNode& n) {
   if (is_floating(n.dtype)) {
     float f;
@@ -99,6 +123,14 @@ double constant_value(const EwNode& n) {
   if (n.dtype == DType::uint32) return static_cast<double>(n.bits);
   if (n.dtype == DType::bool_) return n.bits != 0 ? 1.0 : 0.0;
   return static_cast<int32_t>(n.bits);
+}
+
+// An int32 value as a constant of the integer dtype `want`: wrapped into int8 and uint8 (as the
+// kernels wrap every result), int32 bits otherwise (int64 sign-extends them).
+uint32_t wrap_bits(DType want, int32_t v) {
+  if (want == DType::int8) return static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(v)));
+  if (want == DType::uint8) return static_cast<uint32_t>(v) & 0xffu;
+  return static_cast<uint32_t>(v);
 }
 
 // Builds one fused program out of operands (arrays, pending or not, and scalars).
@@ -125,9 +157,17 @@ class ProgramBuilder {
       if (is_floating(n.dtype) && !is_floating(want)) {
         float f;
         std::memcpy(&f, &n.bits, 4);
-        c.bits = want == DType::int32 ? static_cast<uint32_t>(static_cast<int32_t>(f)) : (f != 0.0f);
+        // A float outside int32 has no defined conversion: the kernel's (which this must match)
+        // is the adapter's; such a constant stays a cast node.
+        if (want != DType::bool_ && !(f > -2147483649.0f && f < 2147483648.0f)) return push({EwOp::cast, want, node});
+        c.bits = want == DType::bool_ ? (f != 0.0f) : wrap_bits(want, static_cast<int32_t>(f));
+      } else if (is_integer(want) && n.dtype != DType::bool_) {
+        c.bits = wrap_bits(want, static_cast<int32_t>(n.bits));
+        if (n.dtype == DType::uint32 && want == DType::int64 && (n.bits >> 31) != 0)
+          return push({EwOp::cast, want, node});  // past int32: the kernel zero-extends it
       } else if (is_floating(want)) {
         // float32 of the value, then the 16-bit format's rounding (as a kernel's convert).
+        if (n.dtype == DType::uint32 || n.dtype == DType::int64) return push({EwOp::cast, want, node});
         const float f = is_floating(n.dtype) ? static_cast<float>(constant_value(n))
                                              : static_cast<float>(static_cast<int32_t>(n.bits));
         c.bits = bits_of(round_to(want, f));
@@ -419,6 +459,7 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
       if (ew != EwOp::cast) detail::reject_uint32(op, *a);
       arrays.push_back(a);
     }
+  if (compute == DType::float64 || result == DType::float64) detail::check_float64_op(op, ew);
   if (arrays.empty()) {
     // Scalars only: the first becomes a rank-0 array on device 0.
     const auto& first = operands.front().get();
@@ -439,6 +480,10 @@ Array elementwise(const char* op, EwOp ew, std::vector<Operand> operands, DType 
     if (a->impl()->runtime != rt)
       throw Error(std::string(op) + ": operands belong to different meshvk::Runtime objects");
   std::lock_guard lock(rt->mutex());
+  // A dtype the adapter lacks a feature for is refused here, where the op is called, rather than
+  // when the fused program runs.
+  for (const DType d : {compute, result})
+    if (is_8bit(d) || is_64bit(d)) kernels::require_dtype(*rt, arrays.front()->sharding().device_ids().front(), d);
   const Layout layout = choose_layout(op, arrays, out);
 
   // Lay operands out as the result needs; inline pending operands while the program stays small.
@@ -512,7 +557,8 @@ bool is_float_op(EwOp op) {
 
 Array unary(const char* op, EwOp ew, const Array& x) {
   DType t = x.dtype() == DType::bool_ ? DType::int32 : x.dtype();
-  if (is_float_op(ew) && !is_floating(t)) t = DType::float32;  // exp(bfloat16) stays bfloat16
+  // exp(bfloat16) stays bfloat16; ints go to float32, int64 to float64 (JAX's to_inexact_dtype)
+  if (is_float_op(ew) && !is_floating(t)) t = t == DType::int64 ? DType::float64 : DType::float32;
   if (ew == EwOp::logical_not) t = DType::bool_;
   return elementwise(op, ew, {x}, t, t);
 }

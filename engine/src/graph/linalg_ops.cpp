@@ -12,6 +12,7 @@
 #include "graph/array_impl.hpp"
 #include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
+#include "graph/elementwise_core.hpp"
 #include "graph/einsum.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
@@ -55,6 +56,12 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   // The products are summed in float32 for floating operands (bfloat16 and float16 too, as XLA
   // on CPU accumulates them) and the result rounded to the operands' promoted type.
   const DType promoted = detail::matmul_result_dtype(a0, b0);
+  // int8 / uint8 products sum in int32 and wrap back (the same values modulo 256 as 8-bit sums).
+  if (is_64bit(promoted))
+    throw Error("matmul: " + type_of(a0) + " @ " + type_of(b0) + " gives " + std::string(dtype_name(promoted)) +
+                ", which matmul does not support yet (its kernel computes in float32 / int32); astype the "
+                "operands to DType::float32 or DType::int32 first, or multiply and sum (x * y).sum(axis), "
+                "which float64 and int64 have");
   const DType dtype = is_floating(promoted) ? DType::float32 : DType::int32;
   Array a = astype(a0, dtype), b = astype(b0, dtype);
   const size_t ra = a.ndim(), rb = b.ndim();
@@ -275,12 +282,9 @@ Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_
 
 namespace detail {
 
+// JAX's promotion of the two (int8 @ int8 is int8, bool @ bool int32, as meshvk always did).
 DType matmul_result_dtype(const Array& a, const Array& b) {
-  const DType ta = a.dtype(), tb = b.dtype();
-  if (is_floating(ta) && is_floating(tb)) return ta == tb ? ta : DType::float32;
-  if (is_floating(ta)) return ta;
-  if (is_floating(tb)) return tb;
-  return DType::int32;
+  return ew::promote({{a.dtype(), false}, {b.dtype(), false}});
 }
 
 std::vector<Array> for_preferred_type(const char* op, const std::vector<Array>& operands, DType preferred) {
@@ -297,7 +301,8 @@ std::vector<Array> for_preferred_type(const char* op, const std::vector<Array>& 
                 (any_float ? "use DType::float32, DType::bfloat16 or DType::float16 (astype the operands to compute with integers)"
                            : "use DType::int32 or a floating dtype"));
   std::vector<Array> out;
-  for (const Array& x : operands) out.push_back(is_floating(preferred) ? astype(x, DType::float32) : x);
+  // Integer operands (int8 ones too) sum in int32, not wrapped to their own type first.
+  for (const Array& x : operands) out.push_back(astype(x, is_floating(preferred) ? DType::float32 : DType::int32));
   return out;
 }
 
