@@ -143,7 +143,8 @@ void expect_contains(const std::string& message, std::initializer_list<std::stri
 void expect_parses_or_errors(const std::vector<std::byte>& file, const std::string& label) {
   try {
     const HostArray array = meshvk::io::parse_npy(file, "fuzz.npy");
-    EXPECT_EQ(array.bytes.size(), static_cast<size_t>(meshvk::shape_size(array.shape)) * 4)
+    EXPECT_EQ(array.bytes.size(),
+              static_cast<size_t>(meshvk::shape_size(array.shape)) * meshvk::io::host_element_bytes(array.dtype))
         << label;
   } catch (const meshvk::Error& error) {
     EXPECT_EQ(std::string_view(error.what()).substr(0, 18), "load_npy(fuzz.npy)") << label;
