@@ -223,12 +223,6 @@ TEST(DtypesWideDevice, CollectivesInShardMapOnTheMesh) {
     for (int q = 0; q < 4; ++q)
       for (int c = 0; c < 3; ++c) shifted[r * 12 + ((q + 1) % 4) * 3 + c] = b[r * 12 + q * 3 + c];
   EXPECT_EQ(shift(xb).to_host<int8_t>(), shifted);
-  expect_error(
-      [&] {
-        (void)mv::shard_map([](const Array& a) { return mv::psum_scatter(a, "y", 1, true); }, mesh, {P("x")}, P("x", "y"))(
-            mv::device_put(std::span<const int64_t>(v), {2, 12}, mv::NamedSharding(mesh, P("x"))));
-      },
-      "psum_scatter: int64");
 }
 
 TEST(DtypesWideDevice, JitOnShardedArrays) {
@@ -270,7 +264,57 @@ TEST(DtypesWideDevice, MatmulAsJax) {
       want[i * 3 + j] = static_cast<int8_t>(s);
     }
   EXPECT_EQ(mv::matmul(arr(x, {5, 7}), arr(y, {7, 3})).to_host<int8_t>(), want);
-  // float64 and int64 products: multiply and sum, which they have.
-  const Array d = arr<double>({0.1, 0.2, 0.3}), e = arr<double>({3.0, 2.0, 1.0});
-  EXPECT_EQ(mv::sum(d * e).to_host<double>()[0], (0.1 * 3.0 + 0.2 * 2.0) + 0.3 * 1.0);
+  // float64 and int64: summed in their dtype (a broadcast product and a pairwise sum).
+  const Array d = arr<double>({0.1, 0.2, 0.3, 0.4}, {2, 2}), e = arr<double>({1.0, 2.0}, {2, 1});
+  EXPECT_EQ(mv::matmul(d, e).dtype(), DType::float64);
+  EXPECT_EQ(mv::matmul(d, e).to_host<double>(), (std::vector<double>{0.1 * 1.0 + 0.2 * 2.0, 0.3 * 1.0 + 0.4 * 2.0}));
+  EXPECT_EQ(mv::matmul(arr<int64_t>({int64_t{1} << 40, 3}, {1, 2}), arr<int64_t>({int64_t{1} << 20, 5}, {2, 1}))
+                .to_host<int64_t>(),
+            (std::vector<int64_t>{(int64_t{1} << 60) + 15}));
+  EXPECT_EQ(mv::matmul(mv::array({1, 2}, {1, 2}), arr<int64_t>({int64_t{1} << 40, 1}, {2, 1})).to_host<int64_t>(),
+            (std::vector<int64_t>{(int64_t{1} << 40) + 2}));
+  EXPECT_EQ(mv::matmul(a, b, DType::int64).to_host<int64_t>(), (std::vector<int64_t>{203, 367}));
+  EXPECT_EQ(mv::matmul(mv::array({0.1f}, {1, 1}), mv::array({0.1f}, {1, 1}), DType::float64).to_host<double>()[0],
+            static_cast<double>(0.1f) * static_cast<double>(0.1f));
+  // 5x7 @ 7x3 and a batch, dyadic values (exact sums in any order), and a transposed operand.
+  std::vector<double> xd(35), yd(21);
+  for (size_t i = 0; i < xd.size(); ++i) xd[i] = static_cast<double>(static_cast<int>(i % 11) - 5) * 0.5;
+  for (size_t i = 0; i < yd.size(); ++i) yd[i] = static_cast<double>(static_cast<int>(i % 7) - 3) * 0.25 + 1e-3 * 0;
+  std::vector<double> wd(15);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 7; ++k) wd[i * 3 + j] += xd[i * 7 + k] * yd[k * 3 + j];
+  EXPECT_EQ(mv::matmul(arr(xd, {5, 7}), arr(yd, {7, 3})).to_host<double>(), wd);
+  EXPECT_EQ(mv::matmul(arr(xd, {5, 7}), mv::transpose(mv::transpose(arr(yd, {7, 3})))).to_host<double>(), wd);
+  EXPECT_EQ(mv::einsum("ik,kj->ij", arr(xd, {5, 7}), arr(yd, {7, 3})).to_host<double>(), wd);
+  std::vector<double> twice(wd);
+  twice.insert(twice.end(), wd.begin(), wd.end());
+  EXPECT_EQ(mv::matmul(mv::broadcast_to(arr(xd, {1, 5, 7}), {2, 5, 7}), arr(yd, {7, 3})).to_host<double>(), twice);
+}
+
+TEST(DtypesWideDevice, ArgmaxAndPsumScatterOf64BitDtypes) {
+  EXPECT_EQ(mv::argmax(arr<int64_t>({3, kI64Max, kI64Max, -1}), 0).to_host<int32_t>()[0], 1);
+  EXPECT_EQ(mv::argmin(arr<int64_t>({3, kI64Max, kI64Min, kI64Min}), 0).to_host<int32_t>()[0], 2);
+  EXPECT_EQ(mv::argmax(arr<double>({1.0, NAN, 5.0, NAN}), 0).to_host<int32_t>()[0], 1);
+  EXPECT_EQ(mv::argmin(arr<double>({1.0, -2.0, 5.0, -2.0, 0.5}), 0).to_host<int32_t>()[0], 1);
+  const auto v = iota_of<int64_t>(2 * 7, -(int64_t{1} << 50), 3000000000LL);
+  std::vector<int64_t> shuffled(v);
+  std::swap(shuffled[2], shuffled[12]);
+  const Array x = arr(shuffled, {2, 7});
+  EXPECT_EQ(mv::argmax(x, 1).to_host<int32_t>(), (std::vector<int32_t>{2, 6}));
+  EXPECT_EQ(mv::argmin(x, 0, true).shape(), (mv::Shape{1, 7}));
+  EXPECT_EQ(mv::argmin(x, 0).to_host<int32_t>(), (std::vector<int32_t>{0, 0, 1, 0, 0, 1, 0}));  // v[12] and v[2] swapped
+  // psum_scatter over y (4 members) of int64 pieces of 1x12: each member's block of 3.
+  const auto mesh = mesh2x4();
+  const auto w = iota_of<int64_t>(2 * 48, (int64_t{1} << 55) + 7, 1234567);
+  const Array xw = mv::device_put(std::span<const int64_t>(w), {2, 48}, mv::NamedSharding(mesh, P("x", "y")));
+  const auto scatter = mv::shard_map([](const Array& a) { return mv::psum_scatter(a, "y", 1, true); }, mesh,
+                                     {P("x", "y")}, P("x", "y"));
+  std::vector<int64_t> want(2 * 12, 0);
+  for (int r = 0; r < 2; ++r)
+    for (int q = 0; q < 4; ++q)      // the member receiving block q
+      for (int c = 0; c < 3; ++c)    // element c of the block
+        for (int p = 0; p < 4; ++p)  // summed over the members' pieces
+          want[r * 12 + q * 3 + c] += w[r * 48 + p * 12 + q * 3 + c];
+  EXPECT_EQ(scatter(xw).to_host<int64_t>(), want);
 }

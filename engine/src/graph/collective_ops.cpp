@@ -246,7 +246,24 @@ static Array psum_scatter_untaped(const Array& input, const AxisNames& axis_name
   const detail::OpScope op_scope("reduce-scatter");  // profile hook
   const Mesh& mesh = bound_mesh("psum_scatter", axis_name);
   detail::reject_uint32("psum_scatter", input);
-  detail::reject_64bit("psum_scatter", input, "psum(x) and a slice of it give the same values");
+  if (is_64bit(input.dtype())) {
+    // int64 / float64: the whole sum on every member (gathered and added in rank order), then
+    // each member's block of it.
+    const Array y = reduce_over("psum_scatter", input, axis_name, collectives::Reduction::sum);
+    const int dim = normalize(scatter_dimension, static_cast<int>(y.ndim()), "psum_scatter", "scatter_dimension");
+    const int n = axis_size(axis_name);
+    const int64_t extent = y.shape()[dim];
+    if (tiled ? extent % n != 0 : extent != n)
+      throw Error("psum_scatter: dimension " + std::to_string(dim) + " of the local shape " + shape_to_string(y.shape()) +
+                  (tiled ? " must divide evenly among " : " must equal ") + std::to_string(n) + " members");
+    const int64_t chunk = extent / n;
+    std::vector<Array> start(y.ndim(), full(Shape{}, 0));
+    start[dim] = axis_index(axis_name) * static_cast<int32_t>(chunk);
+    Shape sizes = y.shape();
+    sizes[dim] = chunk;
+    const Array piece = dynamic_slice(y, start, sizes);
+    return tiled ? piece : squeeze(piece, {dim});
+  }
   if (is_8bit(input.dtype()))  // summed as int32 and wrapped back
     return detail::convert_untaped(
         psum_scatter_untaped(detail::convert_untaped(input, DType::int32), axis_name, scatter_dimension, tiled),

@@ -60,6 +60,15 @@ Array from_words(const Array& words, DType dtype);
 Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x, const std::vector<bool>& reduced,
                bool keepdims);
 
+// argmax / argmin of an int64 / float64 `x` along its one reduced axis: candidates compared in
+// halves with elementwise ops, ties and NaN going to the first index, as numpy's.
+Array arg_reduce64(kernels::ReduceOp kind, const Array& x, const std::vector<bool>& reduced, bool keepdims);
+
+// a @ b for int64 / float64 operands of one dtype ([..., m, k] @ [..., k, n], batch dimensions
+// equal or on one side): a broadcast product summed over k in the dtype (reduce64), exact for
+// int64, pairwise for float64; an Error past 2^26 products (no 64-bit matmul kernel yet).
+Array matmul64(const Array& a, const Array& b);
+
 // astype without a tape entry (for ops whose own rule covers the conversion, such as psum
 // computing a bfloat16 sum in float32).
 Array convert_untaped(const Array& x, DType dtype);

@@ -72,7 +72,7 @@ Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const s
   }
   if (input.valid() && is_64bit(input.dtype())) {
     if (kind != kernels::ReduceOp::sum && kind != kernels::ReduceOp::max && kind != kernels::ReduceOp::min)
-      detail::reject_64bit(op, input);
+      return detail::arg_reduce64(kind, input, reduced, keepdims);
     return detail::reduce64(op, kind, input, reduced, keepdims);  // taped ops: gradients follow
   }
   const Array y = reduce_untaped(op, kind, input, reduced, keepdims);

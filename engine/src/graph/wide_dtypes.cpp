@@ -1,5 +1,6 @@
 // int8, uint8, int64 and float64 in the graph layer: which ops refuse them, and how the ops whose
 // kernels move 32-bit words (reductions, collectives that sum) handle the 64-bit dtypes instead.
+#include <algorithm>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -114,6 +115,78 @@ Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x, const std
     n = half + n % 2;
   }
   return reshape(y, keepdims ? with_ones : kept);
+}
+
+Array arg_reduce64(kernels::ReduceOp kind, const Array& x, const std::vector<bool>& reduced, bool keepdims) {
+  const bool is_max = kind == kernels::ReduceOp::argmax;
+  size_t axis = 0;
+  while (axis < reduced.size() && !reduced[axis]) ++axis;
+  const int64_t count = x.shape()[axis];
+  if (count == 0)
+    throw Error(std::string(is_max ? "argmax" : "argmin") +
+                ": an empty axis has no position to give; reduce over a non-empty one");
+  std::vector<int> perm;
+  Shape kept, with_one;
+  for (size_t d = 0; d < x.ndim(); ++d) {
+    with_one.push_back(d == axis ? 1 : x.shape()[d]);
+    if (d == axis) continue;
+    perm.push_back(static_cast<int>(d));
+    kept.push_back(x.shape()[d]);
+  }
+  perm.push_back(static_cast<int>(axis));
+  Array y = transpose(x, perm);
+  Array at = broadcast_to(arange(static_cast<int32_t>(count)), y.shape());
+  const size_t last = kept.size();
+  const auto part = [&](const Array& a, int64_t from, int64_t to) {
+    std::vector<int64_t> start(last + 1, 0), stop(kept.begin(), kept.end());
+    start[last] = from;
+    stop.push_back(to);
+    return slice(a, start, stop);
+  };
+  // Pairs of candidates, halves at a time: the larger (smaller) wins, ties and NaN go to the
+  // lower index (numpy: the first occurrence, the first NaN).
+  for (int64_t n = count; n > 1;) {
+    const int64_t half = n / 2;
+    const Array a = part(y, 0, half), b = part(y, half, 2 * half);
+    const Array ia = part(at, 0, half), ib = part(at, half, 2 * half);
+    const Array earlier = ib < ia;
+    Array pick = logical_or(is_max ? b > a : b < a, logical_and(equal(a, b), earlier));
+    if (x.dtype() == DType::float64) {
+      const Array nan_a = not_equal(a, a), nan_b = not_equal(b, b);
+      pick = logical_or(logical_and(nan_b, logical_or(logical_not(nan_a), earlier)),
+                        logical_and(logical_not(logical_or(nan_a, nan_b)), pick));
+    }
+    Array z = where(pick, b, a), iz = where(pick, ib, ia);
+    if (n % 2 == 1) {
+      z = concatenate({z, part(y, 2 * half, n)}, static_cast<int>(last));
+      iz = concatenate({iz, part(at, 2 * half, n)}, static_cast<int>(last));
+    }
+    y = z;
+    at = iz;
+    n = half + n % 2;
+  }
+  return reshape(at, keepdims ? with_one : kept);
+}
+
+Array matmul64(const Array& a, const Array& b) {
+  // a [..., m, k, 1] * b [..., 1, k, n], summed over k: O(m k n) elements at once.
+  const int64_t m = a.shape()[a.ndim() - 2], k = a.shape().back(), n = b.shape().back();
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < std::max(a.ndim(), b.ndim()); ++d)
+    batch *= (a.ndim() > b.ndim() ? a : b).shape()[d];
+  constexpr int64_t kMaxProducts = int64_t{1} << 26;
+  if (batch * m * k * n > kMaxProducts)
+    throw Error("matmul: " + type_of(a) + " @ " + type_of(b) + " needs " + std::to_string(batch * m * k * n) +
+                " products at once, past the " + std::to_string(kMaxProducts) +
+                " the 64-bit matmul (a broadcast product and a sum: no 64-bit matmul kernel yet) takes; "
+                "split the operands, or astype them to DType::float32 / DType::int32");
+  Shape sa = a.shape(), sb = b.shape();
+  sa.push_back(1);
+  sb.insert(sb.end() - 2, 1);
+  const Array products = multiply(reshape(a, sa), reshape(b, sb));
+  std::vector<bool> reduced(products.ndim(), false);
+  reduced[products.ndim() - 2] = true;
+  return reduce64("matmul", kernels::ReduceOp::sum, products, reduced, false);
 }
 
 }  // namespace meshvk::detail
