@@ -67,7 +67,8 @@ TEST(DtypesWide, SizesAndNames) {
   EXPECT_EQ(mv::dtype_name(DType::int64), "int64");
   EXPECT_EQ(mv::dtype_name(DType::float64), "float64");
   EXPECT_TRUE(mv::is_floating(DType::float64));
-  EXPECT_TRUE(mv::is_integer(DType::int8) && mv::is_integer(DType::uint8) && mv::is_integer(DType::int64));
+  EXPECT_TRUE(mv::is_integer(DType::int8) && mv::is_integer(DType::uint8) &&
+              mv::is_integer(DType::int64));
   EXPECT_EQ(mv::type_of(arr<int8_t>({1, 2, 3})), "int8[3]");
 }
 
@@ -100,7 +101,8 @@ TEST(DtypesWide, HostRoundTripAtOddSizes) {
   EXPECT_EQ(mv::ones({3}, DType::int64).to_host<int64_t>(), std::vector<int64_t>(3, 1));
   EXPECT_EQ(mv::ones({3}, DType::float64).to_host<double>(), std::vector<double>(3, 1.0));
   EXPECT_EQ(mv::zeros({5}, DType::float64).to_host<double>(), std::vector<double>(5, 0.0));
-  EXPECT_EQ(mv::full_like(mv::zeros({3}, DType::float64), 0.1).to_host<double>(), std::vector<double>(3, 0.1));
+  EXPECT_EQ(mv::full_like(mv::zeros({3}, DType::float64), 0.1).to_host<double>(),
+            std::vector<double>(3, 0.1));
   EXPECT_EQ(mv::full_like(mv::zeros({2}, DType::int64), 3e12).to_host<int64_t>(),
             std::vector<int64_t>(2, 3000000000000LL));
   EXPECT_EQ(mv::zeros({8, 3}, DType::int64, rows).to_host<int64_t>(), std::vector<int64_t>(24, 0));
@@ -111,7 +113,8 @@ TEST(DtypesWide, HostRoundTripAtOddSizes) {
 TEST(DtypesWide, PromotionFollowsJaxTable) {
   const Array i8 = arr<int8_t>({1}), u8 = arr<uint8_t>({1}), i64 = arr<int64_t>({1});
   const Array f64 = arr<double>({1}), i32 = mv::array({1}), f32 = mv::array({1.0f});
-  const Array b = mv::array({1}) > 0, bf = mv::astype(f32, DType::bfloat16), h = mv::astype(f32, DType::float16);
+  const Array b = mv::array({1}) > 0, bf = mv::astype(f32, DType::bfloat16),
+              h = mv::astype(f32, DType::float16);
   const auto t = [](const Array& x) { return x.dtype(); };
   EXPECT_EQ(t(i8 + i8), DType::int8);
   EXPECT_EQ(t(i8 + i32), DType::int32);
@@ -162,14 +165,18 @@ TEST(DtypesWide, Int8ArithmeticWrapsAsNumpy) {
   EXPECT_EQ((a + b).to_host<int8_t>(), (std::vector<int8_t>{-56, 56, -128, 127, 8, -5, -127}));
   EXPECT_EQ((a - b).to_host<int8_t>(), (std::vector<int8_t>{0, 0, 126, -127, 2, -9, 127}));
   EXPECT_EQ((a * b).to_host<int8_t>(), (std::vector<int8_t>{16, 16, 127, -128, 15, -14, -128}));
-  EXPECT_EQ(mv::floor_divide(a, b).to_host<int8_t>(), (std::vector<int8_t>{1, 1, 127, -128, 1, -4, -128}));
+  EXPECT_EQ(mv::floor_divide(a, b).to_host<int8_t>(),
+            (std::vector<int8_t>{1, 1, 127, -128, 1, -4, -128}));
   EXPECT_EQ(mv::remainder(a, b).to_host<int8_t>(), (std::vector<int8_t>{0, 0, 0, 0, 2, 1, 0}));
   EXPECT_EQ((-a).to_host<int8_t>(), (std::vector<int8_t>{-100, 100, -127, -128, -5, 7, -128}));
   EXPECT_EQ(mv::abs(a).to_host<int8_t>(), (std::vector<int8_t>{100, 100, 127, -128, 5, 7, -128}));
-  EXPECT_EQ(mv::maximum(a, b).to_host<int8_t>(), (std::vector<int8_t>{100, -100, 127, -1, 5, 2, 1}));
-  EXPECT_EQ(mv::astype(a > b, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{0, 0, 1, 0, 1, 0, 0}));
+  EXPECT_EQ(mv::maximum(a, b).to_host<int8_t>(),
+            (std::vector<int8_t>{100, -100, 127, -1, 5, 2, 1}));
+  EXPECT_EQ(mv::astype(a > b, DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{0, 0, 1, 0, 1, 0, 0}));
   // A fused chain wraps after every op: (a + b) > 0 sees -56 for 100 + 100.
-  EXPECT_EQ(mv::astype(a + b > 0, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{0, 1, 0, 1, 1, 0, 0}));
+  EXPECT_EQ(mv::astype(a + b > 0, DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{0, 1, 0, 1, 1, 0, 0}));
   EXPECT_EQ((a + 1).to_host<int8_t>(), (std::vector<int8_t>{101, -99, -128, -127, 6, -6, -127}));
   EXPECT_EQ((a & b).to_host<int8_t>(), (std::vector<int8_t>{100, -100, 1, -128, 1, 0, 0}));
   EXPECT_EQ((~a).to_host<int8_t>(), (std::vector<int8_t>{-101, 99, -128, 127, -6, 6, 127}));
@@ -181,7 +188,8 @@ TEST(DtypesWide, Int8ArithmeticWrapsAsNumpy) {
     const Array yy = mv::slice(arr(y), {5}, {static_cast<int64_t>(n + 5)});
     EXPECT_EQ((arr(x) * 3 + yy).to_host<int8_t>(), want) << n;
   }
-  const Array col = arr<int8_t>({1, 100, -128}, {3, 1}), row = arr<int8_t>({0, 27, 28, -1, 127}, {1, 5});
+  const Array col = arr<int8_t>({1, 100, -128}, {3, 1}),
+              row = arr<int8_t>({0, 27, 28, -1, 127}, {1, 5});
   std::vector<int8_t> want;
   for (const int c : {1, 100, -128})
     for (const int r : {0, 27, 28, -1, 127}) want.push_back(static_cast<int8_t>(c + r));
@@ -196,7 +204,8 @@ TEST(DtypesWide, Uint8ArithmeticWrapsAsNumpy) {
   EXPECT_EQ((a * b).to_host<uint8_t>(), (std::vector<uint8_t>{196, 50, 0, 144, 1}));
   EXPECT_EQ(mv::floor_divide(a, b).to_host<uint8_t>(), (std::vector<uint8_t>{25, 0, 0, 100, 1}));
   EXPECT_EQ((-a).to_host<uint8_t>(), (std::vector<uint8_t>{6, 251, 0, 56, 1}));
-  EXPECT_EQ(mv::astype(a > 127, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{1, 0, 0, 1, 1}));
+  EXPECT_EQ(mv::astype(a > 127, DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{1, 0, 0, 1, 1}));
   EXPECT_EQ(mv::minimum(a, b).to_host<uint8_t>(), (std::vector<uint8_t>{10, 5, 0, 2, 255}));
   EXPECT_EQ((~a).to_host<uint8_t>(), (std::vector<uint8_t>{5, 250, 255, 55, 0}));
   for (const size_t n : kOddSizes) {
@@ -208,7 +217,8 @@ TEST(DtypesWide, Uint8ArithmeticWrapsAsNumpy) {
 }
 
 TEST(DtypesWide, Int64AndFloat64ComputeInTheirWidth) {
-  const Array a = arr<int64_t>({int64_t{1} << 40, -(int64_t{1} << 40), kI64Max, -7, 9007199254740993LL, kI64Min});
+  const Array a = arr<int64_t>(
+      {int64_t{1} << 40, -(int64_t{1} << 40), kI64Max, -7, 9007199254740993LL, kI64Min});
   const Array b = arr<int64_t>({1, 1, 1, 2, 2, -1});
   EXPECT_EQ((a + b).to_host<int64_t>(),
             (std::vector<int64_t>{(int64_t{1} << 40) + 1, -(int64_t{1} << 40) + 1, kI64Min, -5,
@@ -217,30 +227,38 @@ TEST(DtypesWide, Int64AndFloat64ComputeInTheirWidth) {
             (std::vector<int64_t>{3 * (int64_t{1} << 40), -3 * (int64_t{1} << 40), kI64Max - 2, -21,
                                   27021597764222979LL, kI64Min}));
   EXPECT_EQ(mv::floor_divide(a, b).to_host<int64_t>(),
-            (std::vector<int64_t>{int64_t{1} << 40, -(int64_t{1} << 40), kI64Max, -4, 4503599627370496LL, kI64Min}));
+            (std::vector<int64_t>{int64_t{1} << 40, -(int64_t{1} << 40), kI64Max, -4,
+                                  4503599627370496LL, kI64Min}));
   EXPECT_EQ(mv::remainder(a, b).to_host<int64_t>(), (std::vector<int64_t>{0, 0, 0, 1, 1, 0}));
   EXPECT_EQ(mv::floor_divide(a, 0).to_host<int64_t>(), std::vector<int64_t>(6, 0));
-  EXPECT_EQ(mv::astype(a > 5, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{1, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(mv::astype(a > 5, DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{1, 0, 1, 0, 1, 0}));
   EXPECT_EQ(mv::maximum(a, b).to_host<int64_t>(),
             (std::vector<int64_t>{int64_t{1} << 40, 1, kI64Max, 2, 9007199254740993LL, -1}));
   EXPECT_EQ((a ^ -1).to_host<int64_t>(),
-            (std::vector<int64_t>{~(int64_t{1} << 40), (int64_t{1} << 40) - 1, kI64Min, 6, ~9007199254740993LL, kI64Max}));
+            (std::vector<int64_t>{~(int64_t{1} << 40), (int64_t{1} << 40) - 1, kI64Min, 6,
+                                  ~9007199254740993LL, kI64Max}));
   EXPECT_EQ(mv::power(arr<int64_t>({3, -2}), arr<int64_t>({39, 63})).to_host<int64_t>(),
             (std::vector<int64_t>{4052555153018976267LL, kI64Min}));
 
   const Array x = arr<double>({0.1, 0.2, 1e300, -1e-300, 3.0});
   const Array y = arr<double>({0.2, 0.1, 1e300, 1e-300, 7.0});
-  EXPECT_EQ((x + y).to_host<double>(), (std::vector<double>{0.1 + 0.2, 0.2 + 0.1, 2e300, 0.0, 10.0}));
-  EXPECT_EQ((x * y).to_host<double>(), (std::vector<double>{0.1 * 0.2, 0.2 * 0.1, INFINITY, -1e-300 * 1e-300, 21.0}));
-  EXPECT_EQ((x - y).to_host<double>(), (std::vector<double>{0.1 - 0.2, 0.2 - 0.1, 0.0, -2e-300, -4.0}));
+  EXPECT_EQ((x + y).to_host<double>(),
+            (std::vector<double>{0.1 + 0.2, 0.2 + 0.1, 2e300, 0.0, 10.0}));
+  EXPECT_EQ((x * y).to_host<double>(),
+            (std::vector<double>{0.1 * 0.2, 0.2 * 0.1, INFINITY, -1e-300 * 1e-300, 21.0}));
+  EXPECT_EQ((x - y).to_host<double>(),
+            (std::vector<double>{0.1 - 0.2, 0.2 - 0.1, 0.0, -2e-300, -4.0}));
   const auto q = (x / y).to_host<double>();
   EXPECT_NEAR(q[0], 0.5, 1e-16);
   EXPECT_NEAR(q[4], 3.0 / 7.0, 1e-16);
   EXPECT_NEAR(mv::sqrt(arr<double>({2.0})).to_host<double>()[0], 1.4142135623730951, 4e-16);
-  EXPECT_EQ(mv::astype(x < y, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{1, 0, 0, 1, 1}));
+  EXPECT_EQ(mv::astype(x < y, DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{1, 0, 0, 1, 1}));
   EXPECT_EQ(mv::maximum(x, arr<double>({NAN, 0, 0, 0, 0})).to_host<double>()[1], 0.2);
   EXPECT_TRUE(std::isnan(mv::maximum(x, arr<double>({NAN, 0, 0, 0, 0})).to_host<double>()[0]));
-  EXPECT_EQ(mv::where(x > 0.15, x, y).to_host<double>(), (std::vector<double>{0.2, 0.2, 1e300, 1e-300, 3.0}));
+  EXPECT_EQ(mv::where(x > 0.15, x, y).to_host<double>(),
+            (std::vector<double>{0.2, 0.2, 1e300, 1e-300, 3.0}));
   // A weak float scalar is taken as C++ gave it: 0.5 is exact either way.
   EXPECT_EQ((x * 0.5).to_host<double>(), (std::vector<double>{0.05, 0.1, 5e299, -5e-301, 1.5}));
   for (const size_t n : kOddSizes) {
@@ -260,46 +278,67 @@ TEST(DtypesWide, Int64AndFloat64ComputeInTheirWidth) {
 // too; meshvk gives the adapter's int32 conversion, wrapped to 8 bits: not tested.)
 TEST(DtypesWide, AstypeBetweenDtypes) {
   const Array f = mv::array({1.9f, -1.9f, 127.0f, -128.0f, 0.5f, 255.0f});
-  EXPECT_EQ(mv::astype(f, DType::int8).to_host<int8_t>(), (std::vector<int8_t>{1, -1, 127, -128, 0, -1}));
-  EXPECT_EQ(mv::astype(mv::abs(f), DType::uint8).to_host<uint8_t>(), (std::vector<uint8_t>{1, 1, 127, 128, 0, 255}));
-  EXPECT_EQ(mv::astype(f, DType::int64).to_host<int64_t>(), (std::vector<int64_t>{1, -1, 127, -128, 0, 255}));
+  EXPECT_EQ(mv::astype(f, DType::int8).to_host<int8_t>(),
+            (std::vector<int8_t>{1, -1, 127, -128, 0, -1}));
+  EXPECT_EQ(mv::astype(mv::abs(f), DType::uint8).to_host<uint8_t>(),
+            (std::vector<uint8_t>{1, 1, 127, 128, 0, 255}));
+  EXPECT_EQ(mv::astype(f, DType::int64).to_host<int64_t>(),
+            (std::vector<int64_t>{1, -1, 127, -128, 0, 255}));
   const Array i = mv::array({300, -129, 128, -1, 256, 257});
-  EXPECT_EQ(mv::astype(i, DType::int8).to_host<int8_t>(), (std::vector<int8_t>{44, 127, -128, -1, 0, 1}));
-  EXPECT_EQ(mv::astype(i, DType::uint8).to_host<uint8_t>(), (std::vector<uint8_t>{44, 127, 128, 255, 0, 1}));
+  EXPECT_EQ(mv::astype(i, DType::int8).to_host<int8_t>(),
+            (std::vector<int8_t>{44, 127, -128, -1, 0, 1}));
+  EXPECT_EQ(mv::astype(i, DType::uint8).to_host<uint8_t>(),
+            (std::vector<uint8_t>{44, 127, 128, 255, 0, 1}));
   const Array s = arr<int8_t>({-1, -128, 127, 0});
-  EXPECT_EQ(mv::astype(s, DType::uint8).to_host<uint8_t>(), (std::vector<uint8_t>{255, 128, 127, 0}));
-  EXPECT_EQ(mv::astype(mv::astype(s, DType::uint8), DType::int8).to_host<int8_t>(), s.to_host<int8_t>());
-  EXPECT_EQ(mv::astype(s, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{-1, -128, 127, 0}));
+  EXPECT_EQ(mv::astype(s, DType::uint8).to_host<uint8_t>(),
+            (std::vector<uint8_t>{255, 128, 127, 0}));
+  EXPECT_EQ(mv::astype(mv::astype(s, DType::uint8), DType::int8).to_host<int8_t>(),
+            s.to_host<int8_t>());
+  EXPECT_EQ(mv::astype(s, DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{-1, -128, 127, 0}));
   EXPECT_EQ(mv::astype(mv::astype(s, DType::uint8), DType::int32).to_host<int32_t>(),
             (std::vector<int32_t>{255, 128, 127, 0}));
   EXPECT_EQ(mv::astype(s, DType::float32).to_host<float>(), (std::vector<float>{-1, -128, 127, 0}));
-  EXPECT_EQ(mv::astype(mv::astype(s, DType::bool_), DType::int32).to_host<int32_t>(), (std::vector<int32_t>{1, 1, 1, 0}));
-  EXPECT_EQ(mv::astype(s, DType::int64).to_host<int64_t>(), (std::vector<int64_t>{-1, -128, 127, 0}));
-  EXPECT_EQ(mv::astype(s, DType::float64).to_host<double>(), (std::vector<double>{-1, -128, 127, 0}));
+  EXPECT_EQ(mv::astype(mv::astype(s, DType::bool_), DType::int32).to_host<int32_t>(),
+            (std::vector<int32_t>{1, 1, 1, 0}));
+  EXPECT_EQ(mv::astype(s, DType::int64).to_host<int64_t>(),
+            (std::vector<int64_t>{-1, -128, 127, 0}));
+  EXPECT_EQ(mv::astype(s, DType::float64).to_host<double>(),
+            (std::vector<double>{-1, -128, 127, 0}));
   // int64 <-> float64, past float32's and int32's ranges.
-  const Array big = arr<int64_t>({int64_t{1} << 53, -(int64_t{1} << 53) - 2, 1000000000000000000LL, 5, -3});
+  const Array big =
+      arr<int64_t>({int64_t{1} << 53, -(int64_t{1} << 53) - 2, 1000000000000000000LL, 5, -3});
   EXPECT_EQ(mv::astype(big, DType::float64).to_host<double>(),
             (std::vector<double>{0x1p53, -0x1p53 - 2, 1e18, 5.0, -3.0}));
-  EXPECT_EQ(mv::astype(mv::astype(big, DType::float64), DType::int64).to_host<int64_t>(), big.to_host<int64_t>());
+  EXPECT_EQ(mv::astype(mv::astype(big, DType::float64), DType::int64).to_host<int64_t>(),
+            big.to_host<int64_t>());
   EXPECT_EQ(mv::astype(arr<double>({-2.5, 2.999, 1e18, -0.0}), DType::int64).to_host<int64_t>(),
             (std::vector<int64_t>{-2, 2, 1000000000000000000LL, 0}));
-  EXPECT_EQ(mv::astype(arr<int64_t>({(int64_t{1} << 32) + 5, -2147483649LL, 300}), DType::int32).to_host<int32_t>(),
+  EXPECT_EQ(mv::astype(arr<int64_t>({(int64_t{1} << 32) + 5, -2147483649LL, 300}), DType::int32)
+                .to_host<int32_t>(),
             (std::vector<int32_t>{5, 2147483647, 300}));
-  EXPECT_EQ(mv::astype(arr<int64_t>({300, -1, 255}), DType::int8).to_host<int8_t>(), (std::vector<int8_t>{44, -1, -1}));
-  EXPECT_EQ(mv::astype(mv::array({-5, 7}), DType::int64).to_host<int64_t>(), (std::vector<int64_t>{-5, 7}));
-  EXPECT_EQ(mv::astype(mv::array(std::vector<uint32_t>{4294967295u, 7u}), DType::int64).to_host<int64_t>(),
+  EXPECT_EQ(mv::astype(arr<int64_t>({300, -1, 255}), DType::int8).to_host<int8_t>(),
+            (std::vector<int8_t>{44, -1, -1}));
+  EXPECT_EQ(mv::astype(mv::array({-5, 7}), DType::int64).to_host<int64_t>(),
+            (std::vector<int64_t>{-5, 7}));
+  EXPECT_EQ(mv::astype(mv::array(std::vector<uint32_t>{4294967295u, 7u}), DType::int64)
+                .to_host<int64_t>(),
             (std::vector<int64_t>{4294967295LL, 7}));
-  EXPECT_EQ(mv::astype(arr<int64_t>({-1, 7}), DType::uint32).to_host<uint32_t>(), (std::vector<uint32_t>{4294967295u, 7u}));
+  EXPECT_EQ(mv::astype(arr<int64_t>({-1, 7}), DType::uint32).to_host<uint32_t>(),
+            (std::vector<uint32_t>{4294967295u, 7u}));
   // float64 <-> the float formats: rounded to nearest, widened exactly.
   EXPECT_EQ(mv::astype(arr<double>({0.1, 1e300, -1.5}), DType::float32).to_host<float>(),
             (std::vector<float>{0.1f, INFINITY, -1.5f}));
   EXPECT_EQ(mv::astype(mv::array({0.1f, -0.0f}), DType::float64).to_host<double>(),
             (std::vector<double>{static_cast<double>(0.1f), -0.0}));
-  EXPECT_EQ(mv::astype(mv::astype(arr<double>({1.5, -2.0}), DType::bfloat16), DType::float64).to_host<double>(),
+  EXPECT_EQ(mv::astype(mv::astype(arr<double>({1.5, -2.0}), DType::bfloat16), DType::float64)
+                .to_host<double>(),
             (std::vector<double>{1.5, -2.0}));
-  EXPECT_EQ(mv::astype(arr<double>({255.9, 0.5}), DType::uint8).to_host<uint8_t>(), (std::vector<uint8_t>{255, 0}));
-  EXPECT_EQ(mv::astype(mv::astype(mv::array({0, 3}) > 0, DType::int64), DType::float64).to_host<double>(),
-            (std::vector<double>{0.0, 1.0}));
+  EXPECT_EQ(mv::astype(arr<double>({255.9, 0.5}), DType::uint8).to_host<uint8_t>(),
+            (std::vector<uint8_t>{255, 0}));
+  EXPECT_EQ(
+      mv::astype(mv::astype(mv::array({0, 3}) > 0, DType::int64), DType::float64).to_host<double>(),
+      (std::vector<double>{0.0, 1.0}));
   // Every pair round trips the values every dtype holds (0..100).
   std::vector<int32_t> small(101);
   for (int k = 0; k <= 100; ++k) small[k] = k;
@@ -309,14 +348,16 @@ TEST(DtypesWide, AstypeBetweenDtypes) {
     for (const DType to : mv::kAllDTypes) {
       if (to == DType::bool_) continue;
       const Array r = mv::astype(mv::astype(mv::astype(base, from), to), DType::int32);
-      EXPECT_EQ(r.to_host<int32_t>(), small) << mv::dtype_name(from) << " -> " << mv::dtype_name(to);
+      EXPECT_EQ(r.to_host<int32_t>(), small)
+          << mv::dtype_name(from) << " -> " << mv::dtype_name(to);
     }
   }
 }
 
 TEST(DtypesWide, PrintsAsNumpy) {
   // Strings as numpy 1.24 printed the arrays in tests/data/wide_dtypes (make.py).
-  EXPECT_EQ(arr<int8_t>({-128, -1, 0, 1, 100, 127}, {2, 3}).to_string(), "[[-128   -1    0]\n [   1  100  127]]");
+  EXPECT_EQ(arr<int8_t>({-128, -1, 0, 1, 100, 127}, {2, 3}).to_string(),
+            "[[-128   -1    0]\n [   1  100  127]]");
   EXPECT_EQ(arr<uint8_t>({0, 1, 128, 200, 255}).to_string(), "[  0   1 128 200 255]");
   EXPECT_EQ(arr<int64_t>({kI64Min, -1, 2147483648LL, 9007199254740993LL, kI64Max}).to_string(),
             "[-9223372036854775808                   -1           2147483648\n"
@@ -341,7 +382,8 @@ TEST(DtypesWide, NpyFilesNumpyWroteAndRoundTrips) {
   EXPECT_EQ(i1.dtype(), DType::int8);
   EXPECT_EQ(i1.shape(), (mv::Shape{2, 3}));
   EXPECT_EQ(i1.to_host<int8_t>(), (std::vector<int8_t>{-128, -1, 0, 1, 100, 127}));
-  EXPECT_EQ(mv::load_npy(data + "u1.npy").to_host<uint8_t>(), (std::vector<uint8_t>{0, 1, 128, 200, 255}));
+  EXPECT_EQ(mv::load_npy(data + "u1.npy").to_host<uint8_t>(),
+            (std::vector<uint8_t>{0, 1, 128, 200, 255}));
   EXPECT_EQ(mv::load_npy(data + "i8.npy").to_host<int64_t>(),
             (std::vector<int64_t>{kI64Min, -1, 2147483648LL, 9007199254740993LL, kI64Max}));
   const auto f8 = mv::load_npy(data + "f8.npy").to_host<double>();
@@ -385,14 +427,31 @@ TEST(DtypesWide, ErrorsNameTheDtypeAndTheWayOut) {
   expect_error([] { (void)arr<uint8_t>({1}).to_host<int8_t>(); }, "to_host<uint8_t>");
   expect_error([] { (void)arr<int64_t>({1}).to_host<int32_t>(); }, "to_host<int64_t>");
   expect_error([] { (void)arr<double>({1}).to_host<float>(); }, "to_host<double>");
-  expect_error([] { (void)mv::exp(arr<double>({1.0})).to_host<double>(); }, "float64 has no kernel for this op");
+  expect_error([] { (void)mv::exp(arr<double>({1.0})).to_host<double>(); },
+               "float64 has no kernel for this op");
   expect_error([] { (void)mv::exp(arr<int64_t>({1})); }, "astype(x, DType::float32)");
-  expect_error([] { (void)mv::matmul(mv::zeros({512, 512}, DType::float64), mv::zeros({512, 512}, DType::float64)); },
-               "past the 67108864 the 64-bit matmul");
-  expect_error([] { (void)mv::matmul(mv::array({1}, {1, 1}), mv::array({1}, {1, 1}), DType::uint8); },
-               "use DType::int32, DType::int64 or a floating dtype");
-  expect_error([] { (void)mv::sort(arr<double>({1.0, 2.0}), 0); }, "float64[2] is not supported yet");
+  expect_error(
+      [] {
+        (void)mv::matmul(mv::zeros({512, 512}, DType::float64),
+                         mv::zeros({512, 512}, DType::float64));
+      },
+      "past the 67108864 the 64-bit matmul");
+  expect_error(
+      [] {
+        (void)mv::matmul(mv::array({1}, {1, 1}), mv::array({1}, {1, 1}), DType::uint8);
+      },
+      "use DType::int32, DType::int64 or a floating dtype");
+  expect_error(
+      [] {
+        (void)mv::sort(arr<double>({1.0, 2.0}), 0);
+      },
+      "float64[2] is not supported yet");
   expect_error([] { (void)(arr<double>({1.0}) & arr<double>({1.0})); }, "not defined for float64");
+  // A weak int outside the 8-bit dtype: JAX's OverflowError.
+  expect_error([] { (void)(arr<uint8_t>({1}) + 300); },
+               "add: scalar 300 does not fit uint8 (0 to 255)");
+  expect_error([] { (void)(arr<int8_t>({1}) * -129); }, "does not fit int8 (-128 to 127)");
+  expect_error([] { (void)(arr<uint8_t>({1}) > -1); }, "does not fit uint8");
   expect_runtime_usable();
 }
 
@@ -400,14 +459,26 @@ TEST(DtypesWide, ErrorsNameTheDtypeAndTheWayOut) {
 // makes the adapter lack them).
 TEST(DtypesWide, MissingFeaturesAreErrorsNamingThem) {
   {
-    const ScopedEnv hide("MESHVK_HIDE_FEATURES", "shaderInt64,shaderFloat64,storageBuffer8BitAccess");
+    const ScopedEnv hide("MESHVK_HIDE_FEATURES",
+                         "shaderInt64,shaderFloat64,storageBuffer8BitAccess");
     mv::Runtime rt;
-    expect_error([] { (void)arr<int64_t>({1, 2}); }, "int64 arrays need the Vulkan feature shaderInt64");
-    expect_error([] { (void)arr<double>({1.0}); }, "float64 arrays need the Vulkan feature shaderFloat64");
-    expect_error([] { (void)arr<int8_t>({1}); }, "int8 arrays need the Vulkan feature storageBuffer8BitAccess");
-    expect_error([] { (void)mv::astype(mv::array({1, 2}), DType::uint8); }, "storageBuffer8BitAccess");
+    expect_error(
+        [] {
+          (void)arr<int64_t>({1, 2});
+        },
+        "int64 arrays need the Vulkan feature shaderInt64");
+    expect_error([] { (void)arr<double>({1.0}); },
+                 "float64 arrays need the Vulkan feature shaderFloat64");
+    expect_error([] { (void)arr<int8_t>({1}); },
+                 "int8 arrays need the Vulkan feature storageBuffer8BitAccess");
+    expect_error(
+        [] {
+          (void)mv::astype(mv::array({1, 2}), DType::uint8);
+        },
+        "storageBuffer8BitAccess");
     expect_error([] { (void)mv::zeros({3}, DType::int64); }, "shaderInt64");
-    expect_error([] { (void)mv::astype(mv::array({1.0f}), DType::float64).to_host<double>(); }, "shaderFloat64");
+    expect_error([] { (void)mv::astype(mv::array({1.0f}), DType::float64).to_host<double>(); },
+                 "shaderFloat64");
     // The other dtypes still work there.
     EXPECT_EQ((mv::array({1, 2}) + 1).to_host<int32_t>(), (std::vector<int32_t>{2, 3}));
   }

@@ -23,12 +23,18 @@ namespace meshvk {
 // below (2 bytes each, as on the device).
 //
 // int8 and uint8 are stored in 1 byte per element, int64 and float64 in 8 (dtype_size), with
-// numpy's and JAX's semantics: integer arithmetic wraps modulo 2^bits, float -> int conversions
-// truncate toward zero (out of range: see astype in ops.hpp), float64 is computed in float64.
-// The device needs Vulkan features for them: int8/uint8 storageBuffer8BitAccess, int64
-// shaderInt64, float64 shaderFloat64 (an Error names the missing one). float64 is a dtype asked
-// for explicitly (there is no jax_enable_x64 switch): C++ double literals stay weak float32
-// scalars, as they always were.
+// numpy's and JAX's semantics: integer arithmetic wraps modulo 2^bits after every op (also inside
+// a fused chain), astype from a float truncates toward zero and between integers wraps, int64 <->
+// float64 is exact where representable (a float outside the target's range is undefined in numpy
+// too: meshvk gives the adapter's conversion to int32, wrapped to 8 bits, or to int64), float64
+// is computed in float64. Promotion is JAX's table (int8 + int32 is int32, uint32 + int32 int64,
+// anything + float64 float64; uint8 + int8, int16 in JAX, is int32: there is no int16). The
+// device needs Vulkan features for them: int8 / uint8 storageBuffer8BitAccess and shaderInt8,
+// int64 shaderInt64, float64 shaderFloat64 (an Error names the missing one). float64 is a dtype
+// asked for explicitly (there is no jax_enable_x64 switch): C++ double literals stay weak
+// float32 scalars, as they always were, so they never turn float32 programs into float64 ones.
+// float64 has no transcendental functions yet (the math library is float32): exp(x) of a float64
+// x is an Error; +, -, *, /, comparisons, abs, sqrt, maximum, minimum, where and astype work.
 enum class DType { float32, int32, bool_, uint32, bfloat16, float16, int8, uint8, int64, float64 };
 
 // Every dtype, in the enum's order (for tests and errors that list them).

@@ -6,6 +6,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/reduce.hpp"
 #include "meshvk/array.hpp"
+#include "meshvk/ops.hpp"
 #include "meshvk/error.hpp"
 
 namespace meshvk::detail {
@@ -44,6 +45,10 @@ constexpr DType word_dtype(DType dtype) {
 // Throws Error for int64 and float64 in ops whose kernels move 32-bit words only (`what` says
 // what the op does instead, or "").
 void reject_64bit(const char* op, const Array& x, const std::string& instead = "");
+
+// Throws Error for a weak int scalar among `operands` that is no value of `dtype` (int8 or
+// uint8), as JAX raises OverflowError for uint8 + 300.
+void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DType dtype);
 
 // Throws Error for an elementwise op float64 has no kernel for: GLSL's double arithmetic covers
 // + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where

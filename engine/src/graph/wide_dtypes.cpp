@@ -4,6 +4,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <string_view>
 
 #include "graph/array_impl.hpp"
 #include "graph/dtype_support.hpp"
@@ -14,27 +15,65 @@ namespace meshvk::detail {
 
 void reject_64bit(const char* op, const Array& x, const std::string& instead) {
   if (!x.valid() || !is_64bit(x.dtype())) return;
-  throw Error(std::string(op) + ": " + type_of(x) + " is not supported yet (its kernel moves 32-bit words); " +
-              (instead.empty() ? std::string("astype(x, ") + (is_floating(x.dtype()) ? "DType::float32" : "DType::int32") +
+  throw Error(std::string(op) + ": " + type_of(x) +
+              " is not supported yet (its kernel moves 32-bit words); " +
+              (instead.empty() ? std::string("astype(x, ") +
+                                     (is_floating(x.dtype()) ? "DType::float32" : "DType::int32") +
                                      ") first if the values fit"
                                : instead));
+}
+
+void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DType dtype) {
+  // bitwise_not's all-ones -1 is the bits, not a value.
+  if (std::string_view(op) == "bitwise_not") return;
+  const bool is_signed = dtype == DType::int8;
+  for (const Operand& o : operands)
+    if (const auto* i = std::get_if<int32_t>(&o.get());
+        i && (*i < (is_signed ? -128 : 0) || *i > (is_signed ? 127 : 255)))
+      throw Error(
+          std::string(op) + ": scalar " + std::to_string(*i) + " does not fit " +
+          std::string(dtype_name(dtype)) + " (" + (is_signed ? "-128 to 127" : "0 to 255") +
+          "), the dtype of the array it meets (JAX raises OverflowError too); astype the array to "
+          "DType::int32 first, or give a value in range");
 }
 
 void check_float64_op(const char* op, kernels::EwOp ew) {
   using kernels::EwOp;
   switch (ew) {
-    case EwOp::input: case EwOp::constant: case EwOp::neg: case EwOp::abs: case EwOp::sign:
-    case EwOp::sqrt: case EwOp::rsqrt: case EwOp::relu: case EwOp::square: case EwOp::reciprocal:
-    case EwOp::logical_not: case EwOp::cast: case EwOp::add: case EwOp::sub: case EwOp::mul:
-    case EwOp::div: case EwOp::maximum: case EwOp::minimum: case EwOp::eq: case EwOp::ne:
-    case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge: case EwOp::logical_and:
-    case EwOp::logical_or: case EwOp::where:
+    case EwOp::input:
+    case EwOp::constant:
+    case EwOp::neg:
+    case EwOp::abs:
+    case EwOp::sign:
+    case EwOp::sqrt:
+    case EwOp::rsqrt:
+    case EwOp::relu:
+    case EwOp::square:
+    case EwOp::reciprocal:
+    case EwOp::logical_not:
+    case EwOp::cast:
+    case EwOp::add:
+    case EwOp::sub:
+    case EwOp::mul:
+    case EwOp::div:
+    case EwOp::maximum:
+    case EwOp::minimum:
+    case EwOp::eq:
+    case EwOp::ne:
+    case EwOp::lt:
+    case EwOp::le:
+    case EwOp::gt:
+    case EwOp::ge:
+    case EwOp::logical_and:
+    case EwOp::logical_or:
+    case EwOp::where:
       return;
     default:
-      throw Error(std::string(op) +
-                  ": float64 has no kernel for this op yet (the math library is float32 only); float64 "
-                  "supports + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, "
-                  "maximum, minimum, relu, where and astype; use astype(x, DType::float32) first");
+      throw Error(
+          std::string(op) +
+          ": float64 has no kernel for this op yet (the math library is float32 only); float64 "
+          "supports + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, "
+          "maximum, minimum, relu, where and astype; use astype(x, DType::float32) first");
   }
 }
 
@@ -64,7 +103,8 @@ Array as_words(const Array& x) {
 }
 
 Array from_words(const Array& words, DType dtype) {
-  if (!words.valid() || words.dtype() != DType::int32 || words.ndim() == 0 || words.shape().back() != 2)
+  if (!words.valid() || words.dtype() != DType::int32 || words.ndim() == 0 ||
+      words.shape().back() != 2)
     throw Error("internal: from_words of an array that is not int32[..., 2]");
   // A trailing dimension split over the mesh would hold half an element per device.
   if (const NamedSharding* n = words.sharding().named(); n && n->num_shards(words.ndim() - 1) > 1)
@@ -72,8 +112,8 @@ Array from_words(const Array& words, DType dtype) {
   return reinterpreted(words, false, dtype);
 }
 
-Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x, const std::vector<bool>& reduced,
-               bool keepdims) {
+Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x,
+               const std::vector<bool>& reduced, bool keepdims) {
   std::vector<int> perm;
   Shape kept, with_ones;
   int64_t count = 1;
@@ -98,7 +138,9 @@ Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x, const std
   Array y = reshape(transpose(x, perm), rows);
   if (count == 0) y = zeros(kept, x.dtype());
   const auto combine = [kind](const Array& a, const Array& b) {
-    return kind == kernels::ReduceOp::sum ? add(a, b) : kind == kernels::ReduceOp::max ? maximum(a, b) : minimum(a, b);
+    return kind == kernels::ReduceOp::sum   ? add(a, b)
+           : kind == kernels::ReduceOp::max ? maximum(a, b)
+                                            : minimum(a, b);
   };
   const size_t last = kept.size();
   const auto part = [&](const Array& a, int64_t from, int64_t to) {
@@ -117,7 +159,8 @@ Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x, const std
   return reshape(y, keepdims ? with_ones : kept);
 }
 
-Array arg_reduce64(kernels::ReduceOp kind, const Array& x, const std::vector<bool>& reduced, bool keepdims) {
+Array arg_reduce64(kernels::ReduceOp kind, const Array& x, const std::vector<bool>& reduced,
+                   bool keepdims) {
   const bool is_max = kind == kernels::ReduceOp::argmax;
   size_t axis = 0;
   while (axis < reduced.size() && !reduced[axis]) ++axis;
@@ -176,10 +219,12 @@ Array matmul64(const Array& a, const Array& b) {
     batch *= (a.ndim() > b.ndim() ? a : b).shape()[d];
   constexpr int64_t kMaxProducts = int64_t{1} << 26;
   if (batch * m * k * n > kMaxProducts)
-    throw Error("matmul: " + type_of(a) + " @ " + type_of(b) + " needs " + std::to_string(batch * m * k * n) +
-                " products at once, past the " + std::to_string(kMaxProducts) +
-                " the 64-bit matmul (a broadcast product and a sum: no 64-bit matmul kernel yet) takes; "
-                "split the operands, or astype them to DType::float32 / DType::int32");
+    throw Error(
+        "matmul: " + type_of(a) + " @ " + type_of(b) + " needs " +
+        std::to_string(batch * m * k * n) + " products at once, past the " +
+        std::to_string(kMaxProducts) +
+        " the 64-bit matmul (a broadcast product and a sum: no 64-bit matmul kernel yet) takes; "
+        "split the operands, or astype them to DType::float32 / DType::int32");
   Shape sa = a.shape(), sb = b.shape();
   sa.push_back(1);
   sb.insert(sb.end() - 2, 1);

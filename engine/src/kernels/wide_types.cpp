@@ -9,10 +9,14 @@ namespace meshvk::kernels {
 void require_dtype(detail::RuntimeState& rt, int device, DType dtype) {
   const vk::Adapter& adapter = rt.device_for(device).adapter();
   const char* missing = nullptr;
-  if (is_8bit(dtype) && !adapter.storage8) missing = "storageBuffer8BitAccess";
-  else if (is_8bit(dtype) && !adapter.int8) missing = "shaderInt8";
-  else if (dtype == DType::int64 && !adapter.int64) missing = "shaderInt64";
-  else if (dtype == DType::float64 && !adapter.float64) missing = "shaderFloat64";
+  if (is_8bit(dtype) && !adapter.storage8)
+    missing = "storageBuffer8BitAccess";
+  else if (is_8bit(dtype) && !adapter.int8)
+    missing = "shaderInt8";
+  else if (dtype == DType::int64 && !adapter.int64)
+    missing = "shaderInt64";
+  else if (dtype == DType::float64 && !adapter.float64)
+    missing = "shaderFloat64";
   if (!missing) return;
   throw Error(std::string(dtype_name(dtype)) + " arrays need the Vulkan feature " + missing +
               ", which adapter " + adapter.name + " lacks; use " +
@@ -41,7 +45,9 @@ std::string ew_type_name(DType dtype, int width) {
   return "";
 }
 
-const char* ew_fetch_component(DType dtype) { return is_64bit(dtype) ? ".xy" : ".x"; }
+const char* ew_fetch_component(DType dtype) {
+  return is_64bit(dtype) ? ".xy" : ".x";
+}
 
 std::string ew_decode(const std::string& raw, DType dtype, int width) {
   switch (dtype) {
@@ -70,8 +76,10 @@ std::string ew_decode(const std::string& raw, DType dtype, int width) {
 
 std::string ew_encode(const std::string& v, DType dtype, int width) {
   const std::string u = width == 4 ? "uvec4" : "uint";
-  if (dtype == DType::bfloat16) return (width == 4 ? "u16vec4(mv_bf16_bits(" : "uint16_t(mv_bf16_bits(") + v + "))";
-  if (dtype == DType::float16) return (width == 4 ? "u16vec4(mv_f16_bits(" : "uint16_t(mv_f16_bits(") + v + "))";
+  if (dtype == DType::bfloat16)
+    return (width == 4 ? "u16vec4(mv_bf16_bits(" : "uint16_t(mv_bf16_bits(") + v + "))";
+  if (dtype == DType::float16)
+    return (width == 4 ? "u16vec4(mv_f16_bits(" : "uint16_t(mv_f16_bits(") + v + "))";
   if (is_8bit(dtype)) return (width == 4 ? "u8vec4(" : "uint8_t(") + v + ")";
   if (is_64bit(dtype)) return v;
   if (is_floating(dtype)) return "floatBitsToUint(" + v + ")";
@@ -98,7 +106,9 @@ std::string ew_constant(uint32_t bits, DType dtype, const std::string& type) {
     return "double(uintBitsToFloat(" + (bits == 0 ? std::string("pc.zero") : word) + "))";
   if (dtype == DType::int64) return "int64_t(int(" + word + "))";
   if (is_floating(dtype))
-    return type + "(" + (bits == 0 ? std::string("uintBitsToFloat(pc.zero)") : "uintBitsToFloat(" + word + ")") + ")";
+    return type + "(" +
+           (bits == 0 ? std::string("uintBitsToFloat(pc.zero)") : "uintBitsToFloat(" + word + ")") +
+           ")";
   if (dtype == DType::int32 || is_8bit(dtype)) return type + "(int(" + word + "))";
   if (dtype == DType::uint32) return type + "(" + word + ")";
   return type + "(" + (bits ? "true" : "false") + ")";
@@ -157,8 +167,8 @@ double mv_sign(double x) { return x > double(0) ? double(1) : (x < double(0) ? d
   return s;
 }
 
-void record_fill64(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out,
-                   uint64_t count, uint32_t word, DType dtype) {
+void record_fill64(detail::RuntimeState& rt, detail::Recording& rec,
+                   const detail::DeviceBuffer& out, uint64_t count, uint32_t word, DType dtype) {
   if (count == 0 || rec.remote) return;
   EwProgram p;
   EwNode n;

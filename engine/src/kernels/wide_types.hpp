@@ -43,7 +43,7 @@ std::string ew_helpers64(bool int64, bool float64);
 
 // The first `count` elements of `out` (an int64 or float64 array) set to the value `word` gives
 // (int64: an int32 value; float64: a float32's bits), whatever its words' pattern.
-void record_fill64(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out,
-                   uint64_t count, uint32_t word, DType dtype);
+void record_fill64(detail::RuntimeState& rt, detail::Recording& rec,
+                   const detail::DeviceBuffer& out, uint64_t count, uint32_t word, DType dtype);
 
 }  // namespace meshvk::kernels
