@@ -247,6 +247,44 @@ inline Results collective_sweep() {
         r["MISMATCH " + name + " bfloat16" + size] = {static_cast<float>(wrong)};
     }
     if (!big) r["psum bfloat16" + size] = values_16(run(reducing[0].second, xh).to_host<mv::bfloat16>());
+    // int8 (1 byte each: pieces' byte offsets unaligned, a piece's last word partly used) and
+    // int64 (8 bytes): moved bit for bit; psum in their own type (int8 wraps, int64 exact).
+    std::vector<int8_t> bytes(floats.size());
+    std::vector<int64_t> longs(floats.size());
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      bytes[i] = static_cast<int8_t>(ints[i]);
+      longs[i] = static_cast<int64_t>(ints[i]) * 4294967311LL;
+    }
+    const Array xb = mv::device_put(std::span<const int8_t>(bytes), {n * L}, split);
+    const Array xl = mv::device_put(std::span<const int64_t>(longs), {n * L}, split);
+    for (const auto& [name, body] : moving) {
+      if (big && name != "all_gather") continue;
+      const auto got8 = run(body, xb).to_host<int8_t>();
+      r[name + " int8" + size] = std::vector<float>(got8.begin(), got8.end());
+      if (const size_t wrong = wrong_moves(name, got8, bytes, [](int8_t a, int8_t b) { return a == b; }))
+        r["MISMATCH " + name + " int8" + size] = {static_cast<float>(wrong)};
+      const auto got64 = run(body, xl).to_host<int64_t>();
+      if (const size_t wrong = wrong_moves(name, got64, longs, [](int64_t a, int64_t b) { return a == b; }))
+        r["MISMATCH " + name + " int64" + size] = {static_cast<float>(wrong)};
+    }
+    if (!big) {
+      const auto got8 = run(reducing[0].second, xb).to_host<int8_t>();
+      const auto got64 = run(reducing[0].second, xl).to_host<int64_t>();
+      r["psum int8" + size] = std::vector<float>(got8.begin(), got8.end());
+      size_t wrong = 0;
+      for (int64_t i = 0; i < L; ++i) {
+        uint8_t want8 = 0;
+        uint64_t want64 = 0;
+        for (int q = 0; q < n; ++q) {
+          want8 = static_cast<uint8_t>(want8 + static_cast<uint8_t>(bytes[static_cast<size_t>(q * L + i)]));
+          want64 += static_cast<uint64_t>(longs[static_cast<size_t>(q * L + i)]);
+        }
+        for (int q = 0; q < n; ++q)
+          wrong += got8[static_cast<size_t>(q * L + i)] != static_cast<int8_t>(want8) ||
+                   got64[static_cast<size_t>(q * L + i)] != static_cast<int64_t>(want64);
+      }
+      if (wrong) r["MISMATCH psum int8/int64" + size] = {static_cast<float>(wrong)};
+    }
   }
   // The collectives that split each piece n ways: pieces of n * m elements, m odd.
   for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8193}, int64_t{65539}}) {

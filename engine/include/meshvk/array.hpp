@@ -35,7 +35,8 @@ int int_axis(I axis, const char* op, size_t ndim) {
 }  // namespace detail
 struct Shard;
 
-// An immutable array (float32, bfloat16, float16, int32, bool, uint32) whose pieces live on virtual devices, laid out by a
+// An immutable array (float32, float64, bfloat16, float16, int8, int32, int64, uint8, uint32,
+// bool) whose pieces live on virtual devices, laid out by a
 // Sharding (jax.Array). Copies of an Array share its device buffers.
 class Array {
  public:
@@ -201,6 +202,31 @@ inline Array array(std::span<const uint32_t> values, Shape shape) {
 }
 Array device_put(std::span<const uint32_t> values, Shape shape, const Sharding& sharding);
 
+// int8, uint8, int64 and float64 host values (numpy's int8, uint8, int64, float64: 1 and 8 bytes
+// per element, as on the device), on device 0 or laid out as `sharding`; read back with
+// to_host<int8_t>(), to_host<uint8_t>(), to_host<int64_t>(), to_host<double>(). An adapter
+// lacking the Vulkan feature a dtype needs (see meshvk/dtype.hpp) makes these an Error naming it.
+Array array(std::span<const int8_t> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const uint8_t> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const int64_t> values, std::optional<Shape> shape = std::nullopt);
+Array array(std::span<const double> values, std::optional<Shape> shape = std::nullopt);
+inline Array array(std::span<const int8_t> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+inline Array array(std::span<const uint8_t> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+inline Array array(std::span<const int64_t> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+inline Array array(std::span<const double> values, Shape shape) {
+  return array(values, std::optional<Shape>(std::move(shape)));
+}
+Array device_put(std::span<const int8_t> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const uint8_t> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const int64_t> values, Shape shape, const Sharding& sharding);
+Array device_put(std::span<const double> values, Shape shape, const Sharding& sharding);
+
 // numpy.arange: int32 for integer bounds, float32 for float bounds.
 Array arange(int32_t stop);
 Array arange(int32_t start, int32_t stop, int32_t step = 1);
@@ -229,17 +255,13 @@ Array device_put(std::span<const int32_t> values, Shape shape, const Sharding& s
 std::string type_of(const Array& x);
 
 // numpy's .npy format, versions 1.0-3.0, C or Fortran order, either byte order ('<', '>', '=').
-// load_npy reads '<f4', '<f2', '<i4', '<u4' and '|b1' as float32, float16, int32, uint32 and bool,
-// and converts:
-//   '<f8' -> float32, rounded to nearest as numpy's astype(np.float32); a finite value beyond
-//            float32's range (+-3.4028235e38, where astype gives inf) is an Error; inf/nan stay;
-//   '|i1', '<i2', '<i8' -> int32; '|u1', '<u2' -> int32 (every value fits);
-//   '<u8' -> uint32 (unsigned stays unsigned);
-// an '<i8' or '<u8' value outside int32 / uint32 is an Error naming the first such value and its
-// flat (C-order) index. Other dtypes (complex, structured, strings, '<f16') are an Error listing
-// these. save_npy writes '<f4', '<f2', '<i4', '<u4' or '|b1'; a bfloat16 array is an Error naming
-// astype (numpy has no bfloat16: ml_dtypes saves raw '<V2' bytes, which read back as void). The
-// loaded array is uncommitted on device 0.
+// load_npy reads '<f4', '<f8', '<f2', '<i4', '<i8', '|i1', '<u4', '|u1' and '|b1' as float32,
+// float64, float16, int32, int64, int8, uint32, uint8 and bool, and converts '<i2' and '<u2' to
+// int32 (every value fits) and '<u8' to uint32 (a value past uint32 is an Error naming the first
+// such value and its flat (C-order) index). Other dtypes (complex, structured, strings, '<f16')
+// are an Error listing these. save_npy writes the dtype's own code ('<f8', '|i1', ...); a
+// bfloat16 array is an Error naming astype (numpy has no bfloat16: ml_dtypes saves raw '<V2'
+// bytes, which read back as void). The loaded array is uncommitted on device 0.
 Array load_npy(const std::string& path);
 void save_npy(const std::string& path, const Array& x);
 

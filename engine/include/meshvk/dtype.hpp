@@ -21,17 +21,50 @@ namespace meshvk {
 // every op (as XLA on CPU does, also inside a fused chain), sums, means and matmuls accumulate in
 // float32 and round their result. Their host types are meshvk::bfloat16 and meshvk::float16
 // below (2 bytes each, as on the device).
-enum class DType { float32, int32, bool_, uint32, bfloat16, float16 };
+//
+// int8 and uint8 are stored in 1 byte per element, int64 and float64 in 8 (dtype_size), with
+// numpy's and JAX's semantics: integer arithmetic wraps modulo 2^bits after every op (also inside
+// a fused chain), astype from a float truncates toward zero and between integers wraps, int64 <->
+// float64 is exact where representable (a float outside the target's range is undefined in numpy
+// too: meshvk gives the adapter's conversion to int32, wrapped to 8 bits, or to int64), float64
+// is computed in float64. Promotion is JAX's table (int8 + int32 is int32, uint32 + int32 int64,
+// anything + float64 float64; uint8 + int8, int16 in JAX, is int32: there is no int16). The
+// device needs Vulkan features for them: int8 / uint8 storageBuffer8BitAccess and shaderInt8,
+// int64 shaderInt64, float64 shaderFloat64 (an Error names the missing one). float64 is a dtype
+// asked for explicitly (there is no jax_enable_x64 switch): C++ double literals stay weak
+// float32 scalars, as they always were, so they never turn float32 programs into float64 ones.
+// float64 has no transcendental functions yet (the math library is float32): exp(x) of a float64
+// x is an Error; +, -, *, /, comparisons, abs, sqrt, maximum, minimum, where and astype work.
+enum class DType { float32, int32, bool_, uint32, bfloat16, float16, int8, uint8, int64, float64 };
 
-// "float32", "int32", "bool", "uint32", "bfloat16", "float16"
+// Every dtype, in the enum's order (for tests and errors that list them).
+inline constexpr DType kAllDTypes[] = {DType::float32, DType::int32,   DType::bool_, DType::uint32,
+                                       DType::bfloat16, DType::float16, DType::int8,  DType::uint8,
+                                       DType::int64,    DType::float64};
+
+// "float32", "int32", "bool", "uint32", "bfloat16", "float16", "int8", "uint8", "int64",
+// "float64" (numpy's names)
 std::string_view dtype_name(DType dtype);
 // bfloat16 and float16: stored in 2 bytes per element.
 constexpr bool is_16bit(DType dtype) { return dtype == DType::bfloat16 || dtype == DType::float16; }
-// Bytes per element, on the device and on the host: 2 for bfloat16 and float16, else 4.
-constexpr size_t dtype_size(DType dtype) { return is_16bit(dtype) ? 2 : 4; }
-// float32, bfloat16 and float16 (jnp.issubdtype(dtype, jnp.floating)).
+// int8 and uint8: stored in 1 byte per element.
+constexpr bool is_8bit(DType dtype) { return dtype == DType::int8 || dtype == DType::uint8; }
+// int64 and float64: stored in 8 bytes per element.
+constexpr bool is_64bit(DType dtype) { return dtype == DType::int64 || dtype == DType::float64; }
+// Bytes per element, on the device and on the host: 1 for int8 and uint8, 2 for bfloat16 and
+// float16, 8 for int64 and float64, else 4.
+constexpr size_t dtype_size(DType dtype) {
+  return is_8bit(dtype) ? 1 : is_16bit(dtype) ? 2 : is_64bit(dtype) ? 8 : 4;
+}
+// float32, float64, bfloat16 and float16 (jnp.issubdtype(dtype, jnp.floating)).
 constexpr bool is_floating(DType dtype) {
-  return dtype == DType::float32 || dtype == DType::bfloat16 || dtype == DType::float16;
+  return dtype == DType::float32 || dtype == DType::bfloat16 || dtype == DType::float16 ||
+         dtype == DType::float64;
+}
+// int8, int32, int64, uint8 and uint32 (jnp.issubdtype(dtype, jnp.integer)); not bool.
+constexpr bool is_integer(DType dtype) {
+  return dtype == DType::int8 || dtype == DType::int32 || dtype == DType::int64 ||
+         dtype == DType::uint8 || dtype == DType::uint32;
 }
 
 // Conversions between float32 and the 16-bit formats' bits, rounding to nearest even (ties to
@@ -129,6 +162,14 @@ template <>
 constexpr DType dtype_of<bfloat16>() { return DType::bfloat16; }
 template <>
 constexpr DType dtype_of<float16>() { return DType::float16; }
+template <>
+constexpr DType dtype_of<int8_t>() { return DType::int8; }
+template <>
+constexpr DType dtype_of<uint8_t>() { return DType::uint8; }
+template <>
+constexpr DType dtype_of<int64_t>() { return DType::int64; }
+template <>
+constexpr DType dtype_of<double>() { return DType::float64; }
 
 // A global or per-shard array shape, row-major.
 using Shape = std::vector<int64_t>;

@@ -9,6 +9,7 @@
 #include "exec/program_log.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/storage16.hpp"
+#include "kernels/wide_types.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
 
@@ -39,6 +40,7 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
   const Index global = whole(shape);
   for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
     const uint64_t bytes = piece_bytes(di.index, dtype);
+    kernels::require_dtype(rt, di.device, dtype);
     auto buffer = rt.allocate(di.device, bytes);
     if (!rt.is_local(di.device)) {  // that process uploads it from its own copy of `host`
       v.shards.push_back(std::move(buffer));
@@ -200,7 +202,11 @@ ShardedValue fill(RuntimeState& rt, const Shape& shape, DType dtype, uint32_t wo
   for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
     auto buffer = rt.allocate(di.device, piece_bytes(di.index, dtype));
     Recording rec = rt.begin(di.device);
-    kernels::record_fill(rec, *buffer, kernels::fill_pattern(dtype, word));
+    kernels::require_dtype(rt, di.device, dtype);
+    if (is_64bit(dtype))
+      kernels::record_fill64(rt, rec, *buffer, piece_bytes(di.index, dtype) / 8, word, dtype);
+    else
+      kernels::record_fill(rec, *buffer, kernels::fill_pattern(dtype, word));
     buffer->written_by(rt.submit(std::move(rec)));
     v.shards.push_back(std::move(buffer));
   }

@@ -180,13 +180,17 @@ void Array::copy_to_host(void* dst, DType expected) const {
                  : a.value.dtype == DType::uint32   ? "uint32_t"
                  : a.value.dtype == DType::bfloat16 ? "meshvk::bfloat16"
                  : a.value.dtype == DType::float16  ? "meshvk::float16"
+                 : a.value.dtype == DType::int8     ? "int8_t"
+                 : a.value.dtype == DType::uint8    ? "uint8_t"
+                 : a.value.dtype == DType::int64    ? "int64_t"
+                 : a.value.dtype == DType::float64  ? "double"
                                                     : "int32_t") +
                 ">()");
   read_elements(*this, dst);
 }
 
-// The array's 32-bit words, one per element (bfloat16 and float16: their float32 values), as
-// io::HostArray holds them.
+// The array's elements as io::HostArray holds them: bfloat16 and float16 as 32-bit words of their
+// float32 values, every other dtype as stored.
 static void read_words(const Array& x, void* dst) {
   const DType dtype = impl_of(x).value.dtype;
   if (!detail::is_16bit_float(dtype)) return read_elements(x, dst);
@@ -340,7 +344,7 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
 }
 
 std::string Array::to_string() const {
-  io::HostArray h{shape(), dtype(), std::vector<std::byte>(static_cast<size_t>(size()) * 4)};
+  io::HostArray h{shape(), dtype(), std::vector<std::byte>(static_cast<size_t>(size()) * io::host_element_bytes(dtype()))};
   read_words(*this, h.bytes.data());
   return io::format_array(h);
 }
@@ -535,6 +539,14 @@ Array array(std::span<const uint32_t> values, std::optional<Shape> shape) {
 Array device_put(std::span<const uint32_t> values, Shape shape, const Sharding& sharding) {
   return put_host(values, std::move(shape), sharding);
 }
+Array array(std::span<const int8_t> v, std::optional<Shape> shape) { return from_host(v, std::move(shape)); }
+Array array(std::span<const uint8_t> v, std::optional<Shape> shape) { return from_host(v, std::move(shape)); }
+Array array(std::span<const int64_t> v, std::optional<Shape> shape) { return from_host(v, std::move(shape)); }
+Array array(std::span<const double> v, std::optional<Shape> shape) { return from_host(v, std::move(shape)); }
+Array device_put(std::span<const int8_t> v, Shape s, const Sharding& sh) { return put_host(v, std::move(s), sh); }
+Array device_put(std::span<const uint8_t> v, Shape s, const Sharding& sh) { return put_host(v, std::move(s), sh); }
+Array device_put(std::span<const int64_t> v, Shape s, const Sharding& sh) { return put_host(v, std::move(s), sh); }
+Array device_put(std::span<const double> v, Shape s, const Sharding& sh) { return put_host(v, std::move(s), sh); }
 
 std::string type_of(const Array& x) {
   const Shape& shape = x.shape();
@@ -571,6 +583,14 @@ Array load_npy(const std::string& path) {
     return from_host(std::span(reinterpret_cast<const float*>(h.bytes.data()), h.bytes.size() / 4), h.shape, h.dtype);
   if (h.dtype == DType::uint32)
     return array(std::span(reinterpret_cast<const uint32_t*>(h.bytes.data()), h.bytes.size() / 4), h.shape);
+  if (h.dtype == DType::int8)
+    return array(std::span(reinterpret_cast<const int8_t*>(h.bytes.data()), h.bytes.size()), h.shape);
+  if (h.dtype == DType::uint8)
+    return array(std::span(reinterpret_cast<const uint8_t*>(h.bytes.data()), h.bytes.size()), h.shape);
+  if (h.dtype == DType::int64)
+    return array(std::span(reinterpret_cast<const int64_t*>(h.bytes.data()), h.bytes.size() / 8), h.shape);
+  if (h.dtype == DType::float64)
+    return array(std::span(reinterpret_cast<const double*>(h.bytes.data()), h.bytes.size() / 8), h.shape);
   const Array ints = array(
       std::span(reinterpret_cast<const int32_t*>(h.bytes.data()), h.bytes.size() / 4), h.shape);
   return h.dtype == DType::bool_ ? astype(ints, DType::bool_) : ints;  // '|b1' loads as bool
@@ -582,7 +602,8 @@ void save_npy(const std::string& path, const Array& x) {
                 " has no .npy type (numpy has no bfloat16; ml_dtypes writes it as raw '<V2' bytes, which "
                 "numpy reads back as void); save astype(x, DType::float32) (exact: every bfloat16 is a "
                 "float32) or astype(x, DType::float16)");
-  io::HostArray h{x.shape(), x.dtype(), std::vector<std::byte>(static_cast<size_t>(x.size()) * 4)};
+  io::HostArray h{x.shape(), x.dtype(),
+                  std::vector<std::byte>(static_cast<size_t>(x.size()) * io::host_element_bytes(x.dtype()))};
   read_words(x, h.bytes.data());
   io::write_npy(path, h);
 }

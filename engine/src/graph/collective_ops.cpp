@@ -20,6 +20,8 @@
 
 namespace meshvk {
 
+static Array all_gather_untaped(const Array& input, const AxisNames& axis_name, int axis, bool tiled);
+
 namespace {
 
 using collectives::Buffers;
@@ -125,6 +127,26 @@ Array reduce_over(const char* op, const Array& input, const AxisNames& axes, col
   if (detail::is_16bit_float(input.dtype()))  // summed in float32, then rounded (exact for max, min)
     return detail::convert_untaped(reduce_over(op, detail::convert_untaped(input, DType::float32), axes, kind),
                                    input.dtype());
+  if (is_8bit(input.dtype()))  // summed as int32 and wrapped back: the int8 / uint8 sum modulo 256
+    return detail::convert_untaped(reduce_over(op, detail::convert_untaped(input, DType::int32), axes, kind),
+                                   input.dtype());
+  if (is_64bit(input.dtype())) {
+    // int64 / float64: every member's elements gathered, then folded in rank order in the dtype (as
+    // the one-shot all-reduce folds), so an int64 sum is exact and wraps as int64 does.
+    const Array g = all_gather_untaped(input, axes, 0, false);
+    const auto member = [&](int64_t i) {
+      std::vector<int64_t> start(g.ndim(), 0), stop(g.shape().begin(), g.shape().end());
+      start[0] = i;
+      stop[0] = i + 1;
+      return reshape(slice(g, start, stop), input.shape());
+    };
+    Array acc = member(0);
+    for (int64_t i = 1; i < g.shape()[0]; ++i)
+      acc = kind == collectives::Reduction::sum   ? add(acc, member(i))
+            : kind == collectives::Reduction::max ? maximum(acc, member(i))
+                                                  : minimum(acc, member(i));
+    return acc;
+  }
   const Array x = on_mesh(input.dtype() == DType::bool_ ? astype(input, DType::int32) : input, mesh);
   const Groups g = groups_of(mesh, axes.names);
   const uint64_t count = static_cast<uint64_t>(x.size());
@@ -169,7 +191,9 @@ Array pmean(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
   // bfloat16 and float16 stay so: their psum, divided in their type (as jax.lax.pmean).
   if (x.valid() && detail::is_16bit_float(x.dtype()))
     return psum(x, axis_name) / static_cast<float>(axis_size(axis_name));
-  return psum(astype(x, DType::float32), axis_name) / static_cast<float>(axis_size(axis_name));
+  // int64 and float64: in float64 (JAX's to_inexact_dtype of int64 with x64).
+  const DType t = x.valid() && is_64bit(x.dtype()) ? DType::float64 : DType::float32;
+  return psum(astype(x, t), axis_name) / static_cast<float>(axis_size(axis_name));
 }
 
 int axis_size(const AxisNames& axis_name) {
@@ -222,6 +246,28 @@ static Array psum_scatter_untaped(const Array& input, const AxisNames& axis_name
   const detail::OpScope op_scope("reduce-scatter");  // profile hook
   const Mesh& mesh = bound_mesh("psum_scatter", axis_name);
   detail::reject_uint32("psum_scatter", input);
+  if (is_64bit(input.dtype())) {
+    // int64 / float64: the whole sum on every member (gathered and added in rank order), then
+    // each member's block of it.
+    const Array y = reduce_over("psum_scatter", input, axis_name, collectives::Reduction::sum);
+    const int dim = normalize(scatter_dimension, static_cast<int>(y.ndim()), "psum_scatter", "scatter_dimension");
+    const int n = axis_size(axis_name);
+    const int64_t extent = y.shape()[dim];
+    if (tiled ? extent % n != 0 : extent != n)
+      throw Error("psum_scatter: dimension " + std::to_string(dim) + " of the local shape " + shape_to_string(y.shape()) +
+                  (tiled ? " must divide evenly among " : " must equal ") + std::to_string(n) + " members");
+    const int64_t chunk = extent / n;
+    std::vector<Array> start(y.ndim(), full(Shape{}, 0));
+    start[dim] = axis_index(axis_name) * static_cast<int32_t>(chunk);
+    Shape sizes = y.shape();
+    sizes[dim] = chunk;
+    const Array piece = dynamic_slice(y, start, sizes);
+    return tiled ? piece : squeeze(piece, {dim});
+  }
+  if (is_8bit(input.dtype()))  // summed as int32 and wrapped back
+    return detail::convert_untaped(
+        psum_scatter_untaped(detail::convert_untaped(input, DType::int32), axis_name, scatter_dimension, tiled),
+        input.dtype());
   if (detail::is_16bit_float(input.dtype()))  // summed in float32, then rounded
     return detail::convert_untaped(
         psum_scatter_untaped(detail::convert_untaped(input, DType::float32), axis_name, scatter_dimension, tiled),

@@ -9,6 +9,7 @@
 #include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
 #include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
 #include "runtime/process_group.hpp"
 #include "sharding/checked_shape.hpp"
 
@@ -115,6 +116,8 @@ std::vector<float> process_allgather(const Array& x) {
       if (t == AxisType::Manual)
         throw Error("process_allgather: this is a per-device value inside shard_map; return it "
                     "through the out_specs and gather the result");
+  if (is_8bit(x.dtype()) || is_64bit(x.dtype()))  // float values of theirs, as numpy's astype
+    return process_allgather(astype(x, DType::float32));
   std::vector<float> out(static_cast<size_t>(x.size()));
   std::lock_guard lock(a.runtime->mutex());
   if (is_16bit(x.dtype())) {  // 2 bytes each: their float32 values

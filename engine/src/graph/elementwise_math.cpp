@@ -186,10 +186,11 @@ Array detail::convert_untaped(const Array& x, DType dtype) {
   return elementwise("astype", EwOp::cast, {x}, x.dtype(), dtype);
 }
 
-// True division and arctan2: the operands' floating type, float32 for integers.
+// True division and arctan2: the operands' floating type, float32 for integers (float64 for
+// int64, as JAX's to_inexact_dtype).
 static DType float_result(const Operand& a, const Operand& b) {
   const DType t = promote({type_of_operand(a), type_of_operand(b)});
-  return is_floating(t) ? t : DType::float32;
+  return is_floating(t) ? t : t == DType::int64 ? DType::float64 : DType::float32;
 }
 
 Array add(const Operand& a, const Operand& b) {
@@ -286,7 +287,8 @@ Array bitwise(const char* op, EwOp ew, EwOp on_bools, const Operand& a, const Op
                 "logical_xor for truth values");
   if (ta.dtype == DType::bool_ && tb.dtype == DType::bool_)
     return elementwise(op, on_bools, {a, b}, DType::bool_, DType::bool_);
-  return elementwise(op, ew, {a, b}, DType::int32, DType::int32);
+  const DType t = promote({ta, tb});  // int8 & int8 is int8, int64 | 1 is int64
+  return elementwise(op, ew, {a, b}, t, t);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "graph/elementwise_core.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/partial_sum.hpp"
+#include "kernels/wide_types.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/runtime.hpp"
@@ -61,29 +62,6 @@ OperandType type_of_operand(const Operand& o) {
   return {DType::int32, true};
 }
 
-// JAX's promotion restricted to meshvk's dtypes: the floating dtype of the array operands when
-// they have one (bfloat16 + bfloat16 is bfloat16, bfloat16 + int32 or bool is bfloat16), float32
-// when they have two different ones (bfloat16 + float16 is float32, as in JAX) or when only a
-// weak float scalar is floating (2.5 * int32 is float32; 2.5 * bfloat16 stays bfloat16); int32
-// otherwise (bool operands of arithmetic count as int32).
-DType promote(std::initializer_list<OperandType> types) {
-  std::optional<DType> strong_float;
-  bool mixed = false, weak_float = false;
-  for (const auto& t : types) {
-    if (!is_floating(t.dtype)) continue;
-    if (t.weak) {
-      weak_float = true;
-    } else if (!strong_float) {
-      strong_float = t.dtype;
-    } else if (*strong_float != t.dtype) {
-      mixed = true;
-    }
-  }
-  if (mixed) return DType::float32;
-  if (strong_float) return *strong_float;
-  return weak_float ? DType::float32 : DType::int32;
-}
-
 }  // namespace detail::ew
 
 namespace {
@@ -91,6 +69,8 @@ namespace {
 using detail::ew::OperandType;
 
 // The value of a constant node as a float or an integer, and back in another dtype (folded casts).
+// (Constants of every dtype hold int32 or float32 bits: weak scalars are those, and folded casts
+// keep them so; the kernels widen them exactly for int64 and float64.)
 double constant_value(const EwNode& n) {
   if (is_floating(n.dtype)) {
     float f;
@@ -100,6 +80,14 @@ double constant_value(const EwNode& n) {
   if (n.dtype == DType::uint32) return static_cast<double>(n.bits);
   if (n.dtype == DType::bool_) return n.bits != 0 ? 1.0 : 0.0;
   return static_cast<int32_t>(n.bits);
+}
+
+// An int32 value as a constant of the integer dtype `want`: wrapped into int8 and uint8 (as the
+// kernels wrap every result), int32 bits otherwise (int64 sign-extends them).
+uint32_t wrap_bits(DType want, int32_t v) {
+  if (want == DType::int8) return static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(v)));
+  if (want == DType::uint8) return static_cast<uint32_t>(v) & 0xffu;
+  return static_cast<uint32_t>(v);
 }
 
 // Builds one fused program out of operands (arrays, pending or not, and scalars).
@@ -126,9 +114,17 @@ class ProgramBuilder {
       if (is_floating(n.dtype) && !is_floating(want)) {
         float f;
         std::memcpy(&f, &n.bits, 4);
-        c.bits = want == DType::int32 ? static_cast<uint32_t>(static_cast<int32_t>(f)) : (f != 0.0f);
+        // A float outside int32 has no defined conversion: the kernel's (which this must match)
+        // is the adapter's; such a constant stays a cast node.
+        if (want != DType::bool_ && !(f > -2147483649.0f && f < 2147483648.0f)) return push({EwOp::cast, want, node});
+        c.bits = want == DType::bool_ ? (f != 0.0f) : wrap_bits(want, static_cast<int32_t>(f));
+      } else if (is_integer(want) && n.dtype != DType::bool_) {
+        c.bits = wrap_bits(want, static_cast<int32_t>(n.bits));
+        if (n.dtype == DType::uint32 && want == DType::int64 && (n.bits >> 31) != 0)
+          return push({EwOp::cast, want, node});  // past int32: the kernel zero-extends it
       } else if (is_floating(want)) {
         // float32 of the value, then the 16-bit format's rounding (as a kernel's convert).
+        if (n.dtype == DType::uint32 || n.dtype == DType::int64) return push({EwOp::cast, want, node});
         const float f = is_floating(n.dtype) ? static_cast<float>(constant_value(n))
                                              : static_cast<float>(static_cast<int32_t>(n.bits));
         c.bits = bits_of(round_to(want, f));
@@ -473,6 +469,8 @@ Array elementwise_to(const char* op, EwOp ew, std::vector<Operand> operands, DTy
       if (ew != EwOp::cast) detail::reject_uint32(op, *a);
       arrays.push_back(a);
     }
+  if (compute == DType::float64 || result == DType::float64) detail::check_float64_op(op, ew);
+  if (is_8bit(compute)) detail::check_8bit_scalars(op, operands, compute);
   if (arrays.empty()) {
     // Scalars only: the first becomes a rank-0 array on device 0.
     const auto& first = operands.front().get();
@@ -493,6 +491,10 @@ Array elementwise_to(const char* op, EwOp ew, std::vector<Operand> operands, DTy
     if (a->impl()->runtime != rt)
       throw Error(std::string(op) + ": operands belong to different meshvk::Runtime objects");
   std::lock_guard lock(rt->mutex());
+  // A dtype the adapter lacks a feature for is refused here, where the op is called, rather than
+  // when the fused program runs.
+  for (const DType d : {compute, result})
+    if (is_8bit(d) || is_64bit(d)) kernels::require_dtype(*rt, arrays.front()->sharding().device_ids().front(), d);
   const Layout layout = choose_layout(op, arrays, out);
 
   // Lay operands out as the result needs; inline pending operands while the program stays small.
@@ -570,7 +572,8 @@ bool is_float_op(EwOp op) {
 
 Array unary(const char* op, EwOp ew, const Array& x) {
   DType t = x.dtype() == DType::bool_ ? DType::int32 : x.dtype();
-  if (is_float_op(ew) && !is_floating(t)) t = DType::float32;  // exp(bfloat16) stays bfloat16
+  // exp(bfloat16) stays bfloat16; ints go to float32, int64 to float64 (JAX's to_inexact_dtype)
+  if (is_float_op(ew) && !is_floating(t)) t = t == DType::int64 ? DType::float64 : DType::float32;
   if (ew == EwOp::logical_not) t = DType::bool_;
   return elementwise(op, ew, {x}, t, t);
 }

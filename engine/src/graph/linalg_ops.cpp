@@ -12,6 +12,7 @@
 #include "graph/array_impl.hpp"
 #include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
+#include "graph/elementwise_core.hpp"
 #include "graph/einsum.hpp"
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
@@ -55,6 +56,21 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   // The products are summed in float32 for floating operands (bfloat16 and float16 too, as XLA
   // on CPU accumulates them) and the result rounded to the operands' promoted type.
   const DType promoted = detail::matmul_result_dtype(a0, b0);
+  // int8 / uint8 products sum in int32 and wrap back (the same values modulo 256 as 8-bit sums).
+  if (is_64bit(promoted)) {
+    // int64 / float64: a broadcast product summed in the dtype (the kernel computes in float32 /
+    // int32 words).
+    const auto last_two = [](const Array& x) {
+      std::vector<int> perm(x.ndim());
+      for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int>(d);
+      std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+      return transpose(x, perm);
+    };
+    const Array a = ta ? last_two(astype(a0, promoted)) : astype(a0, promoted);
+    const Array b = tb ? last_two(astype(b0, promoted)) : astype(b0, promoted);
+    const Array r = detail::matmul64(a, b);
+    return apply_out && out_sharding ? device_put(r, *out_sharding) : r;
+  }
   const DType dtype = is_floating(promoted) ? DType::float32 : DType::int32;
   Array a = astype(a0, dtype), b = astype(b0, dtype);
   const size_t ra = a.ndim(), rb = b.ndim();
@@ -275,12 +291,9 @@ Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_
 
 namespace detail {
 
+// JAX's promotion of the two (int8 @ int8 is int8, bool @ bool int32, as meshvk always did).
 DType matmul_result_dtype(const Array& a, const Array& b) {
-  const DType ta = a.dtype(), tb = b.dtype();
-  if (is_floating(ta) && is_floating(tb)) return ta == tb ? ta : DType::float32;
-  if (is_floating(ta)) return ta;
-  if (is_floating(tb)) return tb;
-  return DType::int32;
+  return ew::promote({{a.dtype(), false}, {b.dtype(), false}});
 }
 
 std::vector<Array> for_preferred_type(const char* op, const std::vector<Array>& operands, DType preferred) {
@@ -291,13 +304,19 @@ std::vector<Array> for_preferred_type(const char* op, const std::vector<Array>& 
     reject_uint32(op, x);
     any_float = any_float || is_floating(x.dtype());
   }
-  if (any_float ? !is_floating(preferred) : !(is_floating(preferred) || preferred == DType::int32))
+  if (any_float ? !is_floating(preferred)
+                : !(is_floating(preferred) || preferred == DType::int32 || preferred == DType::int64))
     throw Error(std::string(op) + ": preferred_element_type " + std::string(dtype_name(preferred)) + " for " +
                 (any_float ? "floating" : "integer") + " operands; " +
-                (any_float ? "use DType::float32, DType::bfloat16 or DType::float16 (astype the operands to compute with integers)"
-                           : "use DType::int32 or a floating dtype"));
+                (any_float ? "use DType::float32, DType::float64, DType::bfloat16 or DType::float16 (astype the operands to compute with integers)"
+                           : "use DType::int32, DType::int64 or a floating dtype"));
+  // Integer operands (int8 ones too) sum in int32 (or int64), not wrapped to their own type
+  // first; float64 is summed in float64, the other floats in float32.
+  const DType sum_in = preferred == DType::float64 || preferred == DType::int64 ? preferred
+                       : is_floating(preferred)                                ? DType::float32
+                                                                               : DType::int32;
   std::vector<Array> out;
-  for (const Array& x : operands) out.push_back(is_floating(preferred) ? astype(x, DType::float32) : x);
+  for (const Array& x : operands) out.push_back(astype(x, sum_in));
   return out;
 }
 

@@ -130,6 +130,15 @@ Array full_like(const Array& x, double value) {
   if (x.dtype() == DType::float32)
     return x.committed() ? full(x.shape(), static_cast<float>(value), x.sharding())
                          : full(x.shape(), static_cast<float>(value));
+  if (is_64bit(x.dtype())) {  // the exact double (or int64) value, which no 32-bit fill word holds
+    if (x.dtype() == DType::int64 && !(value >= -0x1p63 && value < 0x1p63))
+      throw Error("full_like: " + std::to_string(value) + " does not fit the array's int64");
+    const int64_t as_int = x.dtype() == DType::int64 ? static_cast<int64_t>(value) : 0;
+    const Array one = x.dtype() == DType::int64 ? array(std::span<const int64_t>(&as_int, 1), Shape{})
+                                                : array(std::span<const double>(&value, 1), Shape{});
+    const Array r = broadcast_to(one, x.shape());
+    return x.committed() ? device_put(r, x.sharding()) : r;
+  }
   if (is_floating(x.dtype())) {  // bfloat16 / float16: the value rounded to the format
     const float rounded = round_to(x.dtype(), static_cast<float>(value));
     return astype(x.committed() ? full(x.shape(), rounded, x.sharding()) : full(x.shape(), rounded), x.dtype());

@@ -61,6 +61,20 @@ Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const s
     const Array y = reduce(op, kind, astype(input, DType::float32), reduced, keepdims);
     return is_floating(y.dtype()) ? astype(y, input.dtype()) : y;
   }
+  if (input.valid() && is_8bit(input.dtype())) {
+    // int8 / uint8: reduced as int32 (exact). Their sum is JAX's (promote_integers): int32 for
+    // int8, uint32 for uint8 (the same bits); max and min stay in the dtype.
+    const Array y = reduce(op, kind, detail::convert_untaped(input, DType::int32), reduced, keepdims);
+    if (kind == kernels::ReduceOp::sum)
+      return input.dtype() == DType::uint8 ? detail::convert_untaped(y, DType::uint32) : y;
+    if (kind == kernels::ReduceOp::max || kind == kernels::ReduceOp::min) return detail::convert_untaped(y, input.dtype());
+    return y;  // argmax / argmin: int32 indices
+  }
+  if (input.valid() && is_64bit(input.dtype())) {
+    if (kind != kernels::ReduceOp::sum && kind != kernels::ReduceOp::max && kind != kernels::ReduceOp::min)
+      return detail::arg_reduce64(kind, input, reduced, keepdims);
+    return detail::reduce64(op, kind, input, reduced, keepdims);  // taped ops: gradients follow
+  }
   const Array y = reduce_untaped(op, kind, input, reduced, keepdims);
   if (!detail::taping() || input.dtype() != DType::float32) return y;
   if (kind == kernels::ReduceOp::sum)
@@ -216,13 +230,16 @@ Array sum(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation l
 
 namespace {
 
-// The mean in float32 (of ints and bools too), as jnp.mean computes bfloat16 and float16.
+// The mean in float32 (of ints and bools too), as jnp.mean computes bfloat16 and float16; in
+// float64 for int64 and float64 (JAX's to_inexact_dtype).
+DType mean_dtype(const Array& x) { return x.valid() && is_64bit(x.dtype()) ? DType::float64 : DType::float32; }
+
 Array mean_f32(const Array& x, std::vector<int> axes, bool keepdims) {
   const auto reduced = reduced_axes("mean", axes, x.ndim());
   int64_t count = 1;
   for (size_t d = 0; d < x.ndim(); ++d)
     if (reduced[d]) count *= x.shape()[d];
-  const Array total = reduce("mean", kernels::ReduceOp::sum, astype(x, DType::float32), reduced, keepdims);
+  const Array total = reduce("mean", kernels::ReduceOp::sum, astype(x, mean_dtype(x)), reduced, keepdims);
   return total / static_cast<float>(count);  // numpy: mean of nothing is NaN
 }
 
@@ -240,7 +257,7 @@ Array mean(const Array& x, std::vector<int> axes, bool keepdims, SourceLocation 
 
 Array var(const Array& x, std::vector<int> axes, bool keepdims) {
   const Array m = mean_f32(x, axes, true);
-  return in_float_dtype_of(mean_f32(square(astype(x, DType::float32) - m), axes, keepdims), x);
+  return in_float_dtype_of(mean_f32(square(astype(x, mean_dtype(x)) - m), axes, keepdims), x);
 }
 
 Array std(const Array& x, std::vector<int> axes, bool keepdims) { return sqrt(var(x, std::move(axes), keepdims)); }

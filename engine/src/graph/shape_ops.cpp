@@ -4,6 +4,7 @@
 // over mesh axes, as in JAX. Along a split dimension they work on a full copy per device of the
 // array's devices (gathered device to device first).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -272,7 +273,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
       }
       Recording rec = rt->begin(piece.device);
       if (fill_word)
-        kernels::record_fill_words(rec, *buffer, static_cast<uint64_t>(shape_size(box)),
+        kernels::record_fill_words(*rt, rec, *buffer, static_cast<uint64_t>(shape_size(box)),
                                    *fill_word, dtype);
       const auto out_strides = strides_of(box);
       for (size_t k = 0; k < parts.size(); ++k) {
@@ -559,6 +560,7 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
   uint32_t word;
   switch (x.dtype()) {
     case DType::float32:
+    case DType::float64:  // the float32 value's bits, widened exactly by the fill
     case DType::bfloat16:
     case DType::float16: {
       const float rounded = round_to(x.dtype(), value);
@@ -574,6 +576,18 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
                     type_of(x) + " (0 to 4294967295)");
       word = static_cast<uint32_t>(value);
       break;
+    case DType::int8:
+    case DType::uint8: {
+      const bool is_signed = x.dtype() == DType::int8;
+      const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+      if (!(value >= lo && value <= hi) || value != std::trunc(value))
+        throw Error("pad: value " + std::to_string(value) + " is not a value of " +
+                    std::string(dtype_name(x.dtype())) + ", the dtype of " + type_of(x) + " (" +
+                    (is_signed ? "-128 to 127" : "0 to 255") + ")");
+      word = static_cast<uint32_t>(static_cast<int32_t>(value));
+      break;
+    }
+    case DType::int64:  // an int32 value, sign-extended by the fill
     case DType::int32:
     default:
       if (!(value >= -2147483648.0f && value < 2147483648.0f))
@@ -595,7 +609,7 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
           const auto os = strides_of(box);
           int64_t at = 0;
           for (size_t d = 0; d < box.size(); ++d) at += widths[d].first * os[d];
-          kernels::record_fill_words(rec, out, static_cast<uint64_t>(shape_size(box)), word, x.dtype());
+          kernels::record_fill_words(rt, rec, out, static_cast<uint64_t>(shape_size(box)), word, x.dtype());
           kernels::record_strided_copy(rt, rec, copy_into(in_box, strides_of(in_box), 0, os, at, x.dtype()),
                                        *in[0], out);
         });

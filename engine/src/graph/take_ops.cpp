@@ -39,6 +39,11 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
                           kernels::TakeBounds bounds, uint32_t fill_bits) {
   // bfloat16 / float16 (2 bytes each) are taken as float32 and rounded back, exact both ways:
   // the take kernel moves 32-bit words (fill_bits: the float32 bits of a value of the format).
+  // int8 / uint8 as int32 (the fill bits an int32 value of theirs); int64 / float64: take()
+  // moves their 32-bit words.
+  if (is_8bit(x_in.dtype()))
+    return detail::convert_untaped(
+        take_untaped(detail::convert_untaped(x_in, DType::int32), indices, axis, bounds, fill_bits), x_in.dtype());
   if (detail::is_16bit_float(x_in.dtype()))
     return detail::convert_untaped(
         take_untaped(detail::convert_untaped(x_in, DType::float32), indices, axis, bounds, fill_bits),
@@ -165,8 +170,12 @@ Array argsort(const Array& x, int axis) {
     return transpose(argsort(transpose(x, perm), last), perm);
   }
   const int64_t n = x.shape()[last];
-  // bfloat16 / float16 sort as their float32 values (exact).
-  const Array keys = astype(x, x.dtype() == DType::bool_ ? DType::int32 : is_floating(x.dtype()) ? DType::float32 : x.dtype());
+  // bfloat16 / float16 sort as their float32 values, int8 / uint8 as int32 (exact); the kernel
+  // compares 32-bit words.
+  detail::reject_64bit("argsort", x);
+  const Array keys = astype(x, x.dtype() == DType::bool_ || is_8bit(x.dtype()) ? DType::int32
+                               : is_floating(x.dtype())                        ? DType::float32
+                                                                               : x.dtype());
   // Rows whole on each device (the sorted axis gathered first where it is split): each device
   // sorts its own rows.
   const Array whole = whole_along(keys, static_cast<size_t>(last));
@@ -194,6 +203,8 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
     if (dtype == DType::bool_) return 1;
     // jnp.take: "the largest positive value for unsigned types" (keys and bits are uint32).
     if (dtype == DType::uint32) return std::numeric_limits<uint32_t>::max();
+    if (dtype == DType::uint8) return 255;
+    if (dtype == DType::int8) return static_cast<uint32_t>(-128);
     return static_cast<uint32_t>(std::numeric_limits<int32_t>::min());
   }
   const auto& v = fill_value->get();
@@ -219,6 +230,33 @@ uint32_t take_fill_bits(DType dtype, const std::optional<Operand>& fill_value) {
 }
 }  // namespace
 
+namespace {
+// int64 / float64: their 32-bit words taken (fill mode: wrapped, which counts a negative index
+// from the end as fill does), then the filled positions set: a fill word per element would be
+// one word of two.
+Array take64(const Array& x, const Array& indices, int axis, kernels::TakeBounds bounds,
+             const std::optional<Operand>& fill_value) {
+  const int ax = normalize_axis(axis, x.ndim(), "take");
+  const kernels::TakeBounds word_bounds = bounds == kernels::TakeBounds::fill ? kernels::TakeBounds::wrap : bounds;
+  const Array y = detail::from_words(take_untaped(detail::as_words(x), indices, ax, word_bounds, 0), x.dtype());
+  if (bounds != kernels::TakeBounds::fill || x.shape()[ax] == 0) return y;
+  const auto n = static_cast<int32_t>(x.shape()[ax]);
+  Shape mask_shape(static_cast<size_t>(ax), 1);
+  mask_shape.insert(mask_shape.end(), indices.shape().begin(), indices.shape().end());
+  mask_shape.resize(mask_shape.size() + x.ndim() - ax - 1, 1);
+  const Array inside = reshape(logical_and(indices >= -n, indices < n), mask_shape);
+  if (fill_value) {
+    if (std::holds_alternative<Array>(fill_value->get()))
+      throw Error("take: fill_value must be a number (a static scalar, as in jnp.take), not an Array");
+    return where(inside, y, *fill_value);
+  }
+  if (x.dtype() == DType::float64) return where(inside, y, std::numeric_limits<float>::quiet_NaN());
+  // jnp.take's default for int64: its most negative value, -2^63.
+  const Array lowest = astype(full(Shape{}, std::numeric_limits<int32_t>::min()), DType::int64) * 65536 * 65536;
+  return where(inside, y, lowest);
+}
+}  // namespace
+
 Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
            std::optional<Operand> fill_value, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
@@ -230,7 +268,8 @@ Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
                                      : mode == TakeMode::wrap ? kernels::TakeBounds::wrap
                                                               : kernels::TakeBounds::fill;
   if (!x.valid() || !indices.valid()) throw Error("take: an operand is an empty meshvk::Array");
-  const Array y = take_untaped(x, indices, axis, bounds, take_fill_bits(x.dtype(), fill_value));
+  const Array y = is_64bit(x.dtype()) ? take64(x, indices, axis, bounds, fill_value)
+                                      : take_untaped(x, indices, axis, bounds, take_fill_bits(x.dtype(), fill_value));
   if (!differentiable(x)) return y;
   const int ax = axis < 0 ? axis + static_cast<int>(x.ndim()) : axis;
   return detail::on_tape(y, {x, indices}, [x, indices, ax, mode](const Array& ct) {

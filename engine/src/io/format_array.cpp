@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "io/element_count.hpp"
@@ -85,21 +86,24 @@ bool reads_back_as_half(double value, float half) {
 // Dragon4's unique digits: the shortest that read back as this float32 (ties to the digits nearest
 // the exact value), which is std::to_chars's shortest round trip; for a float16 value the shortest
 // that read back as that float16 (numpy's Dragon4 with float16's precision).
-Digits shortest_digits(float magnitude, DType dtype = DType::float32) {
+Digits shortest_digits(double magnitude, DType dtype = DType::float32) {
   char text[64];
   if (dtype == DType::float16 && std::isfinite(magnitude) && magnitude != 0) {
     for (int significant = 1; significant <= 5; ++significant) {
       std::snprintf(text, sizeof text, "%.*e", significant - 1, static_cast<double>(magnitude));
-      if (reads_back_as_half(std::strtod(text, nullptr), magnitude)) return parse_scientific(text);
+      if (reads_back_as_half(std::strtod(text, nullptr), static_cast<float>(magnitude))) return parse_scientific(text);
     }
   }
+  // float64: the shortest digits that read back as the double.
   const auto result =
-      std::to_chars(text, text + sizeof text, magnitude, std::chars_format::scientific);
+      dtype == DType::float64
+          ? std::to_chars(text, text + sizeof text, magnitude, std::chars_format::scientific)
+          : std::to_chars(text, text + sizeof text, static_cast<float>(magnitude), std::chars_format::scientific);
   return parse_scientific(std::string_view(text, static_cast<size_t>(result.ptr - text)));
 }
 
 // The exact value rounded half-to-even to `significant` digits.
-Digits rounded_digits(float magnitude, int significant) {
+Digits rounded_digits(double magnitude, int significant) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*e", significant - 1, static_cast<double>(magnitude));
   return parse_scientific(text);
@@ -111,7 +115,7 @@ void trim_trailing_zeros(std::string& digits, size_t keep) {
 
 // Scientific digits as numpy's dragon4_scientific(unique=True) picks them: the unique digits, cut
 // at `max_fraction` digits after the point, or extended to `min_fraction` digits (-1: none).
-Digits scientific_digits(float magnitude, int max_fraction, int min_fraction, DType dtype) {
+Digits scientific_digits(double magnitude, int max_fraction, int min_fraction, DType dtype) {
   Digits digits = shortest_digits(magnitude, dtype);
   const int fraction = static_cast<int>(digits.digits.size()) - 1;
   if (fraction > max_fraction) {
@@ -151,10 +155,10 @@ Positional to_positional(const Digits& digits) {
 // unique digits, cut at `max_fraction` digits after the point. `through_units` is numpy's
 // min_digits=0, which makes Dragon4 print exact digits down to the units place: integers above
 // 2^24 whose unique digits end in zeros (16777217 -> "16777216.", 99999992 -> "99999992.").
-Positional positional_digits(float magnitude, int max_fraction, bool through_units, DType dtype) {
+Positional positional_digits(double magnitude, int max_fraction, bool through_units, DType dtype) {
   const Digits shortest = shortest_digits(magnitude, dtype);
   const int fraction_needed = static_cast<int>(shortest.digits.size()) - 1 - shortest.exponent;
-  char text[128];  // enough for FLT_MAX with 8 fraction digits
+  char text[400];  // enough for DBL_MAX with 8 fraction digits
   if (fraction_needed > max_fraction) {
     std::snprintf(text, sizeof text, "%.*f", max_fraction, static_cast<double>(magnitude));
     const std::string_view printed = text;
@@ -183,12 +187,15 @@ std::string pad_left(std::string text, int64_t width) {
 // Element formatters: one width for all elements, from the elements that will be printed.
 
 // numpy's FloatingFormat for floatmode 'maxprec', sign '-', of float32 or float16 values.
-class FloatFormatter {
+// float64 (F = double) compares in float64, as numpy does for float64 data.
+template <class F>
+class FloatFormatterOf {
  public:
-  explicit FloatFormatter(const std::vector<float>& sample, DType dtype = DType::float32) : dtype_(dtype) {
-    std::vector<float> finite;
+  explicit FloatFormatterOf(const std::vector<F>& sample, DType dtype = std::is_same_v<F, double> ? DType::float64 : DType::float32)
+      : dtype_(dtype) {
+    std::vector<F> finite;
     bool has_negative_inf = false;
-    for (const float value : sample) {
+    for (const F value : sample) {
       if (std::isfinite(value)) finite.push_back(value);
       if (std::isinf(value) && value < 0) has_negative_inf = true;
     }
@@ -207,11 +214,11 @@ class FloatFormatter {
     }
   }
 
-  std::string operator()(float value) const {
+  std::string operator()(F value) const {
     if (std::isnan(value)) return pad_left("nan", pad_left_ + pad_right_ + 1);
     if (std::isinf(value)) return pad_left(value < 0 ? "-inf" : "inf", pad_left_ + pad_right_ + 1);
     const std::string sign = std::signbit(value) ? "-" : "";
-    const float magnitude = std::fabs(value);
+    const F magnitude = std::fabs(value);
     if (scientific_) {
       const Digits digits = scientific_digits(magnitude, fraction_digits_, fraction_digits_, dtype_);
       return pad_left(sign + digits.digits[0], pad_left_) + "." + digits.digits.substr(1) +
@@ -226,10 +233,10 @@ class FloatFormatter {
   }
 
  private:
-  bool needs_scientific(const std::vector<float>& finite) const {
-    float max_abs = 0;
-    float min_abs = std::numeric_limits<float>::infinity();
-    for (const float value : finite) {
+  bool needs_scientific(const std::vector<F>& finite) const {
+    F max_abs = 0;
+    F min_abs = std::numeric_limits<F>::infinity();
+    for (const F value : finite) {
       if (value == 0) continue;
       max_abs = std::max(max_abs, std::fabs(value));
       min_abs = std::min(min_abs, std::fabs(value));
@@ -237,14 +244,16 @@ class FloatFormatter {
     if (max_abs == 0) return false;  // no nonzero finite values
     // The ratio is a float32 division, as in numpy; it may overflow to inf, which counts.
     // float16 data compares in float16 (NEP 50): the bounds and the ratio are rounded to it.
+    if constexpr (std::is_same_v<F, double>)
+      return max_abs >= 1e8 || min_abs < 1e-4 || max_abs / min_abs > 1000.0;
     return max_abs >= round_to(dtype_, kSciAtLeast) || min_abs < round_to(dtype_, kSciBelow) ||
            round_to(dtype_, max_abs / min_abs) > kSciRatio;
   }
 
   // First pass of dragon4_scientific(precision=8, unique=True, trim='.'): the widest mantissa
   // fraction becomes every element's digit count.
-  void measure_scientific(const std::vector<float>& finite) {
-    for (const float value : finite) {
+  void measure_scientific(const std::vector<F>& finite) {
+    for (const F value : finite) {
       const Digits digits = scientific_digits(std::fabs(value), kPrecision, -1, dtype_);
       fraction_digits_ = std::max(fraction_digits_, static_cast<int>(digits.digits.size()) - 1);
       pad_left_ = std::max(pad_left_, std::signbit(value) ? 2 : 1);
@@ -255,8 +264,8 @@ class FloatFormatter {
   }
 
   // First pass of dragon4_positional(precision=8, unique=True, trim='.').
-  void measure_positional(const std::vector<float>& finite) {
-    for (const float value : finite) {
+  void measure_positional(const std::vector<F>& finite) {
+    for (const F value : finite) {
       const Positional digits = positional_digits(std::fabs(value), kPrecision, false, dtype_);
       const int whole = static_cast<int>(digits.whole.size()) + (std::signbit(value) ? 1 : 0);
       pad_left_ = std::max(pad_left_, whole);
@@ -271,6 +280,9 @@ class FloatFormatter {
   int fraction_digits_ = 0;
   size_t exponent_digits_ = 2;
 };
+
+using FloatFormatter = FloatFormatterOf<float>;
+using DoubleFormatter = FloatFormatterOf<double>;
 
 class HalfFormatter : public FloatFormatter {
  public:
@@ -294,19 +306,21 @@ class Bfloat16Formatter {
 };
 
 // numpy's IntegerFormat: right-aligned to the longer of str(max) and str(min).
-class IntFormatter {
+template <class I>
+class IntFormatterOf {
  public:
-  explicit IntFormatter(const std::vector<int32_t>& sample) {
+  explicit IntFormatterOf(const std::vector<I>& sample) {
     const auto [min, max] = std::minmax_element(sample.begin(), sample.end());
     width_ = std::max(std::to_string(*min).size(), std::to_string(*max).size());
   }
-  std::string operator()(int32_t value) const {
+  std::string operator()(I value) const {
     return pad_left(std::to_string(value), static_cast<int64_t>(width_));
   }
 
  private:
   size_t width_ = 0;
 };
+using IntFormatter = IntFormatterOf<int32_t>;
 
 // numpy's IntegerFormat for uint32: the same right-aligned columns, unsigned values.
 class UintFormatter {
@@ -335,11 +349,11 @@ class BoolFormatter {
 
 // str() of a float32 scalar, which is what numpy prints for a 0-d array: the unique digits, no
 // precision cut, "3.0" rather than "3." and "1e-05" rather than "1.e-05".
-std::string scalar_text(float value, DType dtype = DType::float32) {
+std::string scalar_text(double value, DType dtype = DType::float32) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
   const std::string sign = std::signbit(value) ? "-" : "";
-  const float magnitude = std::fabs(value);
+  const double magnitude = std::fabs(value);
   const Digits digits = shortest_digits(magnitude, dtype);
   const auto wide = static_cast<double>(magnitude);
   if (magnitude == 0 || (wide >= kScalarPositionalFrom && wide < kScalarPositionalBelow)) {
@@ -463,14 +477,14 @@ T element_at(const HostArray& array, int64_t index) {
   return value;
 }
 
-template <class T, class Formatter>
+template <class T, class Formatter, class S = T>
 std::string format_elements(const HostArray& array, const ArrayLayout& layout) {
-  std::vector<T> sample;
+  std::vector<S> sample;
   for (const int64_t index : layout.printed_elements()) {
-    sample.push_back(element_at<T>(array, index));
+    sample.push_back(static_cast<S>(element_at<T>(array, index)));
   }
   const Formatter formatter(sample);
-  return layout.format([&](int64_t index) { return formatter(element_at<T>(array, index)); });
+  return layout.format([&](int64_t index) { return formatter(static_cast<S>(element_at<T>(array, index))); });
 }
 
 }  // namespace
@@ -482,7 +496,7 @@ std::string format_array(const HostArray& array) {
                 " is not a valid array shape (non-negative dimensions, at most " +
                 std::to_string(kMaxRank) + " of them, fewer than 2^63 elements)");
   }
-  const size_t item = 4;  // a 32-bit word per element, float16 and bfloat16 too (host_array.hpp)
+  const size_t item = host_element_bytes(array.dtype);  // float16 and bfloat16: 32-bit words
   if (array.bytes.size() / item != static_cast<uint64_t>(*count) ||
       array.bytes.size() % item != 0) {
     throw Error("format_array: a " + std::string(dtype_name(array.dtype)) + " array of shape " +
@@ -496,6 +510,10 @@ std::string format_array(const HostArray& array) {
     if (array.dtype == DType::uint32) return std::to_string(element_at<uint32_t>(array, 0));
     if (array.dtype == DType::bfloat16) return bfloat16_text(element_at<float>(array, 0));
     if (array.dtype == DType::float16) return scalar_text(element_at<float>(array, 0), DType::float16);
+    if (array.dtype == DType::float64) return scalar_text(element_at<double>(array, 0), DType::float64);
+    if (array.dtype == DType::int64) return std::to_string(element_at<int64_t>(array, 0));
+    if (array.dtype == DType::int8) return std::to_string(element_at<int8_t>(array, 0));
+    if (array.dtype == DType::uint8) return std::to_string(element_at<uint8_t>(array, 0));
     return array.dtype == DType::float32 ? scalar_text(element_at<float>(array, 0))
                                          : std::to_string(element_at<int32_t>(array, 0));
   }
@@ -512,6 +530,14 @@ std::string format_array(const HostArray& array) {
       return format_elements<float, Bfloat16Formatter>(array, layout);
     case DType::float16:
       return format_elements<float, HalfFormatter>(array, layout);
+    case DType::float64:
+      return format_elements<double, DoubleFormatter>(array, layout);
+    case DType::int64:
+      return format_elements<int64_t, IntFormatterOf<int64_t>>(array, layout);
+    case DType::int8:  // printed as their int values (std::to_string of a char would not be)
+      return format_elements<int8_t, IntFormatterOf<int>, int>(array, layout);
+    case DType::uint8:
+      return format_elements<uint8_t, IntFormatterOf<int>, int>(array, layout);
     case DType::int32:
       break;
   }

@@ -14,10 +14,13 @@ namespace meshvk::io {
 struct HostArray {
   Shape shape;
   DType dtype = DType::float32;
-  // shape_size(shape) * 4 bytes: a 32-bit word per element, bfloat16 and float16 as the float32
-  // bits of their values (the device stores those in 2 bytes; graph/array.cpp converts).
+  // shape_size(shape) * host_element_bytes(dtype) bytes: bfloat16 and float16 as the float32
+  // bits of their values (the device stores those in 2 bytes; graph/array.cpp converts), every
+  // other dtype as stored (1 byte for int8 and uint8, 8 for int64 and float64, else 4).
   std::vector<std::byte> bytes;
 };
+
+constexpr size_t host_element_bytes(DType dtype) { return is_16bit(dtype) ? 4 : dtype_size(dtype); }
 
 // Parses the bytes of a .npy file; `what` names the source in error messages. Throws Error for
 // anything malformed or unsupported, saying what would be valid.

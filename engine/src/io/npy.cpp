@@ -52,6 +52,10 @@ std::string header_dict(const HostArray& array) {
                                  : array.dtype == DType::float16 ? "<f2"
                                  : array.dtype == DType::bool_  ? "|b1"
                                  : array.dtype == DType::uint32 ? "<u4"
+                                 : array.dtype == DType::float64 ? "<f8"
+                                 : array.dtype == DType::int64  ? "<i8"
+                                 : array.dtype == DType::int8   ? "|i1"
+                                 : array.dtype == DType::uint8  ? "|u1"
                                                                 : "<i4";
   std::string dict = "{'descr': '" + std::string(descr) +
                      "', 'fortran_order': False, 'shape': " + shape_to_string(array.shape) + ", }";
@@ -118,7 +122,7 @@ std::vector<std::byte> encode_npy(const HostArray& array) {
                 std::to_string(array.shape.size()) + " dimensions; numpy supports at most " +
                 std::to_string(kMaxRank));
   }
-  const size_t item = 4;  // a 32-bit word per element, float16 and bfloat16 too (host_array.hpp)
+  const size_t item = host_element_bytes(array.dtype);  // float16 and bfloat16: 32-bit words
   if (array.bytes.size() % item != 0 ||
       array.bytes.size() / item != static_cast<uint64_t>(*count)) {
     throw Error("encode_npy: a " + std::string(dtype_name(array.dtype)) + " array of shape " +
@@ -167,9 +171,10 @@ std::vector<std::byte> encode_npy(const HostArray& array) {
   if (array.dtype == DType::bfloat16)
     throw Error("encode_npy: numpy has no bfloat16 type; convert to float32 or float16 first");
   out.insert(out.end(), array.bytes.begin(), array.bytes.end());
-  // The file is little-endian ('<f4', '<i4'); HostArray bytes are native.
+  // The file is little-endian ('<f4', '<i8'); HostArray bytes are native.
   if constexpr (std::endian::native == std::endian::big) {
-    for (size_t i = data_start; i < out.size(); i += 4) std::reverse(&out[i], &out[i] + 4);
+    const size_t es = host_element_bytes(array.dtype);
+    for (size_t i = data_start; i < out.size(); i += es) std::reverse(&out[i], &out[i] + es);
   }
   return out;
 }

@@ -1,13 +1,11 @@
-// The elements of a .npy file converted to the 32-bit dtypes meshvk holds. The rule, also in
-// array.hpp and the README:
-//   '<f4' float32, '<i4' int32, '<u4' uint32, '|b1' bool: loaded as they are;
-//   '<f2' -> float16 (held as the float32 words of its values, as the device stores it);
-//   '<f8' -> float32: rounded to nearest as numpy's astype(float32); a finite value beyond
-//          float32's range (which astype would turn into inf) is an Error; inf and nan stay;
-//   '|i1', '<i2', '<i8' -> int32, and '|u1', '<u2' -> int32 (every value of those fits);
-//   '<u8' -> uint32 (an unsigned type stays unsigned);
-//   an 8-byte integer outside the target's range is an Error.
-// Errors name the first value that does not fit and its flat index in the loaded (C-order) array.
+// The elements of a .npy file converted to the dtypes meshvk holds. The rule, also in array.hpp
+// and the README:
+//   '<f4' float32, '<f8' float64, '<i4' int32, '<i8' int64, '|i1' int8, '<u4' uint32, '|u1'
+//   uint8, '|b1' bool: loaded as they are;
+//   '<f2' -> float16 (held as the float32 words of its values, as graph/array.cpp expects);
+//   '<i2' and '<u2' -> int32 (meshvk has no int16 or uint16; every value fits);
+//   '<u8' -> uint32 (meshvk has no uint64; an unsigned type stays unsigned): a value past uint32
+//   is an Error naming the first such value and its flat index in the loaded (C-order) array.
 #include <array>
 #include <bit>
 #include <cmath>
@@ -18,17 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "io/host_array.hpp"
 #include "io/npy_format.hpp"
 #include "meshvk/error.hpp"
 
 namespace meshvk::io::npy {
 namespace {
-
-std::string double_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
-}
 
 // A half (IEEE binary16) to float: exact.
 float half_to_float(uint16_t half) {
@@ -50,26 +43,6 @@ float half_to_float(uint16_t half) {
                               ((mantissa & 0x3ffu) << 13));
 }
 
-// A double to float as numpy's astype(float32) rounds (to nearest), without the undefined
-// behaviour C++ gives out-of-range conversions. A finite value that would round to infinity
-// is an Error: it has no float32.
-float narrow_to_float(double value, const Descr& descr, int64_t index, const std::string& what) {
-  // Doubles at or beyond FLT_MAX + half an ulp round to infinity.
-  constexpr double kOverflow = 0x1.ffffffp127;
-  constexpr float kMax = std::numeric_limits<float>::max();
-  if (std::isfinite(value) && std::fabs(value) >= kOverflow) {
-    fail_load(what, "value " + double_text(value) + " at flat index " + std::to_string(index) +
-                        " of the '" + descr.text +
-                        "' data is beyond float32's range (largest finite magnitude " +
-                        double_text(kMax) +
-                        "; numpy's astype(float32) would make it inf); scale the data, or save "
-                        "it as float32 if inf is meant");
-  }
-  // Between FLT_MAX and the overflow point the nearest float is FLT_MAX itself.
-  if (std::isfinite(value) && std::fabs(value) > kMax) return value > 0 ? kMax : -kMax;
-  return static_cast<float>(value);
-}
-
 [[noreturn]] void integer_out_of_range(const std::string& value, const Descr& descr, int64_t index,
                                        const std::string& target, const std::string& range,
                                        const std::string& what) {
@@ -79,47 +52,42 @@ float narrow_to_float(double value, const Descr& descr, int64_t index, const std
                       "' as; convert the array in numpy first (e.g. to float32)");
 }
 
-// One element as the 4-byte word of loaded_dtype(descr); `index` is its C-order flat index.
-std::array<std::byte, 4> convert(const std::byte* p, const Descr& descr, int64_t index,
+// One element as loaded_dtype(descr) holds it on the host (host_element_bytes: float16 as a
+// float32 word); `index` is its C-order flat index.
+std::array<std::byte, 8> convert(const std::byte* p, const Descr& descr, int64_t index,
                                  const std::string& what) {
+  std::array<std::byte, 8> out{};
+  const auto put = [&out](auto value) {
+    std::memcpy(out.data(), &value, sizeof value);
+    return out;
+  };
   const uint64_t bits = read_uint(p, descr.size, descr.big_endian);
   switch (descr.kind) {
-    case ElementKind::floating: {
-      float value = 0;
-      if (descr.size == 2) {
-        value = half_to_float(static_cast<uint16_t>(bits));
-      } else if (descr.size == 4) {
-        value = std::bit_cast<float>(static_cast<uint32_t>(bits));
-      } else {
-        value = narrow_to_float(std::bit_cast<double>(bits), descr, index, what);
-      }
-      return std::bit_cast<std::array<std::byte, 4>>(value);
-    }
+    case ElementKind::floating:
+      if (descr.size == 2) return put(half_to_float(static_cast<uint16_t>(bits)));
+      if (descr.size == 4) return put(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+      return put(std::bit_cast<double>(bits));
     case ElementKind::boolean:
-      return std::bit_cast<std::array<std::byte, 4>>(int32_t{bits != 0});
+      return put(int32_t{bits != 0});
     case ElementKind::unsigned_int: {
+      if (descr.size == 1) return put(static_cast<uint8_t>(bits));
       if (descr.size >= 4) {  // uint32
         constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
         if (bits > kMax) {
           integer_out_of_range(std::to_string(bits), descr, index, "uint32",
                                "0 to " + std::to_string(kMax), what);
         }
-        return std::bit_cast<std::array<std::byte, 4>>(static_cast<uint32_t>(bits));
+        return put(static_cast<uint32_t>(bits));
       }
-      // One and two bytes always fit int32.
-      return std::bit_cast<std::array<std::byte, 4>>(static_cast<int32_t>(bits));
+      return put(static_cast<int32_t>(bits));  // '<u2': every value fits int32
     }
     case ElementKind::signed_int: {
       // Sign-extend from the element's width.
       const unsigned shift = 64 - 8 * static_cast<unsigned>(descr.size);
       const int64_t value = static_cast<int64_t>(bits << shift) >> shift;
-      constexpr int64_t kMin = std::numeric_limits<int32_t>::min();
-      constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-      if (value < kMin || value > kMax) {
-        integer_out_of_range(std::to_string(value), descr, index, "int32",
-                             std::to_string(kMin) + " to " + std::to_string(kMax), what);
-      }
-      return std::bit_cast<std::array<std::byte, 4>>(static_cast<int32_t>(value));
+      if (descr.size == 1) return put(static_cast<int8_t>(value));
+      if (descr.size == 8) return put(value);
+      return put(static_cast<int32_t>(value));  // '<i2' and '<i4'
     }
   }
   fail_load(what, "unsupported dtype descr '" + descr.text + "'");
@@ -130,20 +98,21 @@ std::array<std::byte, 4> convert(const std::byte* p, const Descr& descr, int64_t
 DType loaded_dtype(const Descr& descr) {
   switch (descr.kind) {
     case ElementKind::floating:
-      return descr.size == 2 ? DType::float16 : DType::float32;
+      return descr.size == 2 ? DType::float16 : descr.size == 8 ? DType::float64 : DType::float32;
     case ElementKind::boolean:
       return DType::bool_;
     case ElementKind::unsigned_int:
-      return descr.size >= 4 ? DType::uint32 : DType::int32;
+      return descr.size == 1 ? DType::uint8 : descr.size >= 4 ? DType::uint32 : DType::int32;
     case ElementKind::signed_int:
-      return DType::int32;
+      return descr.size == 1 ? DType::int8 : descr.size == 8 ? DType::int64 : DType::int32;
   }
   return DType::int32;
 }
 
 std::vector<std::byte> convert_elements(std::span<const std::byte> data, const Header& header,
                                         int64_t count, const std::string& what) {
-  std::vector<std::byte> out(static_cast<size_t>(count) * kLoadedElementBytes);
+  const size_t es = host_element_bytes(loaded_dtype(header.descr));
+  std::vector<std::byte> out(static_cast<size_t>(count) * es);
   const Shape& shape = header.shape;
   const size_t rank = shape.size();
   // Row-major strides of the destination, and the source element's index in Fortran order
@@ -156,8 +125,8 @@ std::vector<std::byte> convert_elements(std::span<const std::byte> data, const H
   for (int64_t i = 0; i < count; ++i) {
     const std::byte* src = data.data() + static_cast<size_t>(i) * header.descr.size;
     const int64_t target = header.fortran_order ? dest : i;
-    const std::array<std::byte, 4> value = convert(src, header.descr, target, what);
-    std::memcpy(out.data() + static_cast<size_t>(target) * kLoadedElementBytes, value.data(), 4);
+    const std::array<std::byte, 8> value = convert(src, header.descr, target, what);
+    std::memcpy(out.data() + static_cast<size_t>(target) * es, value.data(), es);
 
     if (header.fortran_order) {
       for (size_t axis = 0; axis < rank; ++axis) {

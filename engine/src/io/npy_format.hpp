@@ -25,9 +25,9 @@ constexpr int64_t kLoadedElementBytes = 4;
 
 // The descrs load_npy reads and what each becomes: the text of "supported: ..." in errors.
 constexpr std::string_view kSupportedDescrs =
-    "'<f4', '<f2', '<i4', '<u4' and '|b1' (loaded as float32, float16, int32, uint32 and bool); "
-    "'<f8' (converted to float32), '<i8', '<i2', '|i1', '<u2' and '|u1' (converted to int32), '<u8' "
-    "(converted to uint32); multi-byte ones may also be big-endian ('>f4') or native ('=f4')";
+    "'<f4', '<f8', '<f2', '<i4', '<i8', '|i1', '<u4', '|u1' and '|b1' (loaded as float32, float64, "
+    "float16, int32, int64, int8, uint32, uint8 and bool); '<i2' and '<u2' (converted to int32), "
+    "'<u8' (converted to uint32); multi-byte ones may also be big-endian ('>f4') or native ('=f4')";
 
 // "load_npy(what): message" as a meshvk::Error.
 [[noreturn]] void fail_load(const std::string& what, const std::string& message);
@@ -68,7 +68,7 @@ Layout read_layout(std::span<const std::byte> file, const std::string& what);
 DType loaded_dtype(const Descr& descr);
 
 // The `count` elements of `data` (which holds exactly count * descr.size bytes) as meshvk's
-// 4-byte native words of loaded_dtype(), in C order (npy_convert.cpp). Throws Error for the first
+// host elements of loaded_dtype() (io::host_element_bytes each), in C order (npy_convert.cpp). Throws Error for the first
 // value that does not fit the loaded dtype.
 std::vector<std::byte> convert_elements(std::span<const std::byte> data, const Header& header,
                                         int64_t count, const std::string& what);

@@ -7,6 +7,7 @@
 #include "kernels/cost.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/storage16.hpp"
+#include "kernels/wide_types.hpp"
 #include "kernels/mathlib.hpp"
 #include "meshvk/error.hpp"
 
@@ -203,51 +204,7 @@ vec4 mv_f16(vec4 x) { return vec4(mv_f16(x.x), mv_f16(x.y), mv_f16(x.z), mv_f16(
 
 namespace {
 
-std::string type_name(DType dtype, int width) {
-  switch (dtype) {
-    case DType::float32:
-    case DType::bfloat16:
-    case DType::float16:
-      return width == 4 ? "vec4" : "float";
-    case DType::int32:
-      return width == 4 ? "ivec4" : "int";
-    case DType::bool_:
-      return width == 4 ? "bvec4" : "bool";
-    case DType::uint32:
-      return width == 4 ? "uvec4" : "uint";
-  }
-  return "";
-}
-
-// The expression reading one element `raw` (uint or uvec4: a 32-bit word, or a 16-bit one's bits
-// for bfloat16 and float16) as `dtype`.
-std::string decode(const std::string& raw, DType dtype, int width) {
-  switch (dtype) {
-    case DType::float32:
-      return "uintBitsToFloat(" + raw + ")";
-    case DType::bfloat16:
-      return "mv_from_bf16(" + raw + ")";
-    case DType::float16:
-      return "mv_from_f16(" + raw + ")";
-    case DType::int32:
-      return type_name(dtype, width) + "(" + raw + ")";
-    case DType::bool_:
-      return width == 4 ? "notEqual(" + raw + ", uvec4(0u))" : "(" + raw + " != 0u)";
-    case DType::uint32:
-      return "(" + raw + ")";
-  }
-  return "";
-}
-
-// The value stored for `v`: a 32-bit word, or for bfloat16 and float16 a 16-bit one (`v` is a
-// value of the format already: rounding it again changes nothing).
-std::string encode(const std::string& v, DType dtype, int width) {
-  const std::string u = width == 4 ? "uvec4" : "uint";
-  if (dtype == DType::bfloat16) return (width == 4 ? "u16vec4(mv_bf16_bits(" : "uint16_t(mv_bf16_bits(") + v + "))";
-  if (dtype == DType::float16) return (width == 4 ? "u16vec4(mv_f16_bits(" : "uint16_t(mv_f16_bits(") + v + "))";
-  if (is_floating(dtype)) return "floatBitsToUint(" + v + ")";
-  return u + "(" + v + ")";
-}
+std::string type_name(DType dtype, int width) { return ew_type_name(dtype, width); }
 
 std::string compare(EwOp op, const std::string& a, const std::string& b, int width) {
   if (width == 4) {
@@ -303,6 +260,10 @@ const char* library_function(EwOp op, bool float64) {
   }
 }
 
+// The math library computes float32 (and the 16-bit formats through it); float64 ops use GLSL's
+// double arithmetic, and the graph layer refuses the transcendental ones.
+bool is_library_float(DType dtype) { return is_floating(dtype) && dtype != DType::float64; }
+
 // Ops GLSL has no built-in for: the library's function even under MESHVK_FAST_MATH=1.
 bool library_only(EwOp op) { return op == EwOp::erf || op == EwOp::erfinv; }
 
@@ -317,7 +278,7 @@ struct MathMode {
 std::string library_functions(const EwProgram& p, MathMode math) {
   std::vector<std::string> names;
   for (const EwNode& n : p.nodes)
-    if (n.op != EwOp::input && n.op != EwOp::constant && is_floating(n.dtype))
+    if (n.op != EwOp::input && n.op != EwOp::constant && is_library_float(n.dtype))
       if (const char* f = library_function(n.op, math.float64); f && (!math.fast_math || library_only(n.op)))
         names.push_back(f);
   return mathlib::glsl_functions(names);
@@ -327,7 +288,7 @@ std::string library_functions(const EwProgram& p, MathMode math) {
 bool calls_float64_trig(const EwProgram& p, MathMode math) {
   return math.float64 && !math.fast_math &&
          std::any_of(p.nodes.begin(), p.nodes.end(), [](const EwNode& n) {
-           return is_floating(n.dtype) &&
+           return is_library_float(n.dtype) &&
                   (n.op == EwOp::sin || n.op == EwOp::cos || n.op == EwOp::tan);
          });
 }
@@ -339,7 +300,7 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
   const std::string b = n.b >= 0 ? "v" + std::to_string(n.b) : "";
   const std::string c = n.c >= 0 ? "v" + std::to_string(n.c) : "";
   const DType in = n.a >= 0 ? p.nodes[n.a].dtype : n.dtype;
-  if ((!math.fast_math || library_only(n.op)) && is_floating(n.dtype) && n.op != EwOp::input && n.op != EwOp::constant)
+  if ((!math.fast_math || library_only(n.op)) && is_library_float(n.dtype) && n.op != EwOp::input && n.op != EwOp::constant)
     if (const char* f = library_function(n.op, math.float64)) {
       std::string call = std::string(f) + "(" + a;
       if (n.b >= 0) call += ", " + b;
@@ -348,15 +309,10 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
   switch (n.op) {
     case EwOp::input:
       return "load" + std::to_string(n.input);
-    case EwOp::constant: {
+    case EwOp::constant:
       // A float +0.0 is read from the push constants (always 0): llvmpipe folds a literal zero
       // operand away (x * 0 -> 0 for inf and NaN too, x / 0 -> undefined), which numpy does not.
-      const std::string s = is_floating(n.dtype) ? (n.bits == 0 ? std::string("uintBitsToFloat(pc.zero)")
-                                                                     : "uintBitsToFloat(" + std::to_string(n.bits) + "u)")
-                            : n.dtype == DType::int32 ? "int(" + std::to_string(n.bits) + "u)"
-                                                      : (n.bits ? "true" : "false");
-      return T + "(" + s + ")";
-    }
+      return ew_constant(n.bits, n.dtype, T);
     case EwOp::neg: return "(-" + a + ")";
     case EwOp::abs: return "abs(" + a + ")";
     case EwOp::sign: return is_floating(n.dtype) ? "mv_sign(" + a + ")" : "sign(" + a + ")";
@@ -425,7 +381,7 @@ std::string rounded_expr(const EwProgram& p, size_t i, int width, MathMode math)
   if (n.op == EwOp::input || n.op == EwOp::constant) return e;
   if (n.dtype == DType::bfloat16) return "mv_bf16(" + e + ")";
   if (n.dtype == DType::float16) return "mv_f16(" + e + ")";
-  return e;
+  return ew_wrap(e, n.dtype, width);
 }
 
 // Whether the kernel rounds to, reads or writes a 16-bit format (kRound16Glsl and kStorage16Glsl).
@@ -434,15 +390,18 @@ bool uses_16bit(const EwProgram& p, std::span<const EwInput> inputs) {
          std::any_of(inputs.begin(), inputs.end(), [](const EwInput& in) { return is_16bit(in.dtype); });
 }
 
-std::string helpers_16bit(const EwProgram& p, std::span<const EwInput> inputs) {
-  return uses_16bit(p, inputs) ? std::string(kRound16Glsl) + kStorage16Glsl : std::string();
+// Whether the program or its inputs have a value of `dtype`.
+bool uses(const EwProgram& p, std::span<const EwInput> inputs, DType dtype) {
+  return std::any_of(p.nodes.begin(), p.nodes.end(), [&](const EwNode& n) { return n.dtype == dtype; }) ||
+         std::any_of(inputs.begin(), inputs.end(), [&](const EwInput& in) { return in.dtype == dtype; });
 }
 
-// The output's element type in the storage block.
-const char* out_element(DType dtype, int width) {
-  if (is_16bit(dtype)) return width == 4 ? "u16vec4" : "uint16_t";
-  return width == 4 ? "uvec4" : "uint";
+std::string helpers_16bit(const EwProgram& p, std::span<const EwInput> inputs) {
+  return (uses_16bit(p, inputs) ? std::string(kRound16Glsl) + kStorage16Glsl : std::string()) +
+         ew_helpers64(uses(p, inputs, DType::int64), uses(p, inputs, DType::float64));
 }
+
+const char* out_element(DType dtype, int width) { return ew_out_element(dtype, width); }
 
 constexpr int kWorkgroup = 64;
 
@@ -451,9 +410,10 @@ constexpr int kWorkgroup = 64;
 // rewrite x - x to 0 or x * 1 + x * 0 to x, which numpy does not (inf - inf is NaN). Where it
 // allows that too, subnormal results are kept (DenormPreserve), as the math library's results
 // near underflow (exp(-100)) need.
-std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm, DType out_dtype) {
+std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm, DType out_dtype, bool int64) {
   std::string s = "#version 450\n";
   if (is_16bit(out_dtype)) s += "#extension GL_EXT_shader_16bit_storage : require\n";
+  s += ew_extensions(is_8bit(out_dtype), int64);
   if (preserve_inf_nan || preserve_denorm) s += "#extension GL_EXT_spirv_intrinsics : require\n";
   if (preserve_inf_nan)
     s += "spirv_execution_mode(capabilities = [4466], 4461, 32);\n";  // SignedZeroInfNanPreserve, 32-bit
@@ -469,7 +429,7 @@ std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm, DType o
 std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
                           int per_invocation, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
-  g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype);
+  g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype, uses(p, inputs, DType::int64));
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 4) << " o[]; };\n";
@@ -483,14 +443,14 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
     const int w = 4;
     if (inputs[k].mode == EwInput::Mode::same)
       g << "    const " << type_name(inputs[k].dtype, w) << " load" << k << " = "
-        << decode("texelFetch(in" + std::to_string(k) + ", int(i))", inputs[k].dtype, w) << ";\n";
+        << ew_decode("texelFetch(in" + std::to_string(k) + ", int(i))", inputs[k].dtype, w) << ";\n";
     else
       g << "    const " << type_name(inputs[k].dtype, w) << " load" << k << " = " << type_name(inputs[k].dtype, w) << "("
-        << decode("texelFetch(in" + std::to_string(k) + ", pc.off[" + std::to_string(k) + "]).x", inputs[k].dtype, 1) << ");\n";
+        << ew_decode("texelFetch(in" + std::to_string(k) + ", pc.off[" + std::to_string(k) + "]).x", inputs[k].dtype, 1) << ");\n";
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
     g << "    precise const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << rounded_expr(p, i, 4, math) << ";\n";
-  g << "    o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 4) << ";\n  }\n}\n";
+  g << "    o[i] = " << ew_encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 4) << ";\n  }\n}\n";
   return g.str();
 }
 
@@ -499,7 +459,7 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
 std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
                            const Shape& shape, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
-  g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype);
+  g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype, uses(p, inputs, DType::int64));
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 1) << " o[]; };\n";
@@ -522,11 +482,11 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
           if (inputs[k].strides[d] != 0) index += " + int(c" + std::to_string(d) + ") * " + std::to_string(inputs[k].strides[d]);
     }
     g << "  const " << type_name(inputs[k].dtype, 1) << " load" << k << " = "
-      << decode("texelFetch(in" + std::to_string(k) + ", " + index + ").x", inputs[k].dtype, 1) << ";\n";
+      << ew_decode("texelFetch(in" + std::to_string(k) + ", " + index + ")" + ew_fetch_component(inputs[k].dtype), inputs[k].dtype, 1) << ";\n";
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
     g << "  precise const " << type_name(p.nodes[i].dtype, 1) << " v" << i << " = " << rounded_expr(p, i, 1, math) << ";\n";
-  g << "  o[i] = " << encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 1) << ";\n}\n";
+  g << "  o[i] = " << ew_encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 1) << ";\n}\n";
   return g.str();
 }
 
@@ -539,8 +499,10 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   if (count == 0) return;
   const CountedOp counted(rec.device, [&] { return elementwise_cost(p, inputs, shape, count); });
   const DType out_dtype = p.nodes.back().dtype;
+  // 64-bit values are read as uvec2 texels, one element each: scalar kernels only.
   const bool vector = std::none_of(inputs.begin(), inputs.end(),
-                                   [](const EwInput& in) { return in.mode == EwInput::Mode::strided; });
+                                   [](const EwInput& in) { return in.mode == EwInput::Mode::strided; }) &&
+                      !uses(p, inputs, DType::int64) && !uses(p, inputs, DType::float64);
   // lavapipe amortizes its per-invocation cost over several vec4s; GPUs want one per thread.
   // The float64 sin, cos and tan amortize their constants (2/pi's words, the coefficients) over
   // 8 (2*sin(x)+1: 44 -> 40 x86 instructions per element, measured with callgrind; plain
@@ -562,6 +524,8 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   const uint32_t push_bytes = 12 + 4 * static_cast<uint32_t>(std::max<size_t>(inputs.size(), 1));
 
   if (is_16bit(out_dtype)) require_storage16(rt, rec.device);
+  for (const DType d : {DType::int8, DType::uint8, DType::int64, DType::float64})
+    if (uses(p, inputs, d)) require_dtype(rt, rec.device, d);
   // Chunks keep every binding inside maxStorageBufferRange.
   const uint64_t max_bytes = rt.device_limits().maxStorageBufferRange;
   const uint64_t chunk = std::max<uint64_t>(max_bytes / 4 / 1024 * 1024, 1024);
@@ -570,14 +534,14 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
     std::vector<Binding> bindings;
     for (size_t k = 0; k < inputs.size(); ++k) {
       const EwInput& in = inputs[k];
-      // 16-bit elements are read as 16-bit texels (uvec4 / uint of their bits).
-      const bool half = is_16bit(in.dtype);
+      // 8- and 16-bit elements are read as 8- and 16-bit texels (uvec4 / uint of their bits),
+      // 64-bit ones as two-word texels.
       const uint64_t size = dtype_size(in.dtype);
-      const VkFormat one = half ? VK_FORMAT_R16_UINT : VK_FORMAT_R32_UINT;
+      const VkFormat one = ew_texel_format(in.dtype, false);
       if (in.mode == EwInput::Mode::same) {
         const uint64_t at = (in.start + base) * size;
         const uint64_t range = std::min<uint64_t>((n + 3) / 4 * 4 * size, in.buffer->capacity() - at);
-        const VkFormat four = half ? VK_FORMAT_R16G16B16A16_UINT : VK_FORMAT_R32G32B32A32_UINT;
+        const VkFormat four = ew_texel_format(in.dtype, true);
         bindings.push_back(Binding::texels(*in.buffer, vector ? four : one, at,
                                            vector ? range / (4 * size) * (4 * size) : range / size * size));
         params.off[k] = 0;

@@ -189,6 +189,7 @@ uint32_t fill_pattern(DType dtype, uint32_t word) {
   const uint32_t h = dtype == DType::bfloat16 ? bfloat16_bits(value)
                      : dtype == DType::float16 ? float16_bits(value)
                                                : 0;
+  if (is_8bit(dtype)) return (word & 0xffu) * 0x01010101u;  // an int32 value, wrapped to a byte
   return is_16bit(dtype) ? h | h << 16 : word;
 }
 

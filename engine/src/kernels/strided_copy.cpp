@@ -8,6 +8,7 @@
 #include "kernels/cost.hpp"
 #include "kernels/launch.hpp"
 #include "kernels/storage16.hpp"
+#include "kernels/wide_types.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
 
@@ -40,6 +41,11 @@ StridedCopy simplify(const StridedCopy& c) {
 
 // The kernels' start: 16-bit elements are stored through 16-bit storage.
 std::string copy_prologue(const StridedCopy& c) {
+  if (c.element_bytes == 1)
+    return "#version 450\n#extension GL_EXT_shader_8bit_storage : require\n"
+           "#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require\n"
+           "layout(local_size_x = 64) in;\nlayout(binding = 0) uniform usamplerBuffer src;\n"
+           "layout(std430, binding = 1) writeonly buffer Out { uint8_t o[]; };\n";
   return c.element_bytes == 2
              ? "#version 450\n#extension GL_EXT_shader_16bit_storage : require\n"
                "layout(local_size_x = 64) in;\nlayout(binding = 0) uniform usamplerBuffer src;\n"
@@ -50,11 +56,13 @@ std::string copy_prologue(const StridedCopy& c) {
 }
 
 std::string copy_store(const StridedCopy& c) {
+  if (c.element_bytes == 1) return "  o[so] = uint8_t(texelFetch(src, si).x);\n}\n";
   return c.element_bytes == 2 ? "  o[so] = uint16_t(texelFetch(src, si).x);\n}\n"
                               : "  o[so] = texelFetch(src, si).x;\n}\n";
 }
 
 VkFormat texel_format(const StridedCopy& c) {
+  if (c.element_bytes == 1) return VK_FORMAT_R8_UINT;
   return c.element_bytes == 2 ? VK_FORMAT_R16_UINT : VK_FORMAT_R32_UINT;
 }
 
@@ -198,8 +206,29 @@ void record_tiled_copy(detail::RuntimeState& rt, detail::Recording& rec, const S
 
 }  // namespace
 
+namespace {
+
+// An 8-byte element is two 32-bit words: the same copy over words, with a last dimension of 2.
+StridedCopy as_words(const StridedCopy& c) {
+  StridedCopy w = c;
+  w.element_bytes = 4;
+  for (auto& s : w.in_strides) s *= 2;
+  for (auto& s : w.out_strides) s *= 2;
+  w.in_offset *= 2;
+  w.out_offset *= 2;
+  w.box.push_back(2);
+  w.in_strides.push_back(1);
+  w.out_strides.push_back(1);
+  return w;
+}
+
+}  // namespace
+
 void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const StridedCopy& copy,
                          const detail::DeviceBuffer& in, const detail::DeviceBuffer& out) {
+  if (copy.element_bytes == 8) return record_strided_copy(rt, rec, as_words(copy), in, out);
+  if (copy.element_bytes != 1 && copy.element_bytes != 2 && copy.element_bytes != 4)
+    throw Error("internal: a strided copy of " + std::to_string(copy.element_bytes) + "-byte elements");
   int64_t count = 1;
   for (const int64_t b : copy.box) count *= b;
   if (count == 0) return;
@@ -223,6 +252,7 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
     return;
   }
   if (c.element_bytes == 2) require_storage16(rt, rec.device);
+  if (c.element_bytes == 1) require_dtype(rt, rec.device, DType::uint8);
   const WindowLimits w = window_limits(rt);
   if (in.capacity() / c.element_bytes > w.texel_count || out.capacity() > w.storage_bytes) {
     record_tiled_copy(rt, rec, c, w, in, out);
@@ -239,9 +269,10 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   barrier(rec.cb);
 }
 
-void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count,
-                       uint32_t word, DType dtype) {
+void record_fill_words(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out,
+                       uint64_t count, uint32_t word, DType dtype) {
   if (count == 0 || rec.remote) return;
+  if (is_64bit(dtype)) return record_fill64(rt, rec, out, count, word, dtype);
   const CountedOp counted(rec.device, [&] { return OpCost{0, 0, count * dtype_size(dtype)}; });
   // Fills take whole words: a 16-bit array's odd last element fills its word, which the buffer's
   // capacity (a multiple of 4) holds.

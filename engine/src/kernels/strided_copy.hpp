@@ -24,9 +24,10 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
                          const detail::DeviceBuffer& in, const detail::DeviceBuffer& out);
 
 // The first `count` elements of `out` (a `dtype` array) set to the value whose 32 bits are `word`
-// (bfloat16 and float16: the float32 bits of one of the format's values); a 16-bit array's last
-// word is filled whole.
-void record_fill_words(detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count,
+// (bfloat16, float16 and float64: the float32 bits of one of the format's values; int8, uint8
+// and int64: an int32 value, wrapped or sign-extended); an 8- or 16-bit array's last word is
+// filled whole.
+void record_fill_words(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out, uint64_t count,
                        uint32_t word, DType dtype);
 
 }  // namespace meshvk::kernels

@@ -19,6 +19,14 @@ std::string_view dtype_name(DType dtype) {
       return "bfloat16";
     case DType::float16:
       return "float16";
+    case DType::int8:
+      return "int8";
+    case DType::uint8:
+      return "uint8";
+    case DType::int64:
+      return "int64";
+    case DType::float64:
+      return "float64";
   }
   return "unknown";
 }

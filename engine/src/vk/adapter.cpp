@@ -4,9 +4,41 @@
 #include <cctype>
 
 #include "meshvk/error.hpp"
+#include "runtime/env.hpp"
 #include "vk/check.hpp"
 
 namespace meshvk::vk {
+
+namespace {
+
+// MESHVK_HIDE_FEATURES=shaderInt64,shaderFloat64,storageBuffer8BitAccess: the adapter is treated
+// as lacking the named features, so the Errors an adapter without them gives can be tested on
+// one that has them.
+void hide_features(Adapter& a) {
+  const auto text = detail::env_text("MESHVK_HIDE_FEATURES");
+  if (!text) return;
+  size_t at = 0;
+  while (at <= text->size()) {
+    const size_t end = std::min(text->find(',', at), text->size());
+    const std::string name = text->substr(at, end - at);
+    if (name == "shaderInt64") {
+      a.int64 = false;
+    } else if (name == "shaderFloat64") {
+      a.float64 = false;
+    } else if (name == "storageBuffer8BitAccess") {
+      a.storage8 = false;
+    } else if (name == "shaderInt8") {
+      a.int8 = false;
+    } else {
+      throw Error("MESHVK_HIDE_FEATURES: '" + name +
+                  "' is not a feature it hides; give a comma-separated list of shaderInt64, "
+                  "shaderFloat64, storageBuffer8BitAccess and shaderInt8");
+    }
+    at = end + 1;
+  }
+}
+
+}  // namespace
 
 std::string Adapter::type_name() const {
   switch (properties.deviceType) {
@@ -53,12 +85,18 @@ std::vector<Adapter> list_adapters(VkInstance instance) {
     std::copy(std::begin(ids.deviceUUID), std::end(ids.deviceUUID), a.device_uuid);
     std::copy(std::begin(ids.driverUUID), std::end(ids.driverUUID), a.driver_uuid);
     a.preserves_denorm32 = float_controls.shaderDenormPreserveFloat32 == VK_TRUE;
+    VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceVulkan11Features v11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    v11.pNext = &v12;
     VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     features.pNext = &v11;
     vkGetPhysicalDeviceFeatures2(a.handle, &features);
     a.float64 = features.features.shaderFloat64 == VK_TRUE;
+    a.int64 = features.features.shaderInt64 == VK_TRUE;
     a.storage16 = v11.storageBuffer16BitAccess == VK_TRUE;
+    a.storage8 = v12.storageBuffer8BitAccess == VK_TRUE;
+    a.int8 = v12.shaderInt8 == VK_TRUE;
+    hide_features(a);
     adapters.push_back(std::move(a));
   }
   return adapters;

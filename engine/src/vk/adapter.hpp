@@ -29,6 +29,12 @@ struct Adapter {
   // kernels writing bfloat16 and float16 arrays (2 bytes per element) do; the VkDevice enables it
   // where the adapter has it, and those kernels raise an Error naming it where it does not.
   bool storage16 = false;
+  // storageBuffer8BitAccess and shaderInt8 (int8 and uint8 arrays, 1 byte per element, loaded
+  // and stored as 8-bit values), shaderInt64 (int64 arithmetic): enabled where the adapter has
+  // them; kernels touching those dtypes raise an Error naming the missing one.
+  bool storage8 = false;
+  bool int8 = false;
+  bool int64 = false;
   bool is_cpu() const { return properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
   std::string type_name() const;
 };

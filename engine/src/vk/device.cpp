@@ -96,6 +96,9 @@ Device::Device(const Adapter& adapter) : adapter_(adapter) {
   VkPhysicalDeviceFeatures2 enable{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   enable.pNext = &enable12;
   enable.features.shaderFloat64 = adapter_.float64 ? VK_TRUE : VK_FALSE;
+  enable.features.shaderInt64 = adapter_.int64 ? VK_TRUE : VK_FALSE;
+  enable12.storageBuffer8BitAccess = adapter_.storage8 ? VK_TRUE : VK_FALSE;
+  enable12.shaderInt8 = adapter_.int8 ? VK_TRUE : VK_FALSE;
 
   VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   info.pNext = &enable;
