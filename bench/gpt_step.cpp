@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <cstdint>
 #include <span>
 #include <variant>
 #include <vector>
@@ -40,7 +40,8 @@ struct GptSetup {
     std::vector<int32_t> in, out;
     for (int b = 0; b < cfg.batch; ++b)
       for (int s = 0; s < cfg.seq; ++s) {
-        const size_t at = static_cast<size_t>(b) * static_cast<size_t>(cfg.seq + 1) + static_cast<size_t>(s);
+        const size_t at =
+            static_cast<size_t>(b) * static_cast<size_t>(cfg.seq + 1) + static_cast<size_t>(s);
         in.push_back(ids[at]);
         out.push_back(ids[at + 1]);
       }
@@ -91,7 +92,8 @@ GptStepProfile gpt_step_profile(Runtime& rt, const std::string& mode) {
     const auto start = std::chrono::steady_clock::now();
     setup.run();
     rt.synchronize();
-    out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    out.wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     profile::stop();
   } catch (...) {
     profile::stop();
@@ -101,8 +103,9 @@ GptStepProfile gpt_step_profile(Runtime& rt, const std::string& mode) {
   if (std::getenv("MESHVK_BENCH_SPANS"))
     for (const auto& e : profile::events())
       if (const auto* sp = std::get_if<profile::Span>(&e); sp && sp->device >= 0)
-        std::printf("  span d%d %-14s %-16s %8.3f ms %10llu bytes %12llu flops\n", sp->device, sp->op, sp->name,
-                    static_cast<double>(sp->end_ns - sp->start_ns) * 1e-6, static_cast<unsigned long long>(sp->bytes),
+        std::printf("  span d%d %-14s %-16s %8.3f ms %10llu bytes %12llu flops\n", sp->device,
+                    sp->op, sp->name, static_cast<double>(sp->end_ns - sp->start_ns) * 1e-6,
+                    static_cast<unsigned long long>(sp->bytes),
                     static_cast<unsigned long long>(sp->flops));
   std::map<std::string, std::pair<int, double>> by_op;
   for (const auto& e : profile::events()) {

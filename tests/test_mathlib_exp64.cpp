@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mathlib_check.hpp"
+#include "mathlib_variants.hpp"
 #include "meshvk/meshvk.hpp"
 #include "runtime/runtime_state.hpp"
 #include "test_support.hpp"
@@ -38,7 +39,8 @@ struct Variant {
 
 const Variant kVariants[] = {
     {"exp", host::mvk_exp64, host::mvk_exp, [](long double x) { return std::exp(x); }, mv::exp},
-    {"tanh", host::mvk_tanh64, host::mvk_tanh, [](long double x) { return std::tanh(x); }, mv::tanh},
+    {"tanh", host::mvk_tanh64, host::mvk_tanh, [](long double x) { return std::tanh(x); },
+     mv::tanh},
     {"sigmoid", host::mvk_logistic64, host::mvk_logistic, mathlib_check::ref_logistic, mv::sigmoid},
 };
 
@@ -46,12 +48,14 @@ const Variant kVariants[] = {
 // underflow, tanh's x and 1 shortcuts, the clamps, the reduction's k steps near +-ln2/2.
 std::vector<float> sample(uint32_t step) {
   std::vector<float> xs;
-  for (uint64_t u = 0; u < (1ull << 32); u += step) xs.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
-  for (const float s : {0.0f, -0.0f, kInf, -kInf, kNaN, 1e-45f, -1e-45f, 1.17549435e-38f, 3.40282347e38f,
-                        -3.40282347e38f, 88.7228317f, 88.7228394f, -87.3365479f, -103.972084f, -104.0f})
+  for (uint64_t u = 0; u < (1ull << 32); u += step)
+    xs.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  for (const float s :
+       {0.0f, -0.0f, kInf, -kInf, kNaN, 1e-45f, -1e-45f, 1.17549435e-38f, 3.40282347e38f,
+        -3.40282347e38f, 88.7228317f, 88.7228394f, -87.3365479f, -103.972084f, -104.0f})
     xs.push_back(s);
-  for (const float p : {1.22070312e-4f, 0.34657359f, 1.0f, 9.0f, 10.0f, 17.0f, 87.3365479f, 88.7228317f,
-                        103.972084f, 104.0f, 110.0f}) {
+  for (const float p : {1.22070312e-4f, 0.34657359f, 1.0f, 9.0f, 10.0f, 17.0f, 87.3365479f,
+                        88.7228317f, 103.972084f, 104.0f, 110.0f}) {
     float up = p, down = p;
     for (int i = 0; i < 256; ++i) {
       up = std::nextafter(up, kInf);
@@ -62,35 +66,6 @@ std::vector<float> sample(uint32_t step) {
   return xs;
 }
 
-long double ulp_of(float f) {
-  int e = 0;
-  std::frexp(std::fabs(f), &e);
-  return std::ldexp(1.0L, std::max(e - 24, -149));
-}
-
-#define SKIP_UNDER_FAST_MATH()                                                              \
-  if (const char* fast = std::getenv("MESHVK_FAST_MATH"); fast && std::string(fast) == "1") \
-  GTEST_SKIP() << "MESHVK_FAST_MATH=1 replaces the library with the driver's built-ins"
-
-// How many xs the kernels (the vector kernel, and the strided one a broadcast operand makes)
-// give other bits than `want` for; prints the first few.
-int device_differences(const Variant& v, const std::vector<float>& xs, float (*want)(float)) {
-  const auto got = v.op(host_array(xs)).to_host<float>();
-  const int64_t rows = static_cast<int64_t>(xs.size() / 4);
-  const std::vector<float> head(xs.begin(), xs.begin() + rows * 4);
-  const mv::Array x2 = mv::array(std::span<const float>(head), mv::Shape{rows, 4});
-  const auto strided = (v.op(x2) + host_array({0.0f, 0.0f, 0.0f, 0.0f})).to_host<float>();
-  const mathlib_check::HostFlushesAsAdapter as_adapter;
-  int bad = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const bool ok = same_bits(got[i], want(xs[i])) && (i >= head.size() || same_bits(strided[i], want(xs[i]) + 0.0f));
-    if (!ok && ++bad <= 5)
-      ADD_FAILURE() << v.name << "(" << hex(xs[i]) << "): device " << hex(got[i])
-                    << (i < head.size() ? ", strided " + hex(strided[i]) : "") << ", host " << hex(want(xs[i]));
-  }
-  return bad;
-}
-
 }  // namespace
 
 // One rounding of a double accurate to about 2^-50: within 0.5 + 2^-20 ulp of the exact value,
@@ -99,29 +74,11 @@ int device_differences(const Variant& v, const std::vector<float>& xs, float (*w
 TEST(MathlibExp64, HostCopyNearlyCorrectlyRounded) {
   const std::vector<float> xs = sample(4093);
   for (const Variant& v : kVariants) {
-    long double worst = 0;
-    float worst_x = 0;
-    int not_rounded = 0;
-    for (const float x : xs) {
-      const float y = v.f64(x);
-      const long double exact = v.reference(static_cast<long double>(x));
-      if (std::isnan(exact)) {
-        EXPECT_TRUE(std::isnan(y)) << v.name << "(" << hex(x) << ") = " << hex(y);
-        continue;
-      }
-      const float rounded = static_cast<float>(exact);
-      if (!same_bits(y, rounded)) ++not_rounded;
-      if (std::isinf(rounded)) {
-        EXPECT_TRUE(same_bits(y, rounded)) << v.name << "(" << hex(x) << ") = " << hex(y);
-        continue;
-      }
-      const long double e = std::fabs(static_cast<long double>(y) - exact) / ulp_of(rounded);
-      if (e > worst) worst = e, worst_x = x;
-    }
-    EXPECT_LE(worst, 0.5L + 0x1p-20L) << v.name << "(" << hex(worst_x) << ") = " << hex(v.f64(worst_x));
-    EXPECT_LE(not_rounded, 2) << v.name;
-    std::cout << "mathlib " << v.name << " (float64): max " << static_cast<double>(worst) << " ulp, " << not_rounded
-              << " of " << xs.size() << " not correctly rounded\n";
+    const mathlib_variants::Rounding r =
+        mathlib_variants::rounding_of(v.name, v.f64, v.reference, xs);
+    EXPECT_LE(r.worst, 0.5L + 0x1p-20L)
+        << v.name << "(" << hex(r.worst_x) << ") = " << hex(v.f64(r.worst_x));
+    EXPECT_LE(r.not_rounded, 2) << v.name;
   }
 }
 
@@ -137,7 +94,9 @@ TEST(MathlibExp64, SpecialValuesAndSymmetry) {
   EXPECT_TRUE(same_bits(host::mvk_exp64(-104.0f), 0.0f));
   // Subnormal results, rounded once (from the double, not twice).
   for (const float x : {-87.3365479f, -90.0f, -100.5f, -103.2f, -103.97207f})
-    EXPECT_TRUE(same_bits(host::mvk_exp64(x), static_cast<float>(std::exp(static_cast<long double>(x))))) << hex(x);
+    EXPECT_TRUE(
+        same_bits(host::mvk_exp64(x), static_cast<float>(std::exp(static_cast<long double>(x)))))
+        << hex(x);
   EXPECT_TRUE(same_bits(host::mvk_tanh64(kInf), 1.0f));
   EXPECT_TRUE(same_bits(host::mvk_tanh64(-kInf), -1.0f));
   EXPECT_TRUE(same_bits(host::mvk_logistic64(kInf), 1.0f));
@@ -165,7 +124,9 @@ TEST(MathlibExp64, DeviceBitIdenticalToHostFloat64Copy) {
   if (!rt.device().adapter().float64) GTEST_SKIP() << "the adapter has no shaderFloat64";
   ASSERT_TRUE(rt.mathlib_float64(rt.device().adapter()));
   const std::vector<float> xs = sample(8191);
-  for (const Variant& v : kVariants) EXPECT_EQ(device_differences(v, xs, v.f64), 0) << v.name << " of " << xs.size();
+  for (const Variant& v : kVariants)
+    EXPECT_EQ(mathlib_variants::device_differences(v.name, v.op, xs, v.f64), 0)
+        << v.name << " of " << xs.size();
 }
 
 // MESHVK_MATHLIB_FLOAT64=0 keeps the float-float variants, bit for bit as their host copy.
@@ -175,5 +136,7 @@ TEST(MathlibExp64, SwitchOffRunsTheFloatFloatVariants) {
   mv::Runtime rt;
   ASSERT_FALSE(rt.state()->mathlib_float64(rt.state()->device().adapter()));
   const std::vector<float> xs = sample(8191);
-  for (const Variant& v : kVariants) EXPECT_EQ(device_differences(v, xs, v.ff), 0) << v.name << " of " << xs.size();
+  for (const Variant& v : kVariants)
+    EXPECT_EQ(mathlib_variants::device_differences(v.name, v.op, xs, v.ff), 0)
+        << v.name << " of " << xs.size();
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "mathlib_check.hpp"
+#include "mathlib_variants.hpp"
 #include "meshvk/meshvk.hpp"
 #include "runtime/runtime_state.hpp"
 #include "test_support.hpp"
@@ -49,13 +50,6 @@ std::vector<float> sample(uint32_t step) {
   return xs;
 }
 
-// Size of an ulp of the float f's binade (the subnormal ulp below).
-long double ulp_of(float f) {
-  int e = 0;
-  std::frexp(std::fabs(f), &e);
-  return std::ldexp(1.0L, std::max(e - 24, -149));
-}
-
 struct Variant {
   const char* name;
   float (*f64)(float);
@@ -73,37 +67,10 @@ mv::Array (*public_op(const std::string& name))(const mv::Array&) {
   return name == "sin" ? mv::sin : name == "cos" ? mv::cos : mv::tan;
 }
 
-#define SKIP_UNDER_FAST_MATH()                                                              \
-  if (const char* fast = std::getenv("MESHVK_FAST_MATH"); fast && std::string(fast) == "1") \
-  GTEST_SKIP() << "MESHVK_FAST_MATH=1 replaces the library with the driver's built-ins"
-
-// The number of xs whose kernel result (the vector kernel, and the strided one that a broadcast
-// operand makes) differs from `want`'s bits; prints the first few.
-int device_differences(const Variant& v, const std::vector<float>& xs, float (*want)(float)) {
-  const auto got = public_op(v.name)(host_array(xs)).to_host<float>();
-  // (n, 4) plus a broadcast row of +0: the strided kernel, sin(x) + 0.
-  const int64_t rows = static_cast<int64_t>(xs.size() / 4);
-  const std::vector<float> head(xs.begin(), xs.begin() + rows * 4);
-  const mv::Array x2 = mv::array(std::span<const float>(head), mv::Shape{rows, 4});
-  const auto strided =
-      (public_op(v.name)(x2) + host_array({0.0f, 0.0f, 0.0f, 0.0f})).to_host<float>();
-  const mathlib_check::HostFlushesAsAdapter as_adapter;
-  int bad = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const bool ok = same_bits(got[i], want(xs[i])) &&
-                    (i >= head.size() || same_bits(strided[i], want(xs[i]) + 0.0f));
-    if (!ok && ++bad <= 5)
-      ADD_FAILURE() << v.name << "(" << hex(xs[i]) << "): device " << hex(got[i])
-                    << (i < head.size() ? ", strided " + hex(strided[i]) : "") << ", host "
-                    << hex(want(xs[i]));
-  }
-  return bad;
-}
-
 // The error of f64(x) against long double libm, in ulps of the correctly rounded result.
 long double error_ulps(const Variant& v, float x) {
   const long double exact = v.reference(static_cast<long double>(x));
-  return std::fabs(static_cast<long double>(v.f64(x)) - exact) / ulp_of(static_cast<float>(exact));
+  return std::fabs(static_cast<long double>(v.f64(x)) - exact) / mathlib_variants::ulp_of(static_cast<float>(exact));
 }
 
 }  // namespace
@@ -115,26 +82,9 @@ long double error_ulps(const Variant& v, float x) {
 TEST(MathlibFloat64, HostCopyNearlyCorrectlyRounded) {
   const std::vector<float> xs = sample(4093);
   for (const Variant& v : kVariants) {
-    long double worst = 0;
-    float worst_x = 0;
-    int not_rounded = 0;
-    for (const float x : xs) {
-      const float y = v.f64(x);
-      const long double exact = v.reference(static_cast<long double>(x));
-      if (std::isnan(exact)) {
-        EXPECT_TRUE(std::isnan(y)) << v.name << "(" << hex(x) << ") = " << hex(y);
-        continue;
-      }
-      const float rounded = static_cast<float>(exact);
-      if (!same_bits(y, rounded)) ++not_rounded;
-      const long double e = std::fabs(static_cast<long double>(y) - exact) / ulp_of(rounded);
-      if (e > worst) worst = e, worst_x = x;
-    }
-    EXPECT_LE(worst, 0.5L + 0x1p-20L)
-        << v.name << "(" << hex(worst_x) << ") = " << hex(v.f64(worst_x));
-    EXPECT_LE(not_rounded, 2) << v.name;
-    std::cout << "mathlib " << v.name << " (float64): max " << static_cast<double>(worst)
-              << " ulp, " << not_rounded << " of " << xs.size() << " not correctly rounded\n";
+    const mathlib_variants::Rounding r = mathlib_variants::rounding_of(v.name, v.f64, v.reference, xs);
+    EXPECT_LE(r.worst, 0.5L + 0x1p-20L) << v.name << "(" << hex(r.worst_x) << ") = " << hex(v.f64(r.worst_x));
+    EXPECT_LE(r.not_rounded, 2) << v.name;
   }
 }
 
@@ -174,7 +124,7 @@ TEST(MathlibFloat64, DeviceBitIdenticalToHostFloat64Copy) {
   ASSERT_TRUE(rt.mathlib_float64(rt.device().adapter()));
   const std::vector<float> xs = sample(8191);
   for (const Variant& v : kVariants)
-    EXPECT_EQ(device_differences(v, xs, v.f64), 0) << v.name << " of " << xs.size();
+    EXPECT_EQ(mathlib_variants::device_differences(v.name, public_op(v.name), xs, v.f64), 0) << v.name << " of " << xs.size();
 }
 
 // MESHVK_MATHLIB_FLOAT64=0 keeps the float-float variants (the ones adapters without
@@ -186,7 +136,7 @@ TEST(MathlibFloat64, SwitchOffRunsTheFloatFloatVariants) {
   ASSERT_FALSE(rt.state()->mathlib_float64(rt.state()->device().adapter()));
   const std::vector<float> xs = sample(8191);
   for (const Variant& v : kVariants)
-    EXPECT_EQ(device_differences(v, xs, v.ff), 0) << v.name << " of " << xs.size();
+    EXPECT_EQ(mathlib_variants::device_differences(v.name, public_op(v.name), xs, v.ff), 0) << v.name << " of " << xs.size();
 }
 
 TEST(MathlibFloat64, SwitchIsParsedStrictlyAndOnRequiresTheFeature) {
