@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
@@ -28,10 +29,19 @@ Array arr(const std::vector<T>& v, mv::Shape shape = {}) {
   return mv::array(std::span<const T>(v), shape);
 }
 
+// start + i * step, wrapping for integers (as the device's int64 arithmetic does; signed overflow
+// in C++ is undefined, so the host wraps in the unsigned type).
 template <class T>
 std::vector<T> iota_of(size_t n, T start, T step) {
   std::vector<T> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<T>(start + static_cast<T>(i) * step);
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      v[i] = static_cast<T>(static_cast<U>(static_cast<U>(start) + static_cast<U>(i) * static_cast<U>(step)));
+    } else {
+      v[i] = static_cast<T>(start + static_cast<T>(i) * step);
+    }
+  }
   return v;
 }
 
