@@ -12,22 +12,18 @@
 
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
+#include "typed_arrays.hpp"
 
 namespace mv = meshvk;
 using mv::Array;
 using mv::DType;
 using mv::P;
 
+using typed_arrays::arr;
+using typed_arrays::kI64Max;
+using typed_arrays::kI64Min;
+
 namespace {
-
-constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
-constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
-
-template <class T>
-Array arr(const std::vector<T>& v, mv::Shape shape = {}) {
-  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
-  return mv::array(std::span<const T>(v), shape);
-}
 
 // start + i * step, wrapping for integers (as the device's int64 arithmetic does; signed overflow
 // in C++ is undefined, so the host wraps in the unsigned type).
