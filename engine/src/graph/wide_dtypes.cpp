@@ -112,6 +112,15 @@ Array from_words(const Array& words, DType dtype) {
   return reinterpreted(words, false, dtype);
 }
 
+
+// Elements [from, to) along the last axis of a, whose other axes are `kept`.
+static Array last_axis_part(const Array& a, const Shape& kept, int64_t from, int64_t to) {
+  std::vector<int64_t> start(kept.size() + 1, 0), stop(kept.begin(), kept.end());
+  start[kept.size()] = from;
+  stop.push_back(to);
+  return slice(a, start, stop);
+}
+
 Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x,
                const std::vector<bool>& reduced, bool keepdims) {
   std::vector<int> perm;
@@ -143,12 +152,7 @@ Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x,
                                             : minimum(a, b);
   };
   const size_t last = kept.size();
-  const auto part = [&](const Array& a, int64_t from, int64_t to) {
-    std::vector<int64_t> start(last + 1, 0), stop(kept.begin(), kept.end());
-    start[last] = from;
-    stop.push_back(to);
-    return slice(a, start, stop);
-  };
+  const auto part = [&](const Array& a, int64_t from, int64_t to) { return last_axis_part(a, kept, from, to); };
   for (int64_t n = count; n > 1;) {
     const int64_t half = n / 2;
     Array z = combine(part(y, 0, half), part(y, half, 2 * half));
@@ -180,12 +184,7 @@ Array arg_reduce64(kernels::ReduceOp kind, const Array& x, const std::vector<boo
   Array y = transpose(x, perm);
   Array at = broadcast_to(arange(static_cast<int32_t>(count)), y.shape());
   const size_t last = kept.size();
-  const auto part = [&](const Array& a, int64_t from, int64_t to) {
-    std::vector<int64_t> start(last + 1, 0), stop(kept.begin(), kept.end());
-    start[last] = from;
-    stop.push_back(to);
-    return slice(a, start, stop);
-  };
+  const auto part = [&](const Array& a, int64_t from, int64_t to) { return last_axis_part(a, kept, from, to); };
   // Pairs of candidates, halves at a time: the larger (smaller) wins, ties and NaN go to the
   // lower index (numpy: the first occurrence, the first NaN).
   for (int64_t n = count; n > 1;) {
