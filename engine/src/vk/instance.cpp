@@ -2,6 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
+#if defined(MESHVK_PIN_DRIVER_MODULES)
+#include <dlfcn.h>
+#include <link.h>
+#endif
 #include <string>
 #include <vector>
 
@@ -29,6 +33,22 @@ static bool has_instance_extension(const char* name) {
   return false;
 }
 
+#if defined(MESHVK_PIN_DRIVER_MODULES)
+// Sanitizer builds: the loader unloads lavapipe, LLVM and the validation layer when the last
+// instance is destroyed, so LeakSanitizer's report at exit reads their frames as
+// "<unknown module>" and tests/lsan.supp (which names those libraries) cannot match the few
+// allocations they keep. RTLD_NODELETE on every module loaded now keeps them mapped to the end.
+static void pin_loaded_modules() {
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void*) {
+        if (info->dlpi_name && info->dlpi_name[0] == '/')
+          dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+        return 0;
+      },
+      nullptr);
+}
+#endif
+
 Instance::Instance(bool validation) {
   const char* layer = "VK_LAYER_KHRONOS_validation";
   validation = validation && has_layer(layer) && has_instance_extension(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
@@ -54,6 +74,9 @@ Instance::Instance(bool validation) {
   info.ppEnabledLayerNames = layers.data();
   if (portability) info.flags |= 0x00000001;  // VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
   check(vkCreateInstance(&info, nullptr, &instance_), "vkCreateInstance");
+#if defined(MESHVK_PIN_DRIVER_MODULES)
+  pin_loaded_modules();
+#endif
 
   if (validation) {
     VkDebugUtilsMessengerCreateInfoEXT m{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
