@@ -502,16 +502,6 @@ TEST(AdvCond, InsideScanBodySelectsPerStep) {
 
 // ---- vjp / jvp ----
 
-// BUG (not fixed): jvp of any function that runs lax::scan / fori_loop / vmap throws.
-// Repro: mv::jvp([](const Array& v) { return mv::lax::scan(body, mv::scalar(1.f), v).first; },
-//                x, t)  ->  "scan: differentiating scan's gradient again (second order) is not
-//                supported yet".
-// Cause: transforms.cpp's jvp_leaves computes J t as the transpose of the vjp, i.e. it records
-// the vjp's backward pass on a tape and differentiates it; scan's tape rule (control_flow.cpp,
-// scan_leaves' on_tape) refuses tracked cotangents because its backward loop is replayed from
-// a recording and is not itself differentiable. A real fix is a forward-mode rule for scan (a
-// scan of the body's jvp) or a differentiable backward rule; not contained. The message now
-// names jvp (transforms.cpp).
 // BUG (not fixed, performance): a long loop with no host read in between queues every
 // iteration's submissions (carry copy + body, per device) without bound; lavapipe and above all
 // the validation layer slow down with the queue's length, so the cost per iteration grows with

@@ -20,6 +20,10 @@
 // carry (the residuals) and the backward pass recomputes the body from it, so memory holds
 // the carries, not every intermediate of every iteration. Values the body closes over get
 // gradients too. while_loop is not differentiable (nor in JAX): an Error says so.
+// Higher order: where a scan's backward pass will itself be differentiated (inside jvp, which
+// transposes the vjp, or under two nested gradients: a Hessian-vector product), the scan runs
+// unrolled on the tapes, op by op, so every order is exact; JAX keeps the loop there, meshvk's
+// trace time and jit program size then grow with the length.
 #include <cstdint>
 #include <functional>
 #include <memory>

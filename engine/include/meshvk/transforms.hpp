@@ -93,7 +93,8 @@ inline std::vector<Array> zeros_where_none(std::vector<Array> g, const std::vect
 // jax.vjp(f, *primals): (f(*primals), vjp_fn), where vjp_fn(cotangent of the output) returns
 // std::tuple of one cotangent per primal, shaped like it (int leaves: zeros, JAX's float0).
 // vjp_fn runs the recorded backward pass: it does not call f again, and may be called several
-// times.
+// times. Differentiating vjp_fn itself (under grad) works op by op, except through a lax::scan
+// that f ran: an Error then; take the gradient of a function that calls vjp inside it.
 template <class F, class... A>
 auto vjp(F f, const A&... primals) {
   static_assert((detail::is_leafy_v<A> && ...), "vjp: primals must be pytrees of Arrays");
@@ -127,7 +128,8 @@ auto vjp(F f, const A&... primals) {
 
 // jax.jvp(f, primals, tangents): (f(*primals), J tangents). primals and tangents are
 // std::tuple of the arguments (or one pytree for a function of one argument). Computed as the
-// transpose of the vjp (two backward passes).
+// transpose of the vjp (two backward passes); a lax::scan (fori_loop, vmap) inside f runs
+// unrolled, as under a gradient of a gradient (control_flow.hpp).
 template <class F, class P>
 auto jvp(F f, const P& primals, const P& tangents) {
   if constexpr (detail::is_tuple_v<P>) {

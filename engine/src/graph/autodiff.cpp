@@ -128,6 +128,13 @@ Array fresh_identity(const Array& x) {
 }  // namespace
 
 bool taping() { return !active.empty(); }
+
+namespace {
+thread_local int backward_differentiated_depth = 0;
+}
+BackwardDifferentiated::BackwardDifferentiated() { ++backward_differentiated_depth; }
+BackwardDifferentiated::~BackwardDifferentiated() { --backward_differentiated_depth; }
+bool backward_differentiated() { return taping() && (backward_differentiated_depth > 0 || active.size() > 1); }
 bool tracked(const Array& x) {
   for (Tape* t : active) {
     t->probe(x);

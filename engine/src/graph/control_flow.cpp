@@ -355,6 +355,45 @@ struct ScanBackward {
   bool reverse = false;
 };
 
+// A scan whose backward pass will itself be differentiated (jvp transposes the vjp; a gradient
+// of a gradient differentiates it in the primals) runs unrolled on the active tapes, op by op:
+// the traced backward loop is replayed from a recording no tape sees, and building a
+// differentiable one later would call the body after the function that made the scan has
+// returned (its lambdas may capture that function's locals by reference). Trace time and a jit
+// program's size grow with the length then, the values are the unrolled loop's.
+ScanLeaves unrolled_scan(const ScanBody& body, const std::vector<Array>& init, const std::vector<Array>& xs, int64_t n,
+                         bool reverse) {
+  std::vector<Array> carry = init;
+  std::vector<std::vector<Array>> ys(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t i = reverse ? n - 1 - t : t;
+    std::vector<Array> x;
+    for (const Array& leaf : xs) x.push_back(leaf[i]);
+    auto [next, y] = body(carry, x);
+    if (next.size() != init.size())
+      throw Error("scan: the body returned a carry of " + std::to_string(next.size()) + " arrays for one of " +
+                  std::to_string(init.size()) + "; the carry keeps its structure");
+    for (size_t k = 0; k < next.size(); ++k)
+      if (!next[k].valid() || next[k].shape() != init[k].shape() || next[k].dtype() != init[k].dtype())
+        throw Error("scan: the body's carry leaf " + std::to_string(k) + " is " +
+                    (next[k].valid() ? type_of(next[k]) : std::string("an empty Array")) + " for a carry of " +
+                    type_of(init[k]) + "; the carry keeps its shapes and dtypes");
+    if (t > 0 && y.size() != ys[static_cast<size_t>(reverse ? i + 1 : i - 1)].size())
+      throw Error("scan: the body returned " + std::to_string(y.size()) + " outputs, another iteration " +
+                  std::to_string(ys[static_cast<size_t>(reverse ? i + 1 : i - 1)].size()));
+    carry = std::move(next);
+    ys[static_cast<size_t>(i)] = std::move(y);
+  }
+  ScanLeaves out;
+  out.carry = std::move(carry);
+  for (size_t j = 0; j < ys.front().size(); ++j) {
+    std::vector<Array> pieces;
+    for (const auto& step : ys) pieces.push_back(step[j]);
+    out.ys.push_back(stack(pieces, 0));
+  }
+  return out;
+}
+
 }  // namespace
 
 ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, const std::vector<Array>& xs,
@@ -376,6 +415,7 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   if (n > INT32_MAX) throw Error("scan: length " + std::to_string(n) + " is past int32, the index's dtype");
   auto rt = Runtime::current().state();
   std::lock_guard lock(rt->mutex());
+  if (n > 0 && backward_differentiated()) return unrolled_scan(body, init, xs, n, reverse);
   ScanLeaves out;
   if (n == 0) {
     // No iteration: the ys' shapes come from running the body once on zeros, as JAX traces it.
@@ -460,8 +500,10 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   on_tape(outputs, inputs, [backward, init, xs, closure, nc, nx, nyy](const std::vector<Array>& cts) {
     for (const Array& ct : cts)
       if (tracked(ct))
-        throw Error("scan: differentiating scan's gradient again (second order) is not supported yet; "
-                    "unroll the loop for higher derivatives");
+        throw Error("scan: its backward pass is being differentiated (a jvp, or a gradient of its gradient) by a "
+                    "transform that was not active when the scan ran (a vjp's function called under grad); "
+                    "apply that transform to the function that runs the scan (jvp, grad of grad), which "
+                    "then unrolls it");
     auto rt = Runtime::current().state();
     std::lock_guard lock(rt->mutex());
     for (size_t j = 0; j < nyy; ++j)

@@ -26,6 +26,20 @@ bool taping();
 // Whether an active tape tracks x (a gradient would flow to it).
 bool tracked(const Array& x);
 
+// While alive, the backward pass of what runs will itself be differentiated: jvp's forward pass
+// (jvp transposes the vjp). Ops whose backward pass is replayed from a recording (scan's) take a
+// differentiable form instead.
+class BackwardDifferentiated {
+ public:
+  BackwardDifferentiated();
+  ~BackwardDifferentiated();
+  BackwardDifferentiated(const BackwardDifferentiated&) = delete;
+  BackwardDifferentiated& operator=(const BackwardDifferentiated&) = delete;
+};
+// Whether the backward pass of what runs now may be differentiated: inside a
+// BackwardDifferentiated scope, or under more than one tape (a gradient of a gradient).
+bool backward_differentiated();
+
 // While alive, the thread's active tapes record nothing: a function traced once and run many
 // times (a loop body), or whose backward pass is its own (checkpoint, custom_vjp), runs under
 // it, and the op that runs it records one rule instead. closure() lists the arrays the function

@@ -32,7 +32,10 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp_leaves(
       throw Error("jvp: tangent " + std::to_string(i) + " is " + type_of(tangents[i]) + " for a primal " +
                   type_of(primals[i]) + "; a tangent has its primal's shape");
   }
-  const Linearized lin = vjp_leaves(f, primals);
+  const Linearized lin = [&] {
+    const BackwardDifferentiated transposed_later;
+    return vjp_leaves(f, primals);
+  }();
   // The backward pass is linear in the output cotangent u: its transpose, applied to the
   // tangents, is J t.
   std::vector<Array> u;
@@ -40,20 +43,9 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp_leaves(
   std::vector<Array> t;
   for (size_t i = 0; i < tangents.size(); ++i)
     t.push_back(is_floating(primals[i].dtype()) ? tangents[i] : Array());
-  std::vector<Array> out_tangents;
-  try {
-    const Linearized transposed = vjp_leaves(
-        [&](const std::vector<Array>& cts) { return zeros_where_none(lin.backward(cts), primals); }, u);
-    out_tangents = transposed.backward(t);
-  } catch (const Error& e) {
-    // jvp differentiates f's backward pass: what cannot be differentiated twice (scan's rule:
-    // scan, fori_loop, vmap) has no jvp yet either; say so in jvp's terms.
-    const std::string m = e.what();
-    if (m.find("second order") == std::string::npos) throw;
-    throw Error("jvp: computed here as the transpose of the vjp, so it differentiates f's gradient, and f's " + m +
-                " (jvp of a function that runs lax::scan, fori_loop or vmap is not supported yet; jax.linearize "
-                "users: take the vjp instead)");
-  }
+  const Linearized transposed = vjp_leaves(
+      [&](const std::vector<Array>& cts) { return zeros_where_none(lin.backward(cts), primals); }, u);
+  std::vector<Array> out_tangents = transposed.backward(t);
   for (size_t k = 0; k < out_tangents.size(); ++k)
     if (!out_tangents[k].valid()) out_tangents[k] = zeros_like(lin.outputs[k]);
   out_tangents.resize(lin.outputs.size());
