@@ -27,7 +27,7 @@ cd "$(dirname "$0")"
 packages=(build-essential cmake ninja-build pkg-config libvulkan-dev mesa-vulkan-drivers
           glslang-tools glslang-dev spirv-tools vulkan-validationlayers libgtest-dev libopenblas-dev
           libglfw3-dev libimgui-dev libstb-dev libsimdjson-dev xvfb ccache
-          openmpi-bin libopenmpi-dev python3-torch python3-numpy)
+          openmpi-bin libopenmpi-dev python3-torch python3-numpy iproute2 util-linux)
 
 # The fuzzers' compiler and its libFuzzer/sanitizer runtimes; the tests also compile every public
 # header with this clang (Debian 12's clang 14).
@@ -262,13 +262,14 @@ case "${1:-}" in
     # check), benchmarks, the PyTorch comparison, the collective sweeps (the same code as the
     # process tests, at many sizes) and the two tests that run the tutorials and the inspector's
     # scenarios at full size (7 minutes under ASan on 2 cores), and the GPT step's byte
-    # accounting in four modes (a minute under ASan; the partitioner's code runs in other tests).
+    # accounting in four modes (a minute under ASan; the partitioner's code runs in other tests),
+    # and the two-node tests (the staged tier's code, which the process tests run under ASan).
     build build-asan -DMESHVK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DMESHVK_BUILD_BENCH=OFF
     (cd build-asan && LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp \
        ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=32} \
        UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2 \
-       -E '^(header_check_clang|gpt_vs_pytorch|test_tutorial_cases|test_inspector_tiles|test_gpt_communication)$|^processes_collective_sweep_')
+       -E '^(header_check_clang|gpt_vs_pytorch|test_tutorial_cases|test_inspector_tiles|test_gpt_communication)$|^processes_collective_sweep_|^processes_two_nodes_')
     # About 10 minutes on 2 cores (only the thread test is built).
     tsan
     fuzz "${MESHVK_FUZZ_SECONDS:-30}"

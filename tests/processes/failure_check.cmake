@@ -1,7 +1,9 @@
 # `mpirun -np 2` x 4 devices of process_failure MODE (kill: process 1 dies mid-collective; hang:
 # it stops answering; diverge: it jits another program): process 0 must end the job with a
 # message naming process 1, the all-reduce it waited in and its ring step (diverge: the jit
-# function), within MESHVK_WAIT_TIMEOUT_MS (3 s here) plus start-up, not hang.
+# function), within MESHVK_WAIT_TIMEOUT_MS (3 s here) plus start-up, not hang. link_down: over
+# two simulated nodes (MPIEXEC=two_nodes.sh), the link between them goes down mid-job;
+# TWO_NODES=1: the job runs there (MPIEXEC=two_nodes.sh), where a killed rank is named by Open MPI.
 # EXTRA_ENV ("NAME=value NAME=value") goes to the processes too (-x), e.g. the staged transport.
 #   cmake -DPROGRAM=path -DMODE=kill|hang|diverge [-DEXTRA_ENV=...] -DMPIEXEC=mpirun -P failure_check.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/mpirun_env.cmake)  # EXTRA_ENV, extra_x
@@ -34,6 +36,13 @@ elseif(MODE STREQUAL "diverge")
   set(expected "jit\\(step\\): process [01] traced a program whose transfers between processes differ")
 elseif(MODE STREQUAL "hang")
   set(expected "meshvk: process 0: timed out after 3000 ms[^\n]*all_reduce\\(ring\\), [a-z-]+ step [1-7] of 7[^\n]*process 1")
+elseif(MODE STREQUAL "link_down")
+  # tests/processes/two_nodes.sh takes the link down: whichever process times out first names
+  # the other (process 1's message cannot reach mpirun without the link), and every process ends.
+  set(expected "meshvk: process [01]: timed out after 3000 ms[^\n]*process [01][^$]*every process_failure process had ended [0-9]+ s later")
+elseif(TWO_NODES)
+  # Killed on another node: /proc there is not ours to read; Open MPI's daemon names the rank.
+  set(expected "mpirun noticed that process rank 1 [^\n]*\n?[^\n]*exited\n?[^\n]*on signal 9")
 else()
   set(expected "meshvk: process 0: process 1 of the job died[^\n]*all_reduce\\(ring\\), [a-z-]+ step [1-7] of 7")
 endif()
