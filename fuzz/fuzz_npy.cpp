@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const auto count = meshvk::io::checked_element_count(array.shape);
-  if (!count || array.bytes.size() != static_cast<size_t>(*count) * 4) std::abort();
+  if (!count || array.bytes.size() != static_cast<size_t>(*count) * meshvk::io::host_element_bytes(array.dtype))
+    std::abort();
   const std::vector<std::byte> encoded = meshvk::io::encode_npy(array);
   const meshvk::io::HostArray back = meshvk::io::parse_npy(encoded, "re-encoded.npy");
   if (back.shape != array.shape || back.dtype != array.dtype || back.bytes != array.bytes)
