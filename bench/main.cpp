@@ -35,7 +35,10 @@ constexpr Benchmark kBenchmarks[] = {
      meshvk::bench::run_profile},
     {"processes",
      "all-reduce and all-gather between processes (mpirun, 1 device each) vs MPI_Allreduce and "
-     "MPI_Allgather on the same bytes; --processes N (default 2)",
+     "MPI_Allgather on the same bytes; --processes N (default 2), across machines --hostfile "
+     "PATH (mpirun's; the executable at the same path on every host), --mpirun PATH (another "
+     "launcher taking mpirun's arguments), --mpirun-args \"ARGS\" (more of mpirun's, split at "
+     "spaces)",
      meshvk::bench::run_processes},
     {"peers",
      "meshvk vs PyTorch (CPU) and Open MPI on the same machine and data: training step, matmul, "
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
       options.only = argv[++i];
     } else if ((arg == "--rows" || arg == "--batch" || arg == "--matmul" || arg == "--elements" ||
                 arg == "--min-bytes" || arg == "--max-bytes" || arg == "--timeout" ||
-                arg == "--processes") &&
+                arg == "--processes" || arg == "--hostfile" || arg == "--mpirun" || arg == "--mpirun-args") &&
                i + 1 < argc) {
       options.settings[std::string(arg.substr(2))] = argv[++i];
     } else {
@@ -85,8 +88,12 @@ int main(int argc, char** argv) {
       return usage(std::cerr, 2);
     }
   }
-  if (!options.settings.empty() && name != "peers" &&
-      !(name == "processes" && options.settings.size() == 1 && options.settings.count("processes"))) {
+  const auto only_processes_settings = [&] {
+    for (const auto& [key, value] : options.settings)
+      if (key != "processes" && key != "hostfile" && key != "mpirun" && key != "mpirun-args") return false;
+    return true;
+  };
+  if (!options.settings.empty() && name != "peers" && !(name == "processes" && only_processes_settings())) {
     std::cerr << "meshvk-bench: --" << options.settings.begin()->first
               << " is an option of `meshvk-bench peers` only\n";
     return usage(std::cerr, 2);

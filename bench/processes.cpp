@@ -118,11 +118,27 @@ int run_inside_mpirun(const Options& options) {
 int run_processes(const Options& options) {
   if (std::getenv("OMPI_COMM_WORLD_SIZE")) return run_inside_mpirun(options);
   // Started plainly: again under mpirun, one device per process.
-  const auto it = options.settings.find("processes");
-  const std::string processes = it == options.settings.end() ? "2" : it->second;
-  std::vector<std::string> args = {MESHVK_MPIEXEC, "-np", processes, "--oversubscribe",
-                                   "-x", "MESHVK_NUM_DEVICES=1", "-x", "LP_NUM_THREADS",
-                                   "/proc/self/exe", "processes", "--reps", std::to_string(options.reps)};
+  const auto setting = [&](const char* key, const std::string& otherwise) {
+    const auto it = options.settings.find(key);
+    return it == options.settings.end() ? otherwise : it->second;
+  };
+  const std::string mpiexec = setting("mpirun", MESHVK_MPIEXEC);
+  std::vector<std::string> args = {mpiexec, "-np", setting("processes", "2"), "--oversubscribe"};
+  if (const std::string hostfile = setting("hostfile", ""); !hostfile.empty()) {
+    if (access(hostfile.c_str(), R_OK) != 0)
+      throw Error("meshvk-bench processes: cannot read the hostfile " + hostfile +
+                  "; give mpirun's hostfile (a host per line, `host slots=N`)");
+    args.insert(args.end(), {"--hostfile", hostfile});
+  }
+  const std::string extra = setting("mpirun-args", "");
+  for (size_t start = 0; start < extra.size();) {
+    const size_t end = std::min(extra.find(' ', start), extra.size());
+    if (end > start) args.push_back(extra.substr(start, end - start));
+    start = end + 1;
+  }
+  const size_t program = args.size();
+  args.insert(args.end(), {"-x", "MESHVK_NUM_DEVICES=1", "-x", "LP_NUM_THREADS", "/proc/self/exe", "processes",
+                           "--reps", std::to_string(options.reps)});
   if (!options.only.empty()) {
     args.push_back("--only");
     args.push_back(options.only);
@@ -135,13 +151,13 @@ int run_processes(const Options& options) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) throw Error("meshvk-bench processes: cannot find its own executable");
   self[len] = '\0';
-  args[8] = self;
+  args[program + 4] = self;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
-  throw Error(std::string("meshvk-bench processes: cannot start ") + MESHVK_MPIEXEC +
-              "; install openmpi-bin (the README's set-up does)");
+  throw Error("meshvk-bench processes: cannot start " + mpiexec +
+              "; install openmpi-bin (the README's set-up does), or give --mpirun PATH");
 }
 
 #else
