@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   };
   if (!options.settings.empty() && name != "peers" && !(name == "processes" && only_processes_settings())) {
     std::cerr << "meshvk-bench: --" << options.settings.begin()->first
-              << " is an option of `meshvk-bench peers` only\n";
+              << " is an option of `meshvk-bench peers` (or, for --processes, --hostfile, --mpirun and "
+                 "--mpirun-args, of `meshvk-bench processes`) only\n";
     return usage(std::cerr, 2);
   }
   for (const Benchmark& b : kBenchmarks) {

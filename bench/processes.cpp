@@ -126,7 +126,7 @@ int run_processes(const Options& options) {
   std::vector<std::string> args = {mpiexec, "-np", setting("processes", "2"), "--oversubscribe"};
   if (const std::string hostfile = setting("hostfile", ""); !hostfile.empty()) {
     if (access(hostfile.c_str(), R_OK) != 0)
-      throw Error("meshvk-bench processes: cannot read the hostfile " + hostfile +
+      throw Error("cannot read the hostfile " + hostfile +
                   "; give mpirun's hostfile (a host per line, `host slots=N`)");
     args.insert(args.end(), {"--hostfile", hostfile});
   }
@@ -149,14 +149,14 @@ int run_processes(const Options& options) {
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   char self[4096];
   const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) throw Error("meshvk-bench processes: cannot find its own executable");
+  if (len <= 0) throw Error("cannot find its own executable");
   self[len] = '\0';
   args[program + 4] = self;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
-  throw Error("meshvk-bench processes: cannot start " + mpiexec +
+  throw Error("cannot start " + mpiexec +
               "; install openmpi-bin (the README's set-up does), or give --mpirun PATH");
 }
 
