@@ -789,8 +789,9 @@ bool Loader::events(od::array& events, size_t depth) {
   return true;
 }
 
-// meshvk's clock origin, so that traces of several processes line up; anything else there is
-// not needed (but still read).
+// meshvk's clock origin and, in a job of several processes, the offset of process 0's clock, so
+// that traces of several processes (and hosts) line up; anything else there is not needed (but
+// still read).
 bool Loader::other_data(od::value& value, size_t depth) {
   od::object other;
   if (const auto err = value.get_object().get(other))
@@ -816,18 +817,21 @@ bool Loader::other_data(od::value& value, size_t depth) {
         return false;
       continue;
     }
-    if (name != "clock_origin_ns") {
+    std::optional<int64_t>* clock = name == "clock_origin_ns"   ? &load_.clock_origin_ns
+                                    : name == "clock_offset_ns" ? &load_.clock_offset_ns
+                                                                : nullptr;
+    if (!clock) {
       if (!check(v, depth + 1)) return false;
       continue;
     }
     const std::string_view token = v.raw_json_token();
     od::json_type type;
-    int64_t origin = 0;
-    if (!v.get_int64().get(origin)) {
-      load_.clock_origin_ns = origin;
+    int64_t ns = 0;
+    if (!v.get_int64().get(ns)) {
+      *clock = ns;
     } else if (!v.type().get(type) && type == od::json_type::number) {
       if (!json_number(quoted(token))) return bad_number(token, name, &place);
-      return fail("'clock_origin_ns' " + quoted(token) + " " + place.text() +
+      return fail("'" + std::string(name) + "' " + quoted(token) + " " + place.text() +
                   " is not a whole number of ns within int64");
     } else if (!check(v, depth + 1)) {
       return false;
@@ -1152,11 +1156,19 @@ TraceLoad merge_trace_loads(std::vector<TraceLoad> loads) {
   for (TraceLoad& load : loads)
     if (!load.error.empty()) return std::move(load);
   // Line the files up by their clock origins when every one has one; else as they are. Origins
-  // past +-1e18 ns (30 years of uptime) are no clock's: moving spans (within +-4e18 ns) by their
-  // differences could overflow.
+  // past +-1e18 ns (30 years of uptime), or +-2e18 with an offset added, are no clock's: moving
+  // spans (within +-2^53 ns) by their differences could overflow.
+  // A file from a job of several processes says how far process 0's clock is ahead of its own
+  // (clock_offset_ns, measured when the job started): on process 0's clock, its origin is the
+  // sum. Offsets past +-1e18 ns are no clock's either.
+  for (TraceLoad& l : loads)
+    if (l.clock_origin_ns && l.clock_offset_ns && *l.clock_offset_ns >= -1'000'000'000'000'000'000 &&
+        *l.clock_offset_ns <= 1'000'000'000'000'000'000 && *l.clock_origin_ns >= -1'000'000'000'000'000'000 &&
+        *l.clock_origin_ns <= 1'000'000'000'000'000'000)
+      *l.clock_origin_ns += *l.clock_offset_ns;
   const bool aligned = std::all_of(loads.begin(), loads.end(), [](const TraceLoad& l) {
-    return l.clock_origin_ns && *l.clock_origin_ns >= -1'000'000'000'000'000'000 &&
-           *l.clock_origin_ns <= 1'000'000'000'000'000'000;
+    return l.clock_origin_ns && *l.clock_origin_ns >= -2'000'000'000'000'000'000 &&
+           *l.clock_origin_ns <= 2'000'000'000'000'000'000;
   });
   int64_t earliest = 0;
   if (aligned) {

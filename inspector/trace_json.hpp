@@ -19,6 +19,9 @@ struct TraceLoad {
   // meshvk's traces: the host clock's value at time 0 of the file (otherData.clock_origin_ns),
   // and "process 1" for a trace written by process 1 of a job of several.
   std::optional<int64_t> clock_origin_ns;
+  // A job's traces: process 0's clock minus the writer's (otherData.clock_offset_ns), so traces
+  // from several hosts line up on process 0's clock.
+  std::optional<int64_t> clock_offset_ns;
   std::string process;
 };
 

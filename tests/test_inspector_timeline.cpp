@@ -522,10 +522,10 @@ TEST(InspectorTimeline, LayoutOf300KSpansAtFitCostsPixelsNotSpans) {
 // lanes named by process, the empty lanes of other processes' devices left out, times lined up
 // by the files' clock origins, flows kept.
 namespace {
-std::string process_trace(int process, int64_t origin_ns, int device) {
+std::string process_trace(int process, int64_t origin_ns, int device, const std::string& other_data = "") {
   const std::string p = std::to_string(process), d = std::to_string(device);
   return R"({"displayTimeUnit":"ns","otherData":{"clock_origin_ns":)" + std::to_string(origin_ns) +
-         R"(,"events":3},"traceEvents":[
+         other_data + R"(,"events":3},"traceEvents":[
 {"name":"process_name","ph":"M","pid":1,"args":{"name":"meshvk process )" +
          p +
          R"(, runtime 1: llvmpipe"}},
@@ -591,4 +591,35 @@ TEST(InspectorMerge, ProcessTracesShareOneTimeline) {
   bad.push_back(ins::load_chrome_trace(process_trace(0, 1, 0)));
   bad.push_back(ins::load_chrome_trace("{\"traceEvents\": 3}"));
   EXPECT_NE(ins::merge_trace_loads(std::move(bad)).error, "");
+}
+
+// Traces from two hosts, whose monotonic clocks differ by 15 minutes: each file says how far
+// process 0's clock is ahead of its writer's (clock_offset_ns), and the merge lines them up on
+// process 0's clock.
+TEST(InspectorMerge, TracesFromSeveralHostsLineUpByTheirClockOffsets) {
+  std::vector<ins::TraceLoad> loads;
+  loads.push_back(ins::load_chrome_trace(process_trace(0, 5'000'000, 0, R"(,"clock_offset_ns":0)")));
+  // Process 1's clock reads 900 s less than process 0's; its origin, 900 s - 5 ms less than
+  // process 0's on its own clock, is 2 us after process 0's on process 0's.
+  loads.push_back(ins::load_chrome_trace(
+      process_trace(1, 5'002'000 - 900'000'000'000, 4, R"(,"clock_offset_ns":900000000000,"clock_offset_uncertainty_ns":40000)")));
+  ASSERT_EQ(loads[1].error, "");
+  ASSERT_EQ(loads[1].clock_offset_ns, 900'000'000'000);
+  const ins::TraceLoad merged = ins::merge_trace_loads(std::move(loads));
+  ASSERT_EQ(merged.error, "");
+  std::map<std::string, std::vector<int64_t>> starts;
+  for (const ins::TraceSpan& s : merged.data.spans())
+    starts[merged.data.lanes()[s.lane].name].push_back(s.start_ns);
+  EXPECT_EQ(starts["process 0 / CPU 0"], (std::vector<int64_t>{10'000, 20'000}));
+  EXPECT_EQ(starts["process 1 / CPU 4"], (std::vector<int64_t>{12'000, 22'000}));
+  // An offset that is not a whole number of ns is an error naming it.
+  const ins::TraceLoad bad = ins::load_chrome_trace(process_trace(1, 0, 4, R"(,"clock_offset_ns":1.5)"));
+  EXPECT_NE(bad.error.find("'clock_offset_ns' 1.5"), std::string::npos) << bad.error;
+  // An offset no clock has is left out of the lining up, as an origin past +-1e18 ns is.
+  std::vector<ins::TraceLoad> far;
+  far.push_back(ins::load_chrome_trace(process_trace(0, 0, 0)));
+  far.push_back(ins::load_chrome_trace(process_trace(1, 0, 4, R"(,"clock_offset_ns":9000000000000000000)")));
+  const ins::TraceLoad apart = ins::merge_trace_loads(std::move(far));
+  ASSERT_EQ(apart.error, "");
+  for (const ins::TraceSpan& s : apart.data.spans()) EXPECT_LT(s.start_ns, 100'000);
 }

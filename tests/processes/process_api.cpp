@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,17 @@ int main() {
     check(text.find("meshvk process " + std::to_string(me) + ", runtime") != std::string::npos &&
               access(trace.c_str(), F_OK) != 0,
           "write_chrome_trace writes this process's file, naming the process");
+    // The offset of process 0's clock, measured at initialisation: on one machine the clocks are
+    // one, so it is 0 within its uncertainty (half the best round trip), which is under 10 ms.
+    const auto number_after = [&](const std::string& key) -> std::optional<long long> {
+      const size_t at = text.find("\"" + key + "\":");
+      if (at == std::string::npos) return std::nullopt;
+      return std::strtoll(text.c_str() + at + key.size() + 3, nullptr, 10);
+    };
+    const auto offset = number_after("clock_offset_ns"), uncertainty = number_after("clock_offset_uncertainty_ns");
+    check(offset && uncertainty && *uncertainty >= 0 && *uncertainty < 10'000'000 &&
+              std::llabs(*offset) <= *uncertainty + 1'000'000 && (me != 0 || (*offset == 0 && *uncertainty == 0)),
+          "the trace records process 0's clock offset, 0 on one machine within its uncertainty");
     std::remove((std::string(folder) + "/trace" + tag + ".json").c_str());
     rmdir(folder);
     std::printf("process %d: %s\n", me, failures ? "FAILED" : "all checks passed");

@@ -152,6 +152,12 @@ std::string chrome_trace_json() {
   out += ",\"dropped_events\":" + std::to_string(c.dropped_events);
   out += ",\"dropped_spans\":" + std::to_string(c.dropped_spans);
   out += ",\"dropped_flows\":" + std::to_string(c.dropped_flows);
+  // Process 0's clock against this process's (runtime/process_group.hpp): the inspector adds it
+  // to clock_origin_ns, so traces from several hosts, whose monotonic clocks differ, line up.
+  if (const detail::ProcessGroup* group = detail::ProcessGroup::get(); group && group->size() > 1) {
+    out += ",\"clock_offset_ns\":" + std::to_string(group->clock_offset_ns());
+    out += ",\"clock_offset_uncertainty_ns\":" + std::to_string(group->clock_offset_uncertainty_ns());
+  }
   const auto lanes = Recorder::get().lanes();
   for (const RuntimeLanes& l : lanes) {
     out += ",\"clock_runtime_" + std::to_string(l.runtime) + "\":";

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <tuple>
+#include <utility>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -80,6 +83,46 @@ static void check_expected(const ProcessGroup& group, int expected_size, int exp
                 "; leave it unset or give the rank mpirun assigns");
 }
 
+namespace {
+
+int64_t monotonic_ns() {  // the profiler's clock (profile/clock.hpp)
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// NTP's estimate of process 0's clock minus this process's, from `rounds` ping-pongs with it:
+// a process sends its time t1, process 0 answers with its own t2, the process reads t3 on
+// arrival; t2 - (t1 + t3) / 2 from the round with the least delay. Returns (offset, delay / 2).
+std::pair<int64_t, int64_t> measure_clock_offset(MPI_Comm comm, int rank, int size) {
+  constexpr int kRounds = 8, kTag = 0x6d76;
+  if (rank == 0) {
+    for (int peer = 1; peer < size; ++peer)
+      for (int r = 0; r < kRounds; ++r) {
+        int64_t t1 = 0;
+        check_mpi(MPI_Recv(&t1, 1, MPI_INT64_T, peer, kTag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+        const int64_t t2 = monotonic_ns();
+        check_mpi(MPI_Send(&t2, 1, MPI_INT64_T, peer, kTag, comm), "MPI_Send");
+      }
+    return {0, 0};
+  }
+  int64_t best_delay = INT64_MAX, offset = 0;
+  for (int r = 0; r < kRounds; ++r) {
+    const int64_t t1 = monotonic_ns();
+    check_mpi(MPI_Send(&t1, 1, MPI_INT64_T, 0, kTag, comm), "MPI_Send");
+    int64_t t2 = 0;
+    check_mpi(MPI_Recv(&t2, 1, MPI_INT64_T, 0, kTag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    const int64_t t3 = monotonic_ns();
+    if (t3 - t1 < best_delay) {
+      best_delay = t3 - t1;
+      offset = t2 - (t1 + (t3 - t1) / 2);
+    }
+  }
+  return {offset, best_delay / 2};
+}
+
+}  // namespace
+
 ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
   std::lock_guard lock(group_mutex());
   auto& group = the_group();
@@ -112,6 +155,8 @@ ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
     made->pids_.resize(made->size_);
     check_mpi(MPI_Allgather(&pid, 1, MPI_INT, made->pids_.data(), 1, MPI_INT, MPI_COMM_WORLD),
               "MPI_Allgather");
+    std::tie(made->clock_offset_ns_, made->clock_offset_uncertainty_ns_) =
+        measure_clock_offset(made->mpi_->exchange, made->rank_, made->size_);
     // Checked before the group is kept: a refused initialize leaves is_initialized() false
     // (MPI itself stays initialized; a later call makes the group again).
     check_expected(*made, expected_size, expected_rank);

@@ -34,6 +34,13 @@ class ProcessGroup {
   // transport's communication thread needs.
   bool threads_multiple() const { return threads_multiple_; }
 
+  // This process's CLOCK_MONOTONIC against process 0's, measured at initialisation by ping-pongs
+  // over MPI (NTP's estimate from the round trip with the least delay): process 0's clock reads
+  // this process's plus clock_offset_ns(), within clock_offset_uncertainty_ns() (half that round
+  // trip). 0 and 0 on process 0. Traces record it, so traces from several hosts line up.
+  int64_t clock_offset_ns() const { return clock_offset_ns_; }
+  int64_t clock_offset_uncertainty_ns() const { return clock_offset_uncertainty_ns_; }
+
   // A process of the job on this node that has died (is gone or a zombie), or -1: what a wait
   // that sees no progress checks, so that a dead peer ends the job at once.
   int dead_process() const;
@@ -69,6 +76,7 @@ class ProcessGroup {
   uint64_t segment_bytes_ = 0;
   std::vector<uint8_t*> segments_;
   std::vector<int> pids_;  // per process; only meaningful on one node
+  int64_t clock_offset_ns_ = 0, clock_offset_uncertainty_ns_ = 0;
   uint64_t exchanges_ = 0;  // allgathers and barriers so far, the same count on every process
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
