@@ -42,10 +42,6 @@ constexpr DType word_dtype(DType dtype) {
   return is_8bit(dtype) ? DType::int32 : is_16bit(dtype) ? DType::float32 : dtype;
 }
 
-// Throws Error for int64 and float64 in ops whose kernels move 32-bit words only (`what` says
-// what the op does instead, or "").
-void reject_64bit(const char* op, const Array& x, const std::string& instead = "");
-
 // Throws Error for a weak int scalar among `operands` that is no value of `dtype` (int8 or
 // uint8), as JAX raises OverflowError for uint8 + 300.
 void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DType dtype);
@@ -53,7 +49,8 @@ void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DT
 // Throws Error for an elementwise op float64 has no kernel for: GLSL's double arithmetic covers
 // + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where
 // and casts; the math library's float64-dtype functions (kernels/mathlib/f64/) exp, exp2, expm1,
-// log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan and erf.
+// log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, arcsin, arccos, arctan,
+// arctan2, asinh, acosh, atanh and erf.
 void check_float64_op(const char* op, kernels::EwOp ew);
 
 // int64 / float64 `x` viewed as int32 words, shape + (2,) (the low word first): the same buffers,

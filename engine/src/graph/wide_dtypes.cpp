@@ -15,16 +15,6 @@
 
 namespace meshvk::detail {
 
-void reject_64bit(const char* op, const Array& x, const std::string& instead) {
-  if (!x.valid() || !is_64bit(x.dtype())) return;
-  throw Error(std::string(op) + ": " + type_of(x) +
-              " is not supported yet (its kernel moves 32-bit words); " +
-              (instead.empty() ? std::string("astype(x, ") +
-                                     (is_floating(x.dtype()) ? "DType::float32" : "DType::int32") +
-                                     ") first if the values fit"
-                               : instead));
-}
-
 void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DType dtype) {
   // bitwise_not's all-ones -1 is the bits, not a value.
   if (std::string_view(op) == "bitwise_not") return;
@@ -85,14 +75,22 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
     case EwOp::cos:
     case EwOp::tan:
     case EwOp::erf:
+    case EwOp::asin:
+    case EwOp::acos:
+    case EwOp::atan:
+    case EwOp::atan2:
+    case EwOp::asinh:
+    case EwOp::acosh:
+    case EwOp::atanh:
       return;
     default:
       throw Error(
           std::string(op) +
           ": float64 has no kernel for this op yet; float64 supports + - * /, comparisons, abs, "
           "sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where, astype, exp, "
-          "exp2, expm1, log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan and "
-          "erf; use astype(x, DType::float32) first");
+          "exp2, expm1, log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, "
+          "arcsin, arccos, arctan, arctan2, asinh, acosh, atanh and erf; use astype(x, "
+          "DType::float32) first");
   }
 }
 

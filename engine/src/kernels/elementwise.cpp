@@ -279,6 +279,13 @@ const char* library_function_f64(EwOp op) {
     case EwOp::cos: return "mvk_cos_f64";
     case EwOp::tan: return "mvk_tan_f64";
     case EwOp::erf: return "mvk_erf_f64";
+    case EwOp::atan: return "mvk_atan_f64";
+    case EwOp::atan2: return "mvk_atan2_f64";
+    case EwOp::asin: return "mvk_asin_f64";
+    case EwOp::acos: return "mvk_acos_f64";
+    case EwOp::asinh: return "mvk_asinh_f64";
+    case EwOp::acosh: return "mvk_acosh_f64";
+    case EwOp::atanh: return "mvk_atanh_f64";
     default: return nullptr;
   }
 }

@@ -153,6 +153,12 @@ const Entry kEntries[] = {
     {"mvk_f64_erf", 0,
 #include "kernels/mathlib/f64/erf.inc"
      , {"mvk_f64_exp"}},
+    {"mvk_f64_atan", 0,
+#include "kernels/mathlib/f64/atan.inc"
+     , {"mvk_f64_dd"}},
+    {"mvk_f64_ahyperbolic", 0,
+#include "kernels/mathlib/f64/ahyperbolic.inc"
+     , {"mvk_f64_log"}},
 };
 
 // The float64-dtype functions and the file (entry) defining each.
@@ -169,6 +175,10 @@ const F64Function kF64Functions[] = {
     {"mvk_cosh_f64", "mvk_f64_hyperbolic"}, {"mvk_pow_f64", "mvk_f64_pow"},
     {"mvk_sin_f64", "mvk_f64_trig"},        {"mvk_cos_f64", "mvk_f64_trig"},
     {"mvk_tan_f64", "mvk_f64_trig"},        {"mvk_erf_f64", "mvk_f64_erf"},
+    {"mvk_atan_f64", "mvk_f64_atan"},       {"mvk_atan2_f64", "mvk_f64_atan"},
+    {"mvk_asin_f64", "mvk_f64_atan"},       {"mvk_acos_f64", "mvk_f64_atan"},
+    {"mvk_asinh_f64", "mvk_f64_ahyperbolic"}, {"mvk_acosh_f64", "mvk_f64_ahyperbolic"},
+    {"mvk_atanh_f64", "mvk_f64_ahyperbolic"},
 };
 // clang-format on
 

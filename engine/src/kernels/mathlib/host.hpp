@@ -109,6 +109,9 @@ inline double min(double a, float b) {
 inline double max(double a, float b) {
   return max(a, static_cast<double>(b));
 }
+inline double sqrt(double x) {
+  return std::sqrt(x);
+}
 inline uint uaddCarry(uint a, uint b, uint& carry) {
   const uint s = a + b;
   carry = s < a ? 1u : 0u;
