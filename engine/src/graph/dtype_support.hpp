@@ -50,7 +50,7 @@ void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DT
 // + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where
 // and casts; the math library's float64-dtype functions (kernels/mathlib/f64/) exp, exp2, expm1,
 // log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, arcsin, arccos, arctan,
-// arctan2, asinh, acosh, atanh and erf.
+// arctan2, asinh, acosh, atanh, erf and erfinv.
 void check_float64_op(const char* op, kernels::EwOp ew);
 
 // int64 / float64 `x` viewed as int32 words, shape + (2,) (the low word first): the same buffers,

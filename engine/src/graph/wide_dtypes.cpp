@@ -75,6 +75,7 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
     case EwOp::cos:
     case EwOp::tan:
     case EwOp::erf:
+    case EwOp::erfinv:
     case EwOp::asin:
     case EwOp::acos:
     case EwOp::atan:
@@ -89,7 +90,7 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
           ": float64 has no kernel for this op yet; float64 supports + - * /, comparisons, abs, "
           "sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where, astype, exp, "
           "exp2, expm1, log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, "
-          "arcsin, arccos, arctan, arctan2, asinh, acosh, atanh and erf; use astype(x, "
+          "arcsin, arccos, arctan, arctan2, asinh, acosh, atanh, erf and erfinv; use astype(x, "
           "DType::float32) first");
   }
 }

@@ -279,6 +279,7 @@ const char* library_function_f64(EwOp op) {
     case EwOp::cos: return "mvk_cos_f64";
     case EwOp::tan: return "mvk_tan_f64";
     case EwOp::erf: return "mvk_erf_f64";
+    case EwOp::erfinv: return "mvk_erfinv_f64";
     case EwOp::atan: return "mvk_atan_f64";
     case EwOp::atan2: return "mvk_atan2_f64";
     case EwOp::asin: return "mvk_asin_f64";

@@ -153,6 +153,9 @@ const Entry kEntries[] = {
     {"mvk_f64_erf", 0,
 #include "kernels/mathlib/f64/erf.inc"
      , {"mvk_f64_exp"}},
+    {"mvk_f64_erfinv", 0,
+#include "kernels/mathlib/f64/erfinv.inc"
+     , {"mvk_f64_erf", "mvk_f64_log"}},
     {"mvk_f64_atan", 0,
 #include "kernels/mathlib/f64/atan.inc"
      , {"mvk_f64_dd"}},
@@ -178,7 +181,7 @@ const F64Function kF64Functions[] = {
     {"mvk_atan_f64", "mvk_f64_atan"},       {"mvk_atan2_f64", "mvk_f64_atan"},
     {"mvk_asin_f64", "mvk_f64_atan"},       {"mvk_acos_f64", "mvk_f64_atan"},
     {"mvk_asinh_f64", "mvk_f64_ahyperbolic"}, {"mvk_acosh_f64", "mvk_f64_ahyperbolic"},
-    {"mvk_atanh_f64", "mvk_f64_ahyperbolic"},
+    {"mvk_atanh_f64", "mvk_f64_ahyperbolic"}, {"mvk_erfinv_f64", "mvk_f64_erfinv"},
 };
 // clang-format on
 
