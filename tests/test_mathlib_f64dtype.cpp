@@ -387,6 +387,15 @@ TEST(MathlibF64Dtype, GradientsThroughAutodiff) {
       EXPECT_NEAR(g[i], fd, 1e-8 * (1 + std::fabs(fd))) << c.name << " at " << xs[i];
     }
   }
+  // erfinv inside (-1, 1): sqrt(pi)/2 exp(erfinv(y)^2), its constant to 2^-48.
+  std::vector<double> us;
+  for (int i = 0; i < 37; ++i) us.push_back(-0.9 + 0.05 * i + 0.0037);
+  const auto gi = mv::grad([](const mv::Array& y) { return mv::sum(mv::erfinv(y)); })(arr(us)).to_host<double>();
+  for (size_t i = 0; i < us.size(); ++i) {
+    const double x = host::mvk_erfinv_f64(us[i]);
+    const double want = std::sqrt(M_PI) / 2 * std::exp(x * x);
+    EXPECT_NEAR(gi[i], want, 1e-14 * want) << "erfinv at " << us[i];
+  }
   // log and log1p on positive inputs, pow in both operands.
   std::vector<double> pos;
   for (const double x : xs) pos.push_back(x + 2.0);
