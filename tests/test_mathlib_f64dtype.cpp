@@ -410,10 +410,47 @@ TEST(MathlibF64Dtype, GradientsThroughAutodiff) {
   }
 }
 
-// What float64 still lacks names itself and the way out.
-TEST(MathlibF64Dtype, UnsupportedOpsNameTheWayOut) {
-  expect_error([] { (void)mv::remainder(arr(std::vector<double>{0.5}), 0.25f).to_host<double>(); },
-               "float64 has no kernel for this op yet");
-  expect_error([] { (void)mv::floor_divide(arr(std::vector<double>{0.5}), 0.25f).to_host<double>(); },
-               "use astype(x, DType::float32) first");
+// numpy's // and % (npy_divmod) on float64, worked on the host with C's exact fmod: the remainder
+// takes the divisor's sign, the quotient is floored and snapped, zeros and infinities as numpy.
+TEST(MathlibF64Dtype, FloorDivideAndRemainderAsNumpy) {
+  const auto divmod = [](double a, double b) {
+    double mod = std::fmod(a, b);
+    if (b == 0) return std::pair<double, double>{a / b, mod};
+    double div = (a - mod) / b;
+    if (mod != 0) {
+      if ((b < 0) != (mod < 0)) {
+        mod += b;
+        div -= 1.0;
+      }
+    } else {
+      mod = std::copysign(0.0, b);
+    }
+    double floordiv;
+    if (div != 0) {
+      floordiv = std::floor(div);
+      if (div - floordiv > 0.5) floordiv += 1.0;
+    } else {
+      floordiv = std::copysign(0.0, a / b);
+    }
+    return std::pair<double, double>{floordiv, mod};
+  };
+  std::mt19937_64 rng(19);
+  std::uniform_real_distribution<double> u(-100, 100);
+  std::vector<double> as, bs;
+  const std::vector<double> vals = {0.0, -0.0, 1.0, -1.0, 0.1, -0.3, 7.5, kInf, -kInf, kNaN, kMinSub, -kMinSub, kMax, 1e300, -1e-300};
+  for (const double a : vals)
+    for (const double b : vals) as.push_back(a), bs.push_back(b);
+  for (int i = 0; i < 3001; ++i) {
+    as.push_back(i % 3 == 0 ? std::bit_cast<double>(rng()) : u(rng));
+    bs.push_back(i % 3 == 0 ? std::bit_cast<double>(rng()) : i % 3 == 1 ? std::round(u(rng) / 10) : u(rng) / 7);
+  }
+  const std::vector<double> q = mv::floor_divide(arr(as), arr(bs)).to_host<double>();
+  const std::vector<double> r = mv::remainder(arr(as), arr(bs)).to_host<double>();
+  for (size_t i = 0; i < as.size(); ++i) {
+    const auto [fq, fr] = divmod(as[i], bs[i]);
+    ASSERT_TRUE(same_bits(q[i], fq)) << hex(as[i]) << " // " << hex(bs[i]) << " = " << hex(q[i]) << ", numpy " << hex(fq);
+    ASSERT_TRUE(same_bits(r[i], fr)) << hex(as[i]) << " % " << hex(bs[i]) << " = " << hex(r[i]) << ", numpy " << hex(fr);
+  }
+  // A weak scalar divisor.
+  EXPECT_EQ(mv::remainder(arr(std::vector<double>{-7.5, 7.5, 1e17}), 2.0f).to_host<double>(), (std::vector<double>{0.5, 1.5, 0.0}));
 }

@@ -47,7 +47,7 @@ constexpr DType word_dtype(DType dtype) {
 void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DType dtype);
 
 // Throws Error for an elementwise op float64 has no kernel for: GLSL's double arithmetic covers
-// + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where
+// + - * /, // and % (wide_types.cpp's numpy helpers), comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where
 // and casts; the math library's float64-dtype functions (kernels/mathlib/f64/) exp, exp2, expm1,
 // log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, arcsin, arccos, arctan,
 // arctan2, asinh, acosh, atanh, erf and erfinv.

@@ -48,6 +48,8 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
     case EwOp::sub:
     case EwOp::mul:
     case EwOp::div:
+    case EwOp::floordiv:
+    case EwOp::mod:
     case EwOp::maximum:
     case EwOp::minimum:
     case EwOp::eq:
@@ -87,8 +89,9 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
     default:
       throw Error(
           std::string(op) +
-          ": float64 has no kernel for this op yet; float64 supports + - * /, comparisons, abs, "
-          "sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where, astype, exp, "
+          ": float64 has no kernel for this op yet; float64 supports + - * /, // and %, "
+          "comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where, "
+          "astype, exp, "
           "exp2, expm1, log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, "
           "arcsin, arccos, arctan, arctan2, asinh, acosh, atanh, erf and erfinv; use astype(x, "
           "DType::float32) first");
