@@ -260,37 +260,6 @@ const char* library_function(EwOp op, bool float64) {
   }
 }
 
-// The math library's function for an op on float64 elements (mathlib/f64/), or nullptr where
-// GLSL's double arithmetic computes it (graph/wide_dtypes.cpp refuses the ops neither has).
-const char* library_function_f64(EwOp op) {
-  switch (op) {
-    case EwOp::exp: return "mvk_exp_f64";
-    case EwOp::exp2: return "mvk_exp2_f64";
-    case EwOp::expm1: return "mvk_expm1_f64";
-    case EwOp::log: return "mvk_log_f64";
-    case EwOp::log1p: return "mvk_log1p_f64";
-    case EwOp::log2: return "mvk_log2_f64";
-    case EwOp::tanh: return "mvk_tanh_f64";
-    case EwOp::sigmoid: return "mvk_logistic_f64";
-    case EwOp::sinh: return "mvk_sinh_f64";
-    case EwOp::cosh: return "mvk_cosh_f64";
-    case EwOp::pow: return "mvk_pow_f64";
-    case EwOp::sin: return "mvk_sin_f64";
-    case EwOp::cos: return "mvk_cos_f64";
-    case EwOp::tan: return "mvk_tan_f64";
-    case EwOp::erf: return "mvk_erf_f64";
-    case EwOp::erfinv: return "mvk_erfinv_f64";
-    case EwOp::atan: return "mvk_atan_f64";
-    case EwOp::atan2: return "mvk_atan2_f64";
-    case EwOp::asin: return "mvk_asin_f64";
-    case EwOp::acos: return "mvk_acos_f64";
-    case EwOp::asinh: return "mvk_asinh_f64";
-    case EwOp::acosh: return "mvk_acosh_f64";
-    case EwOp::atanh: return "mvk_atanh_f64";
-    default: return nullptr;
-  }
-}
-
 // The math library's float32 functions compute float32 (and the 16-bit formats through it);
 // float64 elements take GLSL's double arithmetic or the library's float64-dtype functions
 // (library_function_f64), and the graph layer refuses the ops neither has.
@@ -315,7 +284,7 @@ std::string library_functions(const EwProgram& p, MathMode math) {
         names.push_back(f);
     } else if (n.dtype == DType::float64 && n.op != EwOp::input && n.op != EwOp::constant) {
       // GLSL has no double exp, log, sin ...: the library's, also under MESHVK_FAST_MATH=1.
-      if (const char* f = library_function_f64(n.op)) names.push_back(f);
+      if (const char* f = ew_library_function_f64(n.op)) names.push_back(f);
     }
   return mathlib::glsl_functions(names);
 }
@@ -343,7 +312,7 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
       return call + ")";
     }
   if (n.dtype == DType::float64)
-    if (const char* f = library_function_f64(n.op)) return std::string(f) + "(" + a + (n.b >= 0 ? ", " + b : "") + ")";
+    if (const char* f = ew_library_function_f64(n.op)) return std::string(f) + "(" + a + (n.b >= 0 ? ", " + b : "") + ")";
   switch (n.op) {
     case EwOp::input:
       return "load" + std::to_string(n.input);

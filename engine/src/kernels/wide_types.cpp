@@ -211,6 +211,35 @@ double mv_floordiv(double a, double b) {
   return s;
 }
 
+const char* ew_library_function_f64(EwOp op) {
+  switch (op) {
+    case EwOp::exp: return "mvk_exp_f64";
+    case EwOp::exp2: return "mvk_exp2_f64";
+    case EwOp::expm1: return "mvk_expm1_f64";
+    case EwOp::log: return "mvk_log_f64";
+    case EwOp::log1p: return "mvk_log1p_f64";
+    case EwOp::log2: return "mvk_log2_f64";
+    case EwOp::tanh: return "mvk_tanh_f64";
+    case EwOp::sigmoid: return "mvk_logistic_f64";
+    case EwOp::sinh: return "mvk_sinh_f64";
+    case EwOp::cosh: return "mvk_cosh_f64";
+    case EwOp::pow: return "mvk_pow_f64";
+    case EwOp::sin: return "mvk_sin_f64";
+    case EwOp::cos: return "mvk_cos_f64";
+    case EwOp::tan: return "mvk_tan_f64";
+    case EwOp::erf: return "mvk_erf_f64";
+    case EwOp::erfinv: return "mvk_erfinv_f64";
+    case EwOp::atan: return "mvk_atan_f64";
+    case EwOp::atan2: return "mvk_atan2_f64";
+    case EwOp::asin: return "mvk_asin_f64";
+    case EwOp::acos: return "mvk_acos_f64";
+    case EwOp::asinh: return "mvk_asinh_f64";
+    case EwOp::acosh: return "mvk_acosh_f64";
+    case EwOp::atanh: return "mvk_atanh_f64";
+    default: return nullptr;
+  }
+}
+
 void record_fill64(detail::RuntimeState& rt, detail::Recording& rec,
                    const detail::DeviceBuffer& out, uint64_t count, uint32_t word, DType dtype) {
   if (count == 0 || rec.remote) return;
