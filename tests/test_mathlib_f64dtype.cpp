@@ -352,6 +352,32 @@ TEST(MathlibF64Dtype, DevicePowBitIdenticalWithScalarsAndBroadcasts) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(same_bits(row[i], want[i])) << i << ": " << hex(row[i]);
 }
 
+// Several library functions fused into one kernel (their helper files included once), float32
+// and float64 ones side by side, under jit: each node as its host copy.
+TEST(MathlibF64Dtype, FusedChainsMixingFunctionsAndDtypes) {
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::vector<double> xs(1003);
+  for (double& x : xs) x = u(rng);
+  const auto f = mv::jit([](const mv::Array& x) {
+    const mv::Array a = mv::tanh(mv::exp(x) * 0.5f) + mv::sin(x * 3.0f);
+    const mv::Array b = mv::power(mv::abs(x) + 1.0f, mv::erf(x)) - mv::log1p(mv::abs(x));
+    const mv::Array c = mv::astype(mv::exp(mv::astype(x, mv::DType::float32)), mv::DType::float64);
+    return mv::arctan2(a, b) + mv::erfinv(x * 0.45f) + c;
+  });
+  const std::vector<double> got = f(arr(xs)).to_host<double>();
+  ASSERT_EQ(got.size(), xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i];
+    const double a = host::mvk_tanh_f64(host::mvk_exp_f64(x) * 0.5) + host::mvk_sin_f64(x * 3.0);
+    const double b = host::mvk_pow_f64(std::fabs(x) + 1.0, host::mvk_erf_f64(x)) - host::mvk_log1p_f64(std::fabs(x));
+    const float x32 = static_cast<float>(x);
+    const double c = static_cast<double>(host::mvk_exp64(x32));  // the float32 exp lavapipe runs
+    const double want = host::mvk_atan2_f64(a, b) + host::mvk_erfinv_f64(x * static_cast<double>(0.45f)) + c;  // weak scalars are float32 values
+    ASSERT_TRUE(same_bits(got[i], want)) << "x = " << hex(x) << ": " << hex(got[i]) << ", host " << hex(want);
+  }
+}
+
 // Gradients of float64 functions through the ops' backward rules: as the closed forms in double,
 // and as central differences of the float64 forward pass.
 TEST(MathlibF64Dtype, GradientsThroughAutodiff) {
