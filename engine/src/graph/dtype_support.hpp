@@ -42,17 +42,15 @@ constexpr DType word_dtype(DType dtype) {
   return is_8bit(dtype) ? DType::int32 : is_16bit(dtype) ? DType::float32 : dtype;
 }
 
-// Throws Error for int64 and float64 in ops whose kernels move 32-bit words only (`what` says
-// what the op does instead, or "").
-void reject_64bit(const char* op, const Array& x, const std::string& instead = "");
-
 // Throws Error for a weak int scalar among `operands` that is no value of `dtype` (int8 or
 // uint8), as JAX raises OverflowError for uint8 + 300.
 void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DType dtype);
 
 // Throws Error for an elementwise op float64 has no kernel for: GLSL's double arithmetic covers
-// + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where
-// and casts; the math library's transcendental functions are float32 only.
+// + - * /, // and % (wide_types.cpp's numpy helpers), comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where
+// and casts; the math library's float64-dtype functions (kernels/mathlib/f64/) exp, exp2, expm1,
+// log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, arcsin, arccos, arctan,
+// arctan2, asinh, acosh, atanh, erf and erfinv.
 void check_float64_op(const char* op, kernels::EwOp ew);
 
 // int64 / float64 `x` viewed as int32 words, shape + (2,) (the low word first): the same buffers,
@@ -68,6 +66,10 @@ Array reduce64(const char* op, kernels::ReduceOp kind, const Array& x, const std
 // argmax / argmin of an int64 / float64 `x` along its one reduced axis: candidates compared in
 // halves with elementwise ops, ties and NaN going to the first index, as numpy's.
 Array arg_reduce64(kernels::ReduceOp kind, const Array& x, const std::vector<bool>& reduced, bool keepdims);
+
+// The stable argsort of an int64 / float64 `x` along its last axis (numpy's kind='stable'; float64
+// -0.0 equal to 0.0 and NaN last, as float32's): two passes of the 32-bit argsort.
+Array argsort64(const Array& x);
 
 // a @ b for int64 / float64 operands of one dtype ([..., m, k] @ [..., k, n], batch dimensions
 // equal or on one side): a broadcast product summed over k in the dtype (reduce64), exact for

@@ -37,6 +37,15 @@ Array taped(const Array& y, const Array& x, std::function<Array(const Array&)> r
   return on_tape(y, {x}, [rule, x](const Array& ct) { return std::vector<Array>{in_dtype_of(rule(ct), x)}; });
 }
 
+// ct * c for a constant of the rules (weak scalars are float32 values): for a float64 ct, as
+// ct * hi + ct * lo with c = hi + lo to 2^-48 (float32's 2^-24 would show in float64
+// gradients); other dtypes keep the one product.
+Array times_constant(const Array& ct, double c) {
+  const float hi = static_cast<float>(c);
+  if (ct.dtype() != DType::float64) return ct * hi;
+  return ct * hi + ct * static_cast<float>(c - static_cast<double>(hi));
+}
+
 const Array* array_of(const Operand& o) { return std::get_if<Array>(&o.get()); }
 
 // Records a binary op: each array operand gets its rule's cotangent, summed over the dimensions
@@ -117,12 +126,12 @@ Array arctan(const Array& x) {
 }
 Array erf(const Array& x) {
   // d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
-  return taped(unary("erf", EwOp::erf, x), x, [x](const Array& ct) { return ct * 1.1283791671f * exp(-(x * x)); });
+  return taped(unary("erf", EwOp::erf, x), x, [x](const Array& ct) { return times_constant(ct, 1.1283791670955126) * exp(-(x * x)); });
 }
 Array erfinv(const Array& x) {
   // d/dx erfinv(x) = sqrt(pi)/2 exp(erfinv(x)^2)
   const Array y = unary("erfinv", EwOp::erfinv, x);
-  return taped(y, x, [y](const Array& ct) { return ct * 0.8862269255f * exp(y * y); });
+  return taped(y, x, [y](const Array& ct) { return times_constant(ct, 0.88622692545275801) * exp(y * y); });
 }
 Array tanh(const Array& x) {
   const Array y = unary("tanh", EwOp::tanh, x);
@@ -147,10 +156,12 @@ Array cosh(const Array& x) {
 }
 Array exp2(const Array& x) {
   const Array y = unary("exp2", EwOp::exp2, x);
-  return taped(y, x, [y](const Array& ct) { return ct * y * 0.6931471805599453f; });
+  return taped(y, x, [y](const Array& ct) { return times_constant(ct * y, 0.69314718055994531); });
 }
 Array log2(const Array& x) {
-  return taped(unary("log2", EwOp::log2, x), x, [x](const Array& ct) { return ct / (x * 0.6931471805599453f); });
+  return taped(unary("log2", EwOp::log2, x), x, [x](const Array& ct) {
+    return x.dtype() == DType::float64 ? times_constant(ct / x, 1.4426950408889634) : ct / (x * 0.6931471805599453f);
+  });
 }
 Array asinh(const Array& x) {
   return taped(unary("asinh", EwOp::asinh, x), x, [x](const Array& ct) { return ct * rsqrt(x * x + 1.0f); });

@@ -172,7 +172,7 @@ Array argsort(const Array& x, int axis) {
   const int64_t n = x.shape()[last];
   // bfloat16 / float16 sort as their float32 values, int8 / uint8 as int32 (exact); the kernel
   // compares 32-bit words.
-  detail::reject_64bit("argsort", x);
+  if (is_64bit(x.dtype())) return detail::argsort64(x);
   const Array keys = astype(x, x.dtype() == DType::bool_ || is_8bit(x.dtype()) ? DType::int32
                                : is_floating(x.dtype())                        ? DType::float32
                                                                                : x.dtype());

@@ -1,6 +1,8 @@
 // int8, uint8, int64 and float64 in the graph layer: which ops refuse them, and how the ops whose
-// kernels move 32-bit words (reductions, collectives that sum) handle the 64-bit dtypes instead.
+// kernels move 32-bit words (reductions, collectives that sum, argsort) handle the 64-bit dtypes
+// instead.
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -12,16 +14,6 @@
 #include "meshvk/ops.hpp"
 
 namespace meshvk::detail {
-
-void reject_64bit(const char* op, const Array& x, const std::string& instead) {
-  if (!x.valid() || !is_64bit(x.dtype())) return;
-  throw Error(std::string(op) + ": " + type_of(x) +
-              " is not supported yet (its kernel moves 32-bit words); " +
-              (instead.empty() ? std::string("astype(x, ") +
-                                     (is_floating(x.dtype()) ? "DType::float32" : "DType::int32") +
-                                     ") first if the values fit"
-                               : instead));
-}
 
 void check_8bit_scalars(const char* op, const std::vector<Operand>& operands, DType dtype) {
   // bitwise_not's all-ones -1 is the bits, not a value.
@@ -56,6 +48,8 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
     case EwOp::sub:
     case EwOp::mul:
     case EwOp::div:
+    case EwOp::floordiv:
+    case EwOp::mod:
     case EwOp::maximum:
     case EwOp::minimum:
     case EwOp::eq:
@@ -67,13 +61,40 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
     case EwOp::logical_and:
     case EwOp::logical_or:
     case EwOp::where:
+    // The math library's float64-dtype functions (kernels/mathlib/f64/).
+    case EwOp::exp:
+    case EwOp::exp2:
+    case EwOp::expm1:
+    case EwOp::log:
+    case EwOp::log1p:
+    case EwOp::log2:
+    case EwOp::tanh:
+    case EwOp::sigmoid:
+    case EwOp::sinh:
+    case EwOp::cosh:
+    case EwOp::pow:
+    case EwOp::sin:
+    case EwOp::cos:
+    case EwOp::tan:
+    case EwOp::erf:
+    case EwOp::erfinv:
+    case EwOp::asin:
+    case EwOp::acos:
+    case EwOp::atan:
+    case EwOp::atan2:
+    case EwOp::asinh:
+    case EwOp::acosh:
+    case EwOp::atanh:
       return;
     default:
       throw Error(
           std::string(op) +
-          ": float64 has no kernel for this op yet (the math library is float32 only); float64 "
-          "supports + - * /, comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, "
-          "maximum, minimum, relu, where and astype; use astype(x, DType::float32) first");
+          ": float64 has no kernel for this op yet; float64 supports + - * /, // and %, "
+          "comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where, "
+          "astype, exp, "
+          "exp2, expm1, log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, "
+          "arcsin, arccos, arctan, arctan2, asinh, acosh, atanh, erf and erfinv; use astype(x, "
+          "DType::float32) first");
   }
 }
 
@@ -208,6 +229,36 @@ Array arg_reduce64(kernels::ReduceOp kind, const Array& x, const std::vector<boo
     n = half + n % 2;
   }
   return reshape(at, keepdims ? with_one : kept);
+}
+
+Array argsort64(const Array& x) {
+  const int last = static_cast<int>(x.ndim()) - 1;
+  if (shape_size(x.shape()) == 0) return argsort(zeros(x.shape(), DType::int32), last);
+  // The two words of each element, (low, high), as int32 arrays of x's shape.
+  const Array words = as_words(x);
+  const auto word = [&](int64_t k) {
+    std::vector<int64_t> start(words.ndim(), 0), stop(words.shape().begin(), words.shape().end());
+    start.back() = k;
+    stop.back() = k + 1;
+    return reshape(slice(words, start, stop), x.shape());
+  };
+  Array low = word(0), high = word(1);
+  if (x.dtype() == DType::float64) {
+    // JAX's _float_to_int_for_sort, as the float32 kernel orders: the bits of numbers >= 0 as
+    // they are, those of negative numbers with the 63 magnitude bits flipped (so that they
+    // order as signed int64), -0.0 as 0.0 (equal: kept in order), every NaN after +inf, equal
+    // to one another (numpy's NaN last).
+    const Array nan = not_equal(x, x), zero = equal(x, 0.0f), neg = less(high, 0);
+    high = where(nan, std::numeric_limits<int32_t>::max(),
+                 where(zero, 0, where(neg, bitwise_xor(high, 0x7fffffff), high)));
+    low = where(nan, -1, where(zero, 0, where(neg, bitwise_xor(low, -1), low)));
+  }
+  // LSD radix on two 32-bit digits with the stable 32-bit argsort: the low words as unsigned
+  // (their sign bit flipped: the kernel compares int32), then the high words (signed) in that
+  // order; equal keys keep their first order through both.
+  const Array by_low = argsort(bitwise_xor(low, std::numeric_limits<int32_t>::min()), last);
+  const Array by_high = argsort(take_along_axis(high, by_low, last), last);
+  return take_along_axis(by_low, by_high, last);
 }
 
 Array matmul64(const Array& a, const Array& b) {

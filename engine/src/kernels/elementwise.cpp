@@ -260,8 +260,9 @@ const char* library_function(EwOp op, bool float64) {
   }
 }
 
-// The math library computes float32 (and the 16-bit formats through it); float64 ops use GLSL's
-// double arithmetic, and the graph layer refuses the transcendental ones.
+// The math library's float32 functions compute float32 (and the 16-bit formats through it);
+// float64 elements take GLSL's double arithmetic or the library's float64-dtype functions
+// (library_function_f64), and the graph layer refuses the ops neither has.
 bool is_library_float(DType dtype) { return is_floating(dtype) && dtype != DType::float64; }
 
 // Ops GLSL has no built-in for: the library's function even under MESHVK_FAST_MATH=1.
@@ -278,9 +279,13 @@ struct MathMode {
 std::string library_functions(const EwProgram& p, MathMode math) {
   std::vector<std::string> names;
   for (const EwNode& n : p.nodes)
-    if (n.op != EwOp::input && n.op != EwOp::constant && is_library_float(n.dtype))
+    if (n.op != EwOp::input && n.op != EwOp::constant && is_library_float(n.dtype)) {
       if (const char* f = library_function(n.op, math.float64); f && (!math.fast_math || library_only(n.op)))
         names.push_back(f);
+    } else if (n.dtype == DType::float64 && n.op != EwOp::input && n.op != EwOp::constant) {
+      // GLSL has no double exp, log, sin ...: the library's, also under MESHVK_FAST_MATH=1.
+      if (const char* f = ew_library_function_f64(n.op)) names.push_back(f);
+    }
   return mathlib::glsl_functions(names);
 }
 
@@ -306,6 +311,8 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
       if (n.b >= 0) call += ", " + b;
       return call + ")";
     }
+  if (n.dtype == DType::float64)
+    if (const char* f = ew_library_function_f64(n.op)) return std::string(f) + "(" + a + (n.b >= 0 ? ", " + b : "") + ")";
   switch (n.op) {
     case EwOp::input:
       return "load" + std::to_string(n.input);

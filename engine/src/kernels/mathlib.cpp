@@ -130,6 +130,58 @@ const Entry kEntries[] = {
     {"mvk_atanh", 1,
 #include "kernels/mathlib/atanh.inc"
      , {"mvk_log_ff"}},
+    // The float64-dtype functions (f64/): files named as their helpers are (no vec4 overloads:
+    // 64-bit elements are computed one per invocation); kF64Functions names what each defines.
+    {"mvk_f64_dd", 0,
+#include "kernels/mathlib/f64/dd.inc"
+     , {"mvk_trig64"}},
+    {"mvk_f64_exp", 0,
+#include "kernels/mathlib/f64/exp.inc"
+     , {"mvk_f64_dd"}},
+    {"mvk_f64_log", 0,
+#include "kernels/mathlib/f64/log.inc"
+     , {"mvk_f64_dd"}},
+    {"mvk_f64_hyperbolic", 0,
+#include "kernels/mathlib/f64/hyperbolic.inc"
+     , {"mvk_f64_exp"}},
+    {"mvk_f64_pow", 0,
+#include "kernels/mathlib/f64/pow.inc"
+     , {"mvk_f64_exp", "mvk_f64_log"}},
+    {"mvk_f64_trig", 0,
+#include "kernels/mathlib/f64/trig.inc"
+     , {"mvk_f64_dd"}},
+    {"mvk_f64_erf", 0,
+#include "kernels/mathlib/f64/erf.inc"
+     , {"mvk_f64_exp"}},
+    {"mvk_f64_erfinv", 0,
+#include "kernels/mathlib/f64/erfinv.inc"
+     , {"mvk_f64_erf", "mvk_f64_log"}},
+    {"mvk_f64_atan", 0,
+#include "kernels/mathlib/f64/atan.inc"
+     , {"mvk_f64_dd"}},
+    {"mvk_f64_ahyperbolic", 0,
+#include "kernels/mathlib/f64/ahyperbolic.inc"
+     , {"mvk_f64_log"}},
+};
+
+// The float64-dtype functions and the file (entry) defining each.
+struct F64Function {
+  const char* name;
+  const char* file;
+};
+const F64Function kF64Functions[] = {
+    {"mvk_exp_f64", "mvk_f64_exp"},         {"mvk_exp2_f64", "mvk_f64_exp"},
+    {"mvk_expm1_f64", "mvk_f64_exp"},       {"mvk_log_f64", "mvk_f64_log"},
+    {"mvk_log1p_f64", "mvk_f64_log"},       {"mvk_log2_f64", "mvk_f64_log"},
+    {"mvk_log10_f64", "mvk_f64_log"},       {"mvk_tanh_f64", "mvk_f64_hyperbolic"},
+    {"mvk_logistic_f64", "mvk_f64_hyperbolic"}, {"mvk_sinh_f64", "mvk_f64_hyperbolic"},
+    {"mvk_cosh_f64", "mvk_f64_hyperbolic"}, {"mvk_pow_f64", "mvk_f64_pow"},
+    {"mvk_sin_f64", "mvk_f64_trig"},        {"mvk_cos_f64", "mvk_f64_trig"},
+    {"mvk_tan_f64", "mvk_f64_trig"},        {"mvk_erf_f64", "mvk_f64_erf"},
+    {"mvk_atan_f64", "mvk_f64_atan"},       {"mvk_atan2_f64", "mvk_f64_atan"},
+    {"mvk_asin_f64", "mvk_f64_atan"},       {"mvk_acos_f64", "mvk_f64_atan"},
+    {"mvk_asinh_f64", "mvk_f64_ahyperbolic"}, {"mvk_acosh_f64", "mvk_f64_ahyperbolic"},
+    {"mvk_atanh_f64", "mvk_f64_ahyperbolic"}, {"mvk_erfinv_f64", "mvk_f64_erfinv"},
 };
 // clang-format on
 
@@ -154,8 +206,11 @@ void append(std::string& out, std::vector<std::string_view>& done, const Entry& 
 
 std::string glsl_functions(const std::vector<std::string>& requested) {
   std::vector<std::string> names;
-  for (const std::string& n : requested)
+  for (std::string n : requested) {
+    for (const F64Function& f : kF64Functions)
+      if (n == f.name) n = f.file;
     if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
   std::string out;
   std::vector<std::string_view> done;
   for (const std::string& n : names) append(out, done, entry(n));

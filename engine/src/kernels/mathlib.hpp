@@ -1,10 +1,12 @@
 #pragma once
-// meshvk's own float32 math library for the generated kernels (exp, log, tanh, ...): each function
-// within 1 ulp of the correctly rounded result over all float32 inputs, and the same bits on every
-// adapter, because it uses only operations Vulkan requires to be correctly rounded (+, -, *,
+// meshvk's own math library for the generated kernels (exp, log, tanh, ...): float32 functions,
+// each within 1 ulp of the correctly rounded result over all float32 inputs, and the same bits on
+// every adapter, because it uses only operations Vulkan requires to be correctly rounded (+, -, *,
 // conversions, bit casts, compares, floor) under `precise` (SPIR-V NoContraction), never the
 // driver's approximate built-ins. Not fma: Vulkan lets it round twice (lavapipe does, a GPU fuses),
 // so exact products are Dekker's (mvk_two_prod); not /: Vulkan allows 2.5 ulp (mvk_div instead).
+// And the float64 dtype's functions (mathlib/f64/, see the rule below), within 1 ulp of long
+// double libm.
 //
 // How a function is written (rules for every file in mathlib/):
 // - One file per public function, mathlib/<name>.inc, holding `MVK_MATH_SOURCE( ... )` around the
@@ -29,6 +31,17 @@
 //   1.5lf suffix is not C++). No 64-bit integers (shaderInt64 is not required), no double
 //   built-ins beyond abs, and no subnormal doubles in the results that are used (drivers may
 //   flush them). Same bits on every adapter that runs the variant, and the host copy's.
+// - Float64-dtype functions (mathlib/f64/*.inc, mvk_<name>_f64(double), for float64 elements;
+//   elementwise.cpp's library_function_f64) follow the float64 variants' rules with these
+//   additions, since their results are doubles that numpy users compare in the last bit:
+//   double-double (mvk_dd) helpers in f64/dd.inc; local uint arrays indexed by loop counters
+//   that unroll (never by a run-time value: lavapipe turns that into a ladder per access);
+//   floor, sqrt (only where a Newton step from the exact remainder corrects it) and min / max
+//   on doubles; uaddCarry(a, b, carry) like umulExtended; `/` only where its rounding cannot
+//   reach the result's ulp (each use says why); subnormal double results (float64 arrays hold
+//   them). One file per family (exp, log, trig, ...), registered as a helper entry in
+//   mathlib.cpp with kF64Functions naming the public functions it defines; tests in
+//   tests/test_mathlib_f64dtype.cpp (host copy against long double libm, kernels bit for bit).
 // - Every float (and double) local is declared `precise` so no driver contracts a * b + c into
 //   an fma or re-associates; int overflow and out-of-range float-to-int conversions are avoided
 //   (undefined in C++).

@@ -163,8 +163,81 @@ int64_t mv_pow(int64_t a, int64_t b) {
 double mv_max(double a, double b) { return (isnan(a) || isnan(b)) ? a + b : max(a, b); }
 double mv_min(double a, double b) { return (isnan(a) || isnan(b)) ? a + b : min(a, b); }
 double mv_sign(double x) { return x > double(0) ? double(1) : (x < double(0) ? double(-1) : (x == double(0) ? double(0) : x)); }
+// C's fmod, exact: |x| reduced by |y| 2^k for falling k, each subtraction exact (Sterbenz: the
+// two are within a factor 2), at most one per exponent step (up to 2098).
+double mv_pow2d(int e) { return packDouble2x32(uvec2(0u, uint(e + 1023) << 20u)); }
+int mv_exponent(double v) {  // floor(log2(v)) for finite v > 0, subnormals too
+  const uint hi = unpackDouble2x32(v).y >> 20u;
+  const double scaled = v * mv_pow2d(54);
+  return hi != 0u ? int(hi) - 1023 : int(unpackDouble2x32(scaled).y >> 20u) - 1023 - 54;
+}
+double mv_fmod(double x, double y) {
+  const double ax = abs(x), ay = abs(y);
+  if (ay == double(0) || isnan(ay) || isnan(ax) || isinf(ax)) return packDouble2x32(uvec2(0u, 0x7ff80000u));
+  if (ax < ay) return x;
+  precise double r = ax;
+  const int ey = mv_exponent(ay);
+  for (int i = 0; i < 2100 && r >= ay; ++i) {
+    const int k = mv_exponent(r) - ey;
+    // 2^k in three factors (k reaches 2098; one factor's exponent stops at 1023).
+    const int k1 = min(k, 1000), k2 = min(k - k1, 1000);
+    precise double t = ((ay * mv_pow2d(k1)) * mv_pow2d(k2)) * mv_pow2d(k - k1 - k2);
+    if (t > r) t = t * 0.5;
+    r = r - t;
+  }
+  // The sign of x, a zero remainder included.
+  return (unpackDouble2x32(x).y & 0x80000000u) != 0u ? -r : r;
+}
+bool mv_is_zero(double x) { return x == double(0); }
+double mv_copysign_zero(double s) { return packDouble2x32(uvec2(0u, unpackDouble2x32(s).y & 0x80000000u)); }
+// numpy's npy_remainder and npy_floor_divide (npy_divmod), as the float32 ones.
+double mv_mod(double a, double b) {
+  const double m = mv_fmod(a, b);
+  if (mv_is_zero(b)) return m;
+  if (mv_is_zero(m)) return mv_copysign_zero(b);
+  return (b < double(0)) != (m < double(0)) ? m + b : m;
+}
+double mv_floordiv(double a, double b) {
+  if (mv_is_zero(b)) return a / b;
+  const double m = mv_fmod(a, b);
+  precise double div = (a - m) / b;
+  if (!mv_is_zero(m) && (b < double(0)) != (m < double(0))) div -= double(1);
+  if (mv_is_zero(div)) return mv_copysign_zero(a / b);
+  double f = floor(div);
+  if (div - f > 0.5) f += double(1);
+  return f;
+}
 )";
   return s;
+}
+
+const char* ew_library_function_f64(EwOp op) {
+  switch (op) {
+    case EwOp::exp: return "mvk_exp_f64";
+    case EwOp::exp2: return "mvk_exp2_f64";
+    case EwOp::expm1: return "mvk_expm1_f64";
+    case EwOp::log: return "mvk_log_f64";
+    case EwOp::log1p: return "mvk_log1p_f64";
+    case EwOp::log2: return "mvk_log2_f64";
+    case EwOp::tanh: return "mvk_tanh_f64";
+    case EwOp::sigmoid: return "mvk_logistic_f64";
+    case EwOp::sinh: return "mvk_sinh_f64";
+    case EwOp::cosh: return "mvk_cosh_f64";
+    case EwOp::pow: return "mvk_pow_f64";
+    case EwOp::sin: return "mvk_sin_f64";
+    case EwOp::cos: return "mvk_cos_f64";
+    case EwOp::tan: return "mvk_tan_f64";
+    case EwOp::erf: return "mvk_erf_f64";
+    case EwOp::erfinv: return "mvk_erfinv_f64";
+    case EwOp::atan: return "mvk_atan_f64";
+    case EwOp::atan2: return "mvk_atan2_f64";
+    case EwOp::asin: return "mvk_asin_f64";
+    case EwOp::acos: return "mvk_acos_f64";
+    case EwOp::asinh: return "mvk_asinh_f64";
+    case EwOp::acosh: return "mvk_acosh_f64";
+    case EwOp::atanh: return "mvk_atanh_f64";
+    default: return nullptr;
+  }
 }
 
 void record_fill64(detail::RuntimeState& rt, detail::Recording& rec,

@@ -12,6 +12,8 @@
 
 namespace meshvk::kernels {
 
+enum class EwOp : uint8_t;  // kernels/elementwise.hpp
+
 // Throws Error naming the dtype and the Vulkan feature the device's adapter lacks for it: int8 and
 // uint8 need storageBuffer8BitAccess and shaderInt8, int64 shaderInt64, float64 shaderFloat64.
 // Other dtypes: nothing (bfloat16 and float16 check storage16's own way).
@@ -40,6 +42,11 @@ VkFormat ew_texel_format(DType dtype, bool vector);
 std::string ew_extensions(bool int8_storage, bool int64);
 // Helpers (mv_max, mv_min, mv_sign, mv_floordiv, mv_mod, mv_pow) for int64_t and double.
 std::string ew_helpers64(bool int64, bool float64);
+
+// The math library's function for an op on float64 elements (mathlib/f64/: "mvk_exp_f64", ...), or
+// nullptr where GLSL's double arithmetic or ew_helpers64 computes it (graph/wide_dtypes.cpp
+// refuses the ops neither has).
+const char* ew_library_function_f64(EwOp op);
 
 // The first `count` elements of `out` (an int64 or float64 array) set to the value `word` gives
 // (int64: an int32 value; float64: a float32's bits), whatever its words' pattern.

@@ -86,6 +86,38 @@ inline double abs(double x) {
   return std::fabs(x);
 }
 
+// The float64-dtype functions' built-ins (f64/*.inc): the double overloads, mixed ones for a
+// float literal beside a double (GLSL converts it), and the carry of a 32-bit addition.
+inline double floor(double x) {
+  return std::floor(x);
+}
+inline bool isnan(double x) {
+  return std::isnan(x);
+}
+inline bool isinf(double x) {
+  return std::isinf(x);
+}
+inline double min(double a, double b) {
+  return b < a ? b : a;
+}
+inline double max(double a, double b) {
+  return a < b ? b : a;
+}
+inline double min(double a, float b) {
+  return min(a, static_cast<double>(b));
+}
+inline double max(double a, float b) {
+  return max(a, static_cast<double>(b));
+}
+inline double sqrt(double x) {
+  return std::sqrt(x);
+}
+inline uint uaddCarry(uint a, uint b, uint& carry) {
+  const uint s = a + b;
+  carry = s < a ? 1u : 0u;
+  return s;
+}
+
 #define precise
 #define MVK_MATH_SOURCE(...) __VA_ARGS__
 #include "kernels/mathlib/functions.inc"
