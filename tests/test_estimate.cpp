@@ -163,3 +163,27 @@ TEST(Estimate, SampleProgramsOnEveryShippedMachine) {
     }
   }
 }
+
+// A loop's body is traced once and replayed: each further iteration's submissions cost what the
+// first did, and a psum inside the body runs once per iteration.
+TEST(Estimate, ScanBodyCountsOncePerIteration) {
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Array h = mv::device_put(mv::zeros({64, 256}), mv::NamedSharding(mesh, P("x")));
+  mv::Hardware hw = mv::load_hardware("tpu_v5e");
+  hw.fuse_into_matmul = false;
+  auto step_time = [&](int64_t layers) {
+    const mv::Array ws = mv::device_put(mv::zeros({layers, 256, 256}), mv::NamedSharding(mesh, P()));
+    const auto f = mv::jit([mesh](const mv::Array& x, const mv::Array& w) {
+      return mv::lax::scan(
+                 [mesh](const mv::Array& c, const mv::Array& wi) {
+                   return std::make_pair(mv::tanh(mv::matmul(c, wi)), std::nullopt);
+                 },
+                 x, w)
+          .first;
+    });
+    return f.lower(h, ws).estimate(hw).step_time;
+  };
+  const double t2 = step_time(2), t3 = step_time(3), t6 = step_time(6);
+  EXPECT_GT(t3, t2);
+  EXPECT_NEAR(t6 - t3, 3 * (t3 - t2), 1e-3 * t6);
+}
