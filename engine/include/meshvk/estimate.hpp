@@ -7,6 +7,7 @@
 // (hardware/*.hw, shipped and user-writable): see README "What would it cost on real hardware".
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,14 @@ struct Estimate {
   // projected timeline opens where a measured one does.
   std::string to_chrome_trace() const;
 };
+
+// The programs jit traced in this process, oldest first (the last 32): each jit function's name
+// and its recorded graph, so a viewer can project what ran (the inspector's "Project onto").
+struct TracedProgram {
+  std::string name;
+  std::shared_ptr<const ProgramGraph> graph;
+};
+std::vector<TracedProgram> traced_programs();
 
 // Replays `graph` on `hw` (Lowered::estimate calls it).
 Estimate estimate(const ProgramGraph& graph, const Hardware& hw);

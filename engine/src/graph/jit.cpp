@@ -260,6 +260,7 @@ struct JitFunction::State {
     Compiled& c = cache[key];
     c.memory = detail::memory_analysis_of(*capture, inputs, outputs, devices);
     c.graph = detail::program_graph_of(*rt, *capture, cost_log.events());
+    detail::remember_traced(options.name, c.graph);
     std::vector<exec::ShardedValue> fed;
     for (const Array& a : args) fed.push_back(detail::materialized(a));
     c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs, fed);

@@ -1,5 +1,8 @@
 // Lowered::graph(): a jit trace's captured submissions with what each one runs, and
 // Lowered::estimate() over it (meshvk/estimate.hpp).
+#include <deque>
+#include <mutex>
+
 #include "graph/analysis.hpp"
 #include "meshvk/error.hpp"
 
@@ -54,9 +57,28 @@ std::shared_ptr<const ProgramGraph> program_graph_of(const RuntimeState& rt, con
   return g;
 }
 
+namespace {
+std::mutex traced_mutex;
+std::deque<TracedProgram>& traced() {
+  static std::deque<TracedProgram> programs;
+  return programs;
+}
+}  // namespace
+
+void remember_traced(const std::string& name, std::shared_ptr<const ProgramGraph> graph) {
+  std::lock_guard lock(traced_mutex);
+  traced().push_back({name, std::move(graph)});
+  if (traced().size() > 32) traced().pop_front();
+}
+
 }  // namespace meshvk::detail
 
 namespace meshvk {
+
+std::vector<TracedProgram> traced_programs() {
+  std::lock_guard lock(detail::traced_mutex);
+  return {detail::traced().begin(), detail::traced().end()};
+}
 
 const ProgramGraph& Lowered::graph() const {
   static const ProgramGraph empty;
