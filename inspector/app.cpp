@@ -222,9 +222,11 @@ void App::project(const meshvk::TracedProgram& program, const std::string& hardw
     std::ostringstream note;
     note << "jit(" << program.name << ") on " << hardware << ": " << e.step_time * 1e6 << " us projected";
     projection_note = note.str();
-    // Show the projection from its start, as long as its step or the view, whichever is longer.
+    // Show the projection, from its start: the measured run beside it is usually far longer
+    // (a CPU adapter against a TPU), so the view zooms to the projected step.
     view_start_ns = static_cast<double>(start);
-    view_span_ns = std::max(view_span_ns, e.step_time * 1e9 * 1.1);
+    view_span_ns = std::max(1e3, e.step_time * 1e9 * 1.3);
+    follow = false;
   } catch (const std::exception& ex) {
     projection_note = std::string("projection failed: ") + ex.what();
   }
@@ -233,6 +235,12 @@ void App::project(const meshvk::TracedProgram& program, const std::string& hardw
 void App::frame() {
   runner.snapshot(snap, snap_version);
   if (live_mode) live.poll(trace);
+  if (!options.project.empty() && !projected_on_start &&
+      (snap.state == RunState::finished || snap.state == RunState::failed || snap.state == RunState::stopped)) {
+    const std::vector<meshvk::TracedProgram> traced = meshvk::traced_programs();
+    if (!traced.empty()) project(traced.back(), options.project);
+    projected_on_start = true;
+  }
   hovered_devices = std::move(hovered_devices_next);
   hovered_devices_next.clear();
   update_offered_meshes();
