@@ -40,6 +40,8 @@ estimate options:
                         this_adapter) or a .hw file; repeatable (default: all)
   --program P           a program name (see --list); repeatable (default: all)
   --small               the samples' small sizes, not the tutorial's
+  --sample S            run sample S (or all) at its small sizes and project every
+                        jit program it traced instead; repeatable
   --trace FILE          write every projected timeline as Chrome trace JSON
   --print-hardware H    print a description as a .hw file (this_adapter: measured)
   --list                list the programs and the shipped hardware
@@ -267,6 +269,7 @@ CliArgs parse_args(const std::vector<std::string>& args) {
       };
       if (a == "--hardware") cli.estimate.hardware.push_back(value());
       else if (a == "--program") cli.estimate.programs.push_back(value());
+      else if (a == "--sample") cli.estimate.samples.push_back(value());
       else if (a == "--small") cli.estimate.small = true;
       else if (a == "--list") cli.estimate.list = true;
       else if (a == "--trace") cli.estimate.trace = value();
@@ -274,7 +277,7 @@ CliArgs parse_args(const std::vector<std::string>& args) {
       else if (a == "--help" || a == "-h") cli.command = Command::Help;
       else
         throw UsageError("estimate: unknown option '" + a +
-                         "'; valid: --hardware, --program, --small, --trace, --print-hardware, --list");
+                         "'; valid: --hardware, --program, --sample, --small, --trace, --print-hardware, --list");
     }
   } else {
     throw UsageError("unknown command '" + command + "'; use devices, visualize, estimate, help or --version");

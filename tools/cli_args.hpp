@@ -42,6 +42,7 @@ struct VisualizeArgs {
 struct EstimateArgs {
   std::vector<std::string> hardware;  // names or paths; empty: every shipped one
   std::vector<std::string> programs;  // empty: every one
+  std::vector<std::string> samples;   // run these samples (or "all") and project what they traced
   bool small = false;                 // the samples' small sizes instead of the tutorial's
   bool list = false;                  // list the programs and the hardware, run nothing
   std::optional<std::string> print_hardware;  // print a description (this_adapter: measured)

@@ -9,11 +9,13 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <meshvk/meshvk.hpp>
 #include <sstream>
 
 #ifdef MESHVK_CLI_PROGRAMS
 #include "scaling_book.hpp"
+#include "scenario.hpp"
 #endif
 
 namespace meshvk_cli {
@@ -98,6 +100,57 @@ std::string json_string(const std::string& s) {
   return o + "\"";
 }
 
+// Runs each sample named (or every one for "all") as its scenario, at the small sizes the
+// inspector uses, and projects every jit program it traced onto `machines`.
+int run_samples(const EstimateArgs& args, const std::vector<meshvk::Hardware>& machines) {
+#ifdef MESHVK_CLI_PROGRAMS
+  namespace sc = meshvk::scenarios;
+  std::vector<const sc::Scenario*> chosen;
+  for (const std::string& want : args.samples) {
+    bool known = false;
+    for (const sc::Scenario& s : sc::all())
+      if (want == "all" || s.name == want) {
+        chosen.push_back(&s);
+        known = true;
+      }
+    if (!known) {
+      std::string names;
+      for (const sc::Scenario& s : sc::all()) names += (names.empty() ? "" : ", ") + s.name;
+      throw UsageError("estimate: unknown sample '" + want + "'; valid: all, " + names);
+    }
+  }
+  std::cout << std::left << std::setw(26) << "sample" << std::setw(28) << "jit program" << std::setw(14) << "hardware"
+            << "step\n";
+  int failed = 0;
+  for (const sc::Scenario* s : chosen) {
+    std::set<const meshvk::ProgramGraph*> before;
+    for (const auto& t : meshvk::traced_programs()) before.insert(t.graph.get());
+    std::ostringstream quiet;
+    sc::ScenarioContext ctx;
+    ctx.args = s->interactive_args;
+    ctx.out = &quiet;
+    ctx.err = &quiet;
+    const int status = s->run(ctx);
+    if (status != 0) {
+      std::cerr << "meshvk: sample " << s->name << " exited " << status << "\n" << quiet.str();
+      ++failed;
+    }
+    for (const auto& t : meshvk::traced_programs()) {
+      if (before.count(t.graph.get())) continue;
+      for (const meshvk::Hardware& hw : machines) {
+        const meshvk::Estimate e = meshvk::estimate(*t.graph, hw);
+        std::cout << std::left << std::setw(26) << s->name << std::setw(28) << t.name << std::setw(14) << hw.name
+                  << us(e.step_time) << "\n";
+      }
+    }
+  }
+  return failed ? 1 : 0;
+#else
+  (void)machines;
+  throw UsageError("estimate --sample: this meshvk was built without the samples");
+#endif
+}
+
 }  // namespace
 
 int run_estimate(const EstimateArgs& args) {
@@ -129,6 +182,7 @@ int run_estimate(const EstimateArgs& args) {
     }
     std::vector<meshvk::Hardware> machines;
     for (const auto& h : hardware) machines.push_back(meshvk::load_hardware(h));
+    if (!args.samples.empty()) return run_samples(args, machines);
     const Mesh mesh = meshvk::make_mesh({2, 4}, {"X", "Y"});
     const int64_t B = args.small ? 64 : 1024, D = args.small ? 128 : 2048, F = args.small ? 256 : 8192;
     std::ostringstream trace;

@@ -126,7 +126,7 @@ struct Estimate {
   std::string to_chrome_trace() const;
 };
 
-// The programs jit traced in this process, oldest first (the last 32): each jit function's name
+// The programs jit traced in this process, oldest first (the last 256): each jit function's name
 // and its recorded graph, so a viewer can project what ran (the inspector's "Project onto").
 struct TracedProgram {
   std::string name;

@@ -25,7 +25,7 @@ MemoryAnalysis memory_analysis_of(const Capture& capture, const std::vector<exec
 std::shared_ptr<const ProgramGraph> program_graph_of(const RuntimeState& rt, const Capture& capture,
                                                      const std::vector<kernels::CostEvent>& events);
 
-// Keeps the last 32 traces' graphs for meshvk::traced_programs().
+// Keeps the last 256 traces' graphs for meshvk::traced_programs().
 void remember_traced(const std::string& name, std::shared_ptr<const ProgramGraph> graph);
 
 }  // namespace meshvk::detail

@@ -68,7 +68,7 @@ std::deque<TracedProgram>& traced() {
 void remember_traced(const std::string& name, std::shared_ptr<const ProgramGraph> graph) {
   std::lock_guard lock(traced_mutex);
   traced().push_back({name, std::move(graph)});
-  if (traced().size() > 32) traced().pop_front();
+  if (traced().size() > 256) traced().pop_front();
 }
 
 }  // namespace meshvk::detail
