@@ -76,7 +76,7 @@ void RuntimeState::note_captured(const Capture::Submission& s,
     Capture::Submission entry = s;
     entry.owned = s.owned && i + 1 == all.size();
     // A resubmitted loop body costs what its first run did (Lowered::estimate).
-    if (entry.work.empty() && entry.cb) {
+    if (!s.owned && entry.work.empty() && entry.cb) {
       for (const Capture* c : all)
         if (const auto it = c->work_of.find(entry.cb); it != c->work_of.end() && entry.work.empty()) entry.work = it->second;
     } else if (entry.cb) {
