@@ -35,6 +35,15 @@ std::string axes_text(const std::vector<std::string>& axes) {
   return s;
 }
 
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) o += c;
+  }
+  return o + "\"";
+}
+
 std::string seconds_text(double s) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(s < 1e-3 ? 1 : 3);
@@ -311,12 +320,12 @@ std::string Estimate::to_chrome_trace() const {
   o << std::setprecision(12) << "{\"traceEvents\":[";
   bool first = true;
   for (const ProjectedSpan& s : timeline) {
-    o << (first ? "" : ",") << "{\"name\":\"" << s.name << "\",\"ph\":\"X\",\"pid\":" << s.device
+    o << (first ? "" : ",") << "{\"name\":" << json_string(s.name) << ",\"ph\":\"X\",\"pid\":" << s.device
       << ",\"tid\":" << (s.communication ? 1 : 0) << ",\"ts\":" << s.start * 1e6 << ",\"dur\":" << (s.end - s.start) * 1e6
       << ",\"cat\":\"" << (s.communication ? "communication" : "compute") << "\"}";
     first = false;
   }
-  o << "],\"otherData\":{\"projected_on\":\"" << hardware << "\",\"step_time_us\":" << step_time * 1e6 << "}}";
+  o << "],\"otherData\":{\"projected_on\":" << json_string(hardware) << ",\"step_time_us\":" << step_time * 1e6 << "}}";
   return o.str();
 }
 
