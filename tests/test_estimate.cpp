@@ -187,3 +187,56 @@ TEST(Estimate, ScanBodyCountsOncePerIteration) {
   EXPECT_GT(t3, t2);
   EXPECT_NEAR(t6 - t3, 3 * (t3 - t2), 1e-3 * t6);
 }
+
+// The collective formulas on their own: NVSwitch moves the other n - 1 shards at a GPU's own
+// bandwidth in one hop; an all-reduce is a reduce-scatter and an all-gather; several axes add up.
+TEST(Estimate, CollectiveFormulas) {
+  const mv::Hardware h100 = mv::load_hardware("h100_sxm"), v5p = mv::load_hardware("tpu_v5p");
+  mv::ProgramGraph::Work gather;
+  gather.collective = true;
+  gather.kind = "all-gather";
+  gather.axes = {"x"};
+  gather.axis_sizes = {8};
+  gather.collective_bytes = 1 << 20;  // each GPU's shard
+  EXPECT_NEAR(mv::collective_time(gather, h100), 7.0 * (1 << 20) / 4.5e11 + 3e-6, 1e-12);
+  mv::ProgramGraph::Work reduce = gather;
+  reduce.kind = "all-reduce";
+  reduce.collective_bytes = 8 << 20;  // the whole operand
+  mv::ProgramGraph::Work scatter = reduce;
+  scatter.kind = "reduce-scatter";
+  scatter.collective_bytes = 7 << 20;  // (n - 1) / n of it, as CollectiveRecord counts
+  EXPECT_NEAR(mv::collective_time(reduce, v5p), 2 * mv::collective_time(scatter, v5p), 1e-12);
+  // v5p wraps around: 4 steps of a shard over a ring of 8, both ways.
+  EXPECT_NEAR(mv::collective_time(gather, v5p), 4 * ((1 << 20) / 9e10 + 1e-6), 1e-12);
+  // Over ('x', 'y') of 2 x 4: gather along x, then the doubled shard along y.
+  mv::ProgramGraph::Work two = gather;
+  two.axes = {"x", "y"};
+  two.axis_sizes = {2, 4};
+  EXPECT_NEAR(mv::collective_time(two, v5p), 1 * ((1 << 20) / 9e10 + 1e-6) + 2 * ((2 << 20) / 9e10 + 1e-6), 1e-12);
+  mv::ProgramGraph::Work none = gather;
+  none.axis_sizes = {1};
+  EXPECT_EQ(mv::collective_time(none, v5p), 0);
+}
+
+// Without an engine of its own for collectives, a ppermute takes the compute engine's time: the
+// collective matmul's permutes no longer hide behind its matmuls.
+TEST(Estimate, OverlapNeedsACollectiveEngine) {
+  const mv::Mesh mesh = mv::make_mesh({2, 4}, {"X", "Y"});
+  const mv::Array a = mv::device_put(mv::zeros({256, 512}), mv::NamedSharding(mesh, P("X", "Y")));
+  const mv::Array w = mv::device_put(mv::zeros({512, 1024}), mv::NamedSharding(mesh, P(mv::None, "Y")));
+  const auto f = mv::jit([mesh](const mv::Array& x, const mv::Array& y) {
+    return mv::programs::collective_matmul_unidirectional(mesh, x, y);
+  });
+  const mv::Lowered l = f.lower(a, w);
+  mv::Hardware hw = mv::load_hardware("tpu_v5e");
+  hw.efficiency["matmul"] = 0.002;  // slow matmuls (20 us a chunk): the permutes fit behind them
+  const mv::Estimate overlapped = l.estimate(hw);
+  hw.collective_dma = false;
+  const mv::Estimate serial = l.estimate(hw);
+  double permutes = 0;
+  for (const auto& s : serial.timeline)
+    if (s.communication && s.device == 0) permutes += s.end - s.start;
+  EXPECT_GT(permutes, 0);
+  EXPECT_NEAR(serial.step_time - overlapped.step_time, permutes, 0.02 * serial.step_time)
+      << overlapped.to_string() << serial.to_string();
+}
