@@ -40,6 +40,7 @@ estimate options:
                         this_adapter) or a .hw file; repeatable (default: all)
   --program P           a program name (see --list); repeatable (default: all)
   --small               the samples' small sizes, not the tutorial's
+  --measure             also time each program here, beside this_adapter's projection
   --sample S            run sample S (or all) at its small sizes and project every
                         jit program it traced instead; repeatable
   --trace FILE          write every projected timeline as Chrome trace JSON
@@ -271,13 +272,14 @@ CliArgs parse_args(const std::vector<std::string>& args) {
       else if (a == "--program") cli.estimate.programs.push_back(value());
       else if (a == "--sample") cli.estimate.samples.push_back(value());
       else if (a == "--small") cli.estimate.small = true;
+      else if (a == "--measure") cli.estimate.measure = true;
       else if (a == "--list") cli.estimate.list = true;
       else if (a == "--trace") cli.estimate.trace = value();
       else if (a == "--print-hardware") cli.estimate.print_hardware = value();
       else if (a == "--help" || a == "-h") cli.command = Command::Help;
       else
         throw UsageError("estimate: unknown option '" + a +
-                         "'; valid: --hardware, --program, --sample, --small, --trace, --print-hardware, --list");
+                         "'; valid: --hardware, --program, --sample, --small, --measure, --trace, --print-hardware, --list");
     }
   } else {
     throw UsageError("unknown command '" + command + "'; use devices, visualize, estimate, help or --version");

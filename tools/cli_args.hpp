@@ -44,6 +44,7 @@ struct EstimateArgs {
   std::vector<std::string> programs;  // empty: every one
   std::vector<std::string> samples;   // run these samples (or "all") and project what they traced
   bool small = false;                 // the samples' small sizes instead of the tutorial's
+  bool measure = false;               // also time each program on this adapter
   bool list = false;                  // list the programs and the hardware, run nothing
   std::optional<std::string> print_hardware;  // print a description (this_adapter: measured)
   std::optional<std::string> trace;   // write the projected timelines as Chrome trace JSON here

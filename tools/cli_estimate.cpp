@@ -4,6 +4,7 @@
 #include "cli_estimate.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -26,12 +27,30 @@ using meshvk::Array;
 using meshvk::Mesh;
 using meshvk::P;
 
+// A program lowered for one size, and a call of it (for --measure).
+struct Lowering {
+  meshvk::Lowered lowered;
+  std::function<void()> call;
+};
+
 struct Program {
   std::string name;
   std::string what;
   // Lowers the program for sizes B, D, F on `mesh`.
-  std::function<meshvk::Lowered(const Mesh&, int64_t, int64_t, int64_t)> lower;
+  std::function<Lowering(const Mesh&, int64_t, int64_t, int64_t)> lower;
 };
+
+// The best of 3 calls' wall time, the device drained after each.
+double measured_seconds(const std::function<void()>& call) {
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    meshvk::Runtime::current().synchronize();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
 
 #ifdef MESHVK_CLI_PROGRAMS
 using Body = Array (*)(const Mesh&, const Array&, const Array&);
@@ -50,7 +69,7 @@ Program two_operand(std::string name, std::string what, Body body, bool lhs_cont
             const Array rhs = placed(mesh, {inner, cols}, rhs_rows_sharded ? P("Y", meshvk::None) : P(meshvk::None, "Y"));
             const auto f = meshvk::jit([mesh, body](const Array& a, const Array& w) { return body(mesh, a, w); },
                                        {.name = "program"});
-            return f.lower(lhs, rhs);
+            return Lowering{f.lower(lhs, rhs), [f, lhs, rhs] { (void)f(lhs, rhs); }};
           }};
 }
 #endif
@@ -192,7 +211,11 @@ int run_estimate(const EstimateArgs& args) {
     std::cout << std::left << std::setw(48) << "program" << std::setw(14) << "hardware" << std::setw(14) << "step"
               << "critical path (longest step)\n";
     for (const Program* p : chosen) {
-      const meshvk::Lowered l = p->lower(mesh, B, D, F);
+      const Lowering lowering = p->lower(mesh, B, D, F);
+      const meshvk::Lowered& l = lowering.lowered;
+      if (args.measure)
+        std::cout << std::left << std::setw(48) << p->name << std::setw(14) << "measured" << std::setw(14)
+                  << us(measured_seconds(lowering.call)) << "(this adapter, best of 3 calls)\n";
       for (const meshvk::Hardware& hw : machines) {
         const meshvk::Estimate e = l.estimate(hw);
         const meshvk::ProjectedSpan* longest = nullptr;

@@ -42,6 +42,9 @@ struct Hardware {
   // Collectives run on an engine of their own (ICI DMA, copy engines), overlapping compute;
   // else they take the compute stream's time.
   bool collective_dma = true;
+  // Every device's work runs on one engine, a piece at a time: the virtual devices of one
+  // adapter (lavapipe runs all their submissions on one queue). Real chips: false.
+  bool shared_engine = false;
   // The compiler fuses a slice or an elementwise op into the matmul it feeds or that feeds it
   // (XLA's operand and output fusions): the fused op costs only its bytes, added to the
   // matmul's roofline.

@@ -198,7 +198,7 @@ Estimate estimate(const ProgramGraph& g, const Hardware& hw) {
         because[i] = *p;
       }
     const bool comm = l.collective != nullptr;
-    const auto key = std::make_pair(node.device, comm && hw.collective_dma ? 1 : 0);
+    const auto key = std::make_pair(hw.shared_engine ? 0 : node.device, comm && hw.collective_dma ? 1 : 0);
     auto& [free, previous] = engine[key];
     double duration = 0;
     if (comm) {

@@ -28,7 +28,7 @@ namespace {
 
 constexpr const char* kValidKeys =
     "name, description, peak_flops.<dtype>, vector_flops, hbm_bandwidth, hbm_capacity, dispatch, "
-    "collective_dma, fuse_into_matmul, link.<field>, axis.<mesh axis>.<field> (fields: topology, "
+    "collective_dma, shared_engine, fuse_into_matmul, link.<field>, axis.<mesh axis>.<field> (fields: topology, "
     "bandwidth, latency, wraparound, bidirectional), efficiency.<matmul|elementwise|reduce|copy|collective>";
 
 std::string trim(const std::string& s) {
@@ -148,7 +148,8 @@ std::string Hardware::to_text() const {
     << "hbm_capacity = " << format(hbm_capacity) << "\n"
     << "dispatch = " << format(dispatch) << "\n"
     << "collective_dma = " << (collective_dma ? "true" : "false") << "\n"
-    << "fuse_into_matmul = " << (fuse_into_matmul ? "true" : "false") << "\n";
+    << "fuse_into_matmul = " << (fuse_into_matmul ? "true" : "false") << "\n"
+    << "shared_engine = " << (shared_engine ? "true" : "false") << "\n";
   link_text(o, "link.", link);
   for (const auto& [axis, l] : axes) link_text(o, "axis." + axis + ".", l);
   for (const auto& [kind, e] : efficiency) o << "efficiency." << kind << " = " << format(e) << "\n";
@@ -181,6 +182,7 @@ Hardware parse_hardware(const std::string& text, const std::string& name) {
     else if (key == "dispatch") hw.dispatch = number(v, key, w);
     else if (key == "collective_dma") hw.collective_dma = boolean(v, key, w);
     else if (key == "fuse_into_matmul") hw.fuse_into_matmul = boolean(v, key, w);
+    else if (key == "shared_engine") hw.shared_engine = boolean(v, key, w);
     else if (head == "link" && !rest.empty()) set_link(hw.link, rest, v, key, w);
     else if (head == "axis" && rest.find('.') != std::string::npos && rest.find('.') > 0) {
       const std::string axis = rest.substr(0, rest.rfind('.'));
@@ -291,6 +293,7 @@ Hardware calibrate_this_adapter() {
   hw.link.bandwidth = hw.hbm_bandwidth / 2;
   hw.link.latency = dispatch;
   hw.collective_dma = false;
+  hw.shared_engine = true;
   measured = hw;
   return hw;
 }
