@@ -18,7 +18,7 @@ int64_t program_start(const TraceData& trace, const std::string& program) {
 size_t add_projection(TraceData& trace, const meshvk::Estimate& e, const std::string& program, int64_t start_ns) {
   // A runtime id of its own per (hardware, program): the lanes never mix with measured ones,
   // and projecting the same pair again reuses its lanes.
-  const int runtime = -1000 - static_cast<int>(std::hash<std::string>{}(e.hardware + "/" + program) % 1000000);
+  const int runtime = kProjectedRuntime - static_cast<int>(std::hash<std::string>{}(e.hardware + "/" + program) % 1000000);
   const std::string prefix = "projected on " + e.hardware + ": " + program + " · device ";
   size_t added = 0;
   for (const meshvk::ProjectedSpan& p : e.timeline) {

@@ -10,6 +10,11 @@
 
 namespace inspector {
 
+// Projected lanes carry a runtime id at or below this (measured ones are >= 0), so the timeline
+// can put each device's projection right under its measured lanes.
+constexpr int kProjectedRuntime = -1000;
+inline bool is_projected(const TraceLane& lane) { return lane.runtime <= kProjectedRuntime; }
+
 // Where `program`'s measured run starts in `trace`: its first span's start, else the trace's.
 int64_t program_start(const TraceData& trace, const std::string& program);
 
