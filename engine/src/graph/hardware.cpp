@@ -262,17 +262,19 @@ Hardware calibrate_this_adapter() {
   Runtime& rt = Runtime::current();
   const int64_t n = 256, words = 1 << 22;  // a 256^3 matmul; a 16 MiB copy
   const Array a = ones({n, n}), b = ones({n, n}), big = zeros({words});
-  const auto mm = jit([](const Array& x, const Array& y) { return matmul(x, y); });
-  const auto cp = jit([](const Array& x) { return x + 1.0f; });
+  const auto mm = jit([](const Array& x, const Array& y) { return matmul(x, y); }, {.name = "calibrate_matmul"});
+  const auto cp = jit([](const Array& x) { return x + 1.0f; }, {.name = "calibrate_copy"});
   // A kernel's own cost inside a program: 17 dependent 1x1 matmuls (which never fuse) against
   // one, so a call's fixed cost (submission, the host's wait) cancels out.
   const Array tiny = ones({1, 1});
-  const auto one = jit([](const Array& x) { return matmul(x, x); });
-  const auto chain = jit([](const Array& x) {
-    Array y = x;
-    for (int i = 0; i < 17; ++i) y = matmul(y, x);
-    return y;
-  });
+  const auto one = jit([](const Array& x) { return matmul(x, x); }, {.name = "calibrate_dispatch"});
+  const auto chain = jit(
+      [](const Array& x) {
+        Array y = x;
+        for (int i = 0; i < 17; ++i) y = matmul(y, x);
+        return y;
+      },
+      {.name = "calibrate_dispatch_chain"});
   const double t_call = best_time(5, [&] { (void)one(tiny); });
   const double t_chain = best_time(5, [&] { (void)chain(tiny); });
   const double dispatch = std::max(0.0, (t_chain - t_call) / 16);
