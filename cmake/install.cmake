@@ -12,6 +12,9 @@ install(TARGETS meshvk EXPORT meshvkTargets
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/engine/include/meshvk ${MESHVK_GENERATED_INCLUDE}/meshvk
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.hpp")
+# Hardware descriptions for Lowered::estimate (meshvk/estimate.hpp).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/hardware/ DESTINATION ${CMAKE_INSTALL_DATADIR}/meshvk/hardware
+        FILES_MATCHING PATTERN "*.hw")
 install(EXPORT meshvkTargets NAMESPACE meshvk:: DESTINATION ${MESHVK_CMAKE_DIR})
 
 configure_package_config_file(cmake/meshvkConfig.cmake.in

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "projection.hpp"
+
 namespace inspector {
 
 namespace sc = meshvk::scenarios;
@@ -212,9 +214,33 @@ void App::show_traces(TraceLoad load, const std::vector<std::string>& paths) {
                   " events not understood were left out";
 }
 
+void App::project(const meshvk::TracedProgram& program, const std::string& hardware) {
+  try {
+    const meshvk::Estimate e = meshvk::estimate(*program.graph, meshvk::load_hardware(hardware));
+    const int64_t start = program_start(trace, program.name);
+    add_projection(trace, e, program.name, start);
+    std::ostringstream note;
+    note << "jit(" << program.name << ") on " << hardware << ": " << e.step_time * 1e6 << " us projected";
+    projection_note = note.str();
+    // Show the projection, from its start: the measured run beside it is usually far longer
+    // (a CPU adapter against a TPU), so the view zooms to the projected step.
+    view_start_ns = static_cast<double>(start);
+    view_span_ns = std::max(1e3, e.step_time * 1e9 * 1.3);
+    follow = false;
+  } catch (const std::exception& ex) {
+    projection_note = std::string("projection failed: ") + ex.what();
+  }
+}
+
 void App::frame() {
   runner.snapshot(snap, snap_version);
   if (live_mode) live.poll(trace);
+  if (!options.project.empty() && !projected_on_start &&
+      (snap.state == RunState::finished || snap.state == RunState::failed || snap.state == RunState::stopped)) {
+    const std::vector<meshvk::TracedProgram> traced = meshvk::traced_programs();
+    if (!traced.empty()) project(traced.back(), options.project);
+    projected_on_start = true;
+  }
   hovered_devices = std::move(hovered_devices_next);
   hovered_devices_next.clear();
   update_offered_meshes();
@@ -240,6 +266,24 @@ void App::frame() {
         if (ImGui::MenuItem(all[i].name.c_str(), nullptr, scenario == static_cast<int>(i)))
           select_scenario(static_cast<int>(i));
       }
+      ImGui::EndMenu();
+    }
+    if (ImGui::BeginMenu("Project onto")) {
+      // The programs traced so far (newest first, one entry per name), each onto every shipped
+      // machine: its projected timeline joins the measured one, lanes per device.
+      const std::vector<meshvk::TracedProgram> traced = meshvk::traced_programs();
+      std::vector<std::string> seen;
+      for (auto it = traced.rbegin(); it != traced.rend(); ++it) {
+        if (std::find(seen.begin(), seen.end(), it->name) != seen.end()) continue;
+        seen.push_back(it->name);
+        if (ImGui::BeginMenu(("jit(" + it->name + ")").c_str())) {
+          for (const std::string& hw : meshvk::shipped_hardware())
+            if (ImGui::MenuItem(hw.c_str())) project(*it, hw);
+          ImGui::EndMenu();
+        }
+      }
+      if (seen.empty()) ImGui::TextDisabled("run a scenario first: no jit program traced yet");
+      if (!projection_note.empty()) ImGui::TextDisabled("%s", projection_note.c_str());
       ImGui::EndMenu();
     }
     if (ImGui::BeginMenu("View")) {

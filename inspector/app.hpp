@@ -50,6 +50,10 @@ struct App {
   // Starts the selected scenario again with the current mesh, specs and arguments.
   void restart(bool paused = false);
   void open_trace(const std::string& path);
+  // Adds `program`'s timeline projected onto `hardware` beside the measured lanes.
+  void project(const meshvk::TracedProgram& program, const std::string& hardware);
+  std::string projection_note;  // the last projection's step time, or why it failed
+  bool projected_on_start = false;  // Options::project done (or nothing to project)
   // Several traces on one timeline (trace_json.hpp's merge_trace_loads).
   void open_traces(const std::vector<std::string>& paths);
   // The traces `paths` as loaded (main loads --trace files before the window opens).

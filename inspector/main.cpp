@@ -127,6 +127,7 @@ void exercise_window(GLFWwindow* window, int frame) {
 // Whether a --frames run may take its screenshot: the scenario has shown an array or ended.
 bool ready_for_screenshot(const App& app) {
   if (app.options.scenario.empty()) return true;
+  if (!app.options.project.empty()) return app.projected_on_start;
   const auto state = app.snap.state;
   if (state == inspector::RunState::failed || state == inspector::RunState::finished ||
       state == inspector::RunState::stopped)

@@ -27,6 +27,8 @@ const char* const kUsage =
     "  --screenshot OUT  write the last frame as PNG\n"
     "  --select NAME     show array NAME;  --op TEXT  highlight the program op starting with TEXT\n"
     "  --timeline-ms N   show the last N ms of the live timeline;  --heat-map  show values too\n"
+    "  --project HW      once the scenario ends, project its last jit program onto HW\n"
+    "                    (tpu_v5e, tpu_v5p, h100_sxm, a100, this_adapter or a .hw file)\n"
     "  --layout-dump OUT with --frames: where every tile was drawn, with devices_indices_map\n"
     "  --ui-scale F      scale the font and every size by F (0.5 to 4), for high-DPI screens;\n"
     "                    in the window Ctrl+= and Ctrl+- change the text size, Ctrl+0 resets it\n"
@@ -129,6 +131,10 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
       const auto v = value();
       if (!v) return std::nullopt;
       o.select_array = *v;
+    } else if (a == "--project") {
+      const auto v = value();
+      if (!v) return std::nullopt;
+      o.project = *v;
     } else if (a == "--op") {
       const auto v = value();
       if (!v) return std::nullopt;

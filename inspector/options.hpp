@@ -28,6 +28,8 @@ struct Options {
   // how much of the live timeline is in view.
   std::string select_array;
   std::string select_op;
+  // Once the scenario ends: its last jit program projected onto this machine (Project onto).
+  std::string project;
   double timeline_ms = 0;
   bool heat_map = false;
   // With frames: resize, minimize and restore the window along the way (the robustness test).

@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <climits>
 #include <numeric>
+#include <tuple>
 
 #include "app.hpp"
+#include "projection.hpp"
 
 namespace inspector {
 namespace {
@@ -21,10 +24,13 @@ constexpr float kRowHeight = 18;
 constexpr float kLaneGap = 4;
 constexpr float kRulerHeight = 22;
 
-// Lanes top to bottom: the host, then devices in order, then anything else.
+// Lanes top to bottom: the host, then devices in order, then anything else. With a projection
+// (Project onto), each device's lanes are together: measured first, then projected.
 std::vector<size_t> lane_order(const TraceData& trace) {
   std::vector<size_t> order(trace.lanes().size());
   std::iota(order.begin(), order.end(), 0);
+  bool projected = false;
+  for (const TraceLane& l : trace.lanes()) projected = projected || is_projected(l);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const TraceLane& x = trace.lanes()[a];
     const TraceLane& y = trace.lanes()[b];
@@ -35,6 +41,13 @@ std::vector<size_t> lane_order(const TraceData& trace) {
       return l.device < 0 && l.name.compare(name, 4, "host") == 0 ? 0 : 1;
     };
     if (rank(x) != rank(y)) return rank(x) < rank(y);
+    if (projected) {
+      // Devices in order (anything else last), each measured then projected.
+      const auto key = [](const TraceLane& l) {
+        return std::make_tuple(l.device < 0 ? INT_MAX : l.device, is_projected(l), l.runtime, l.queue);
+      };
+      return key(x) < key(y);
+    }
     if (x.runtime != y.runtime) return x.runtime < y.runtime;
     if (x.device != y.device) return x.device < y.device;
     return x.queue < y.queue;

@@ -14,6 +14,7 @@
 #include <meshvk/profile.hpp>
 
 #include "panel_layout.hpp"
+#include "projection.hpp"
 #include "test_support.hpp"
 #include "timeline_model.hpp"
 #include "trace_json.hpp"
@@ -622,4 +623,42 @@ TEST(InspectorMerge, TracesFromSeveralHostsLineUpByTheirClockOffsets) {
   const ins::TraceLoad apart = ins::merge_trace_loads(std::move(far));
   ASSERT_EQ(apart.error, "");
   for (const ins::TraceSpan& s : apart.data.spans()) EXPECT_LT(s.start_ns, 100'000);
+
+// "Project onto": a traced program's projected timeline as lanes beside the measured ones, one
+// compute and one communication lane per device, starting where the program's measured spans do.
+TEST(InspectorProjection, TracedProgramOntoV5eAsLanesPerDevice) {
+  namespace mv = meshvk;
+  const auto mesh = mv::make_mesh({2, 4}, {"X", "Y"});
+  const mv::Array a = mv::device_put(mv::zeros({64, 128}), mv::NamedSharding(mesh, mv::P("X", "Y")));
+  const mv::Array w = mv::device_put(mv::zeros({128, 256}), mv::NamedSharding(mesh, mv::P(mv::None, "Y")));
+  const auto f = mv::jit([](const mv::Array& x, const mv::Array& y) { return mv::matmul(x, y); },
+                         {.out_shardings = {mv::NamedSharding(mesh, mv::P("X", "Y"))}, .name = "projected_matmul"});
+  (void)f.lower(a, w);
+  const auto traced = mv::traced_programs();
+  ASSERT_FALSE(traced.empty());
+  ASSERT_EQ(traced.back().name, "projected_matmul");
+  const mv::Estimate e = mv::estimate(*traced.back().graph, mv::load_hardware("tpu_v5e"));
+
+  inspector::TraceData trace;
+  inspector::TraceSpan measured;
+  measured.lane = trace.lane(0, 0, 0, "CPU 0 · queue 0");
+  measured.name = "matmul";
+  measured.program = "projected_matmul";
+  measured.start_ns = 5000;
+  measured.end_ns = 9000;
+  trace.add_span(measured);
+  trace.finish();
+  const int64_t start = inspector::program_start(trace, "projected_matmul");
+  EXPECT_EQ(start, 5000);
+  EXPECT_EQ(inspector::add_projection(trace, e, "projected_matmul", start), e.timeline.size());
+  // The measured lane, then each device's compute lane and (the all-gather) communication lane.
+  EXPECT_EQ(trace.lanes().size(), 1u + 2u * 8u);
+  int64_t last_end = 0;
+  for (size_t i = 1; i < trace.spans().size(); ++i) {
+    const auto& s = trace.spans()[i];
+    EXPECT_GE(s.start_ns, start);
+    EXPECT_NE(trace.lanes()[s.lane].name.find("projected on tpu_v5e: projected_matmul · device "), std::string::npos);
+    last_end = std::max(last_end, s.end_ns);
+  }
+  EXPECT_NEAR(static_cast<double>(last_end - start), e.step_time * 1e9, 2);
 }

@@ -15,6 +15,8 @@ commands:
   devices     list the virtual devices of the Vulkan runtime
   visualize   print how an array is laid out over a device mesh, as
               jax.debug.visualize_array_sharding prints it
+  estimate    project the samples' programs onto real hardware (TPU v5e/v5p,
+              H100, A100, this adapter): step time, critical path, shares
   help        show this help (also --help, -h)
   --version   print meshvk's version
 
@@ -32,6 +34,18 @@ visualize options:
   --platform CPU|GPU    device label (default: the platform of the Vulkan runtime)
   A picture may hold at most 1000000 characters (lines x columns, over every
   slice); a larger one is refused: lower --scale, --max-width or --min-width.
+
+estimate options:
+  --hardware H          a shipped description (tpu_v5e, tpu_v5p, h100_sxm, a100,
+                        this_adapter) or a .hw file; repeatable (default: all)
+  --program P           a program name (see --list); repeatable (default: all)
+  --small               the samples' small sizes, not the tutorial's
+  --measure             also time each program here, beside this_adapter's projection
+  --sample S            run sample S (or all) at its small sizes and project every
+                        jit program it traced instead; repeatable
+  --trace FILE          write every projected timeline as Chrome trace JSON
+  --print-hardware H    print a description as a .hw file (this_adapter: measured)
+  --list                list the programs and the shipped hardware
 
 example:
   meshvk visualize --shape 8192,8192 --mesh 4x2 --axes a,b --spec "P('a', 'b')"
@@ -246,8 +260,29 @@ CliArgs parse_args(const std::vector<std::string>& args) {
     bool wants_help = false;
     cli.visualize = parse_visualize(rest, wants_help);
     cli.command = wants_help ? Command::Help : Command::Visualize;
+  } else if (command == "estimate") {
+    cli.command = Command::Estimate;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      const std::string& a = rest[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= rest.size()) throw UsageError("estimate: " + a + " needs a value");
+        return rest[++i];
+      };
+      if (a == "--hardware") cli.estimate.hardware.push_back(value());
+      else if (a == "--program") cli.estimate.programs.push_back(value());
+      else if (a == "--sample") cli.estimate.samples.push_back(value());
+      else if (a == "--small") cli.estimate.small = true;
+      else if (a == "--measure") cli.estimate.measure = true;
+      else if (a == "--list") cli.estimate.list = true;
+      else if (a == "--trace") cli.estimate.trace = value();
+      else if (a == "--print-hardware") cli.estimate.print_hardware = value();
+      else if (a == "--help" || a == "-h") cli.command = Command::Help;
+      else
+        throw UsageError("estimate: unknown option '" + a +
+                         "'; valid: --hardware, --program, --sample, --small, --measure, --trace, --print-hardware, --list");
+    }
   } else {
-    throw UsageError("unknown command '" + command + "'; use devices, visualize, help or --version");
+    throw UsageError("unknown command '" + command + "'; use devices, visualize, estimate, help or --version");
   }
   return cli;
 }

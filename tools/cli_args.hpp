@@ -27,7 +27,7 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class Command { Help, Version, Devices, Visualize };
+enum class Command { Help, Version, Devices, Visualize, Estimate };
 
 struct VisualizeArgs {
   meshvk::Shape shape;
@@ -38,9 +38,22 @@ struct VisualizeArgs {
   meshvk::VisualizeOptions options;
 };
 
+// meshvk estimate: the samples' programs projected onto hardware descriptions.
+struct EstimateArgs {
+  std::vector<std::string> hardware;  // names or paths; empty: every shipped one
+  std::vector<std::string> programs;  // empty: every one
+  std::vector<std::string> samples;   // run these samples (or "all") and project what they traced
+  bool small = false;                 // the samples' small sizes instead of the tutorial's
+  bool measure = false;               // also time each program on this adapter
+  bool list = false;                  // list the programs and the hardware, run nothing
+  std::optional<std::string> print_hardware;  // print a description (this_adapter: measured)
+  std::optional<std::string> trace;   // write the projected timelines as Chrome trace JSON here
+};
+
 struct CliArgs {
   Command command = Command::Help;
   VisualizeArgs visualize;
+  EstimateArgs estimate;
 };
 
 // The arguments after the program name; throws UsageError.

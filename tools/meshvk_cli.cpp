@@ -1,6 +1,7 @@
 // meshvk: the command-line tool.
 //   meshvk devices     lists the virtual devices the Vulkan runtime makes of the adapter(s)
 //   meshvk visualize   prints an array's layout over a mesh, as jax.debug.visualize_array_sharding
+//   meshvk estimate    projects the scaling book's programs onto hardware descriptions
 //   meshvk --version   prints "meshvk 0.2.0", the version of the library it was built with
 // Exit status: 0 on success, 2 for a wrong command line (the problem, then the usage, go to
 // stderr), 1 when the runtime fails.
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cli_args.hpp"
+#include "cli_estimate.hpp"
 
 namespace {
 
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
         return run_devices();
       case Command::Visualize:
         return run_visualize(cli.visualize);
+      case Command::Estimate:
+        return meshvk_cli::run_estimate(cli.estimate);
     }
   } catch (const UsageError& e) {
     return usage_error(e.what());

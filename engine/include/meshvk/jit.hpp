@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshvk/array.hpp"
+#include "meshvk/estimate.hpp"
 #include "meshvk/sharding.hpp"
 #include "meshvk/source_location.hpp"
 #include "meshvk/tree.hpp"
@@ -165,12 +166,14 @@ struct MemoryAnalysis {
 class Lowered {
  public:
   Lowered(std::string text, std::map<std::string, CollectiveCount> counts,
-          std::vector<CollectiveRecord> collectives = {}, CostAnalysis cost = {}, MemoryAnalysis memory = {})
+          std::vector<CollectiveRecord> collectives = {}, CostAnalysis cost = {}, MemoryAnalysis memory = {},
+          std::shared_ptr<const ProgramGraph> graph = {})
       : text_(std::move(text)),
         counts_(std::move(counts)),
         collectives_(std::move(collectives)),
         cost_(std::move(cost)),
-        memory_(std::move(memory)) {}
+        memory_(std::move(memory)),
+        graph_(std::move(graph)) {}
   // The per-device program: local shapes, each op, every collective with its replica groups and
   // bytes (HLO's names: all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute).
   const std::string& as_text() const& { return text_; }
@@ -194,6 +197,13 @@ class Lowered {
   const MemoryAnalysis& memory_analysis() const& { return memory_; }
   MemoryAnalysis memory_analysis() && { return std::move(memory_); }
   MemoryAnalysis memory_analysis() const&& { return memory_; }
+  // The recorded program: every device's submissions and the waits between them, each with the
+  // cost of what it runs (empty for a Lowered made by hand).
+  const ProgramGraph& graph() const;
+  // The step time this program would take on `hardware`, its critical path and each device's
+  // busy, communicating and idle shares (meshvk/estimate.hpp; README "What would it cost on
+  // real hardware").
+  Estimate estimate(const Hardware& hardware) const;
 
  private:
   std::string text_;
@@ -201,6 +211,7 @@ class Lowered {
   std::vector<CollectiveRecord> collectives_;
   CostAnalysis cost_;
   MemoryAnalysis memory_;
+  std::shared_ptr<const ProgramGraph> graph_;
 };
 
 // The type-erased jitted function: a cache of compiled programs keyed by the arguments' shapes,

@@ -7,6 +7,7 @@
 #include "meshvk/distributed.hpp"
 #include "meshvk/dtype.hpp"
 #include "meshvk/error.hpp"
+#include "meshvk/estimate.hpp"
 #include "meshvk/jit.hpp"
 #include "meshvk/mesh.hpp"
 #include "meshvk/mesh_context.hpp"

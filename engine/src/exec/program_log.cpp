@@ -1,4 +1,5 @@
 #include "exec/program_log.hpp"
+#include "kernels/cost.hpp"
 
 #include "profile/hooks.hpp"
 
@@ -85,8 +86,9 @@ std::string provenance_text(const std::string& why, const CallSite& site) {
 }
 
 void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
-                    const std::vector<std::string>& axes) {
+                    const std::vector<std::string>& axes, const Mesh* mesh) {
   if (!active) return;
+  kernels::CollectiveWork::log(kind, axes, bytes, mesh);
   const std::string provenance = provenance_text(rule, call_site);
   active->lines_.push_back(line + provenance);
   active->collectives_.push_back({kind, bytes, axes, rule, call_site});

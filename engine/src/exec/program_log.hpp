@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace meshvk {
+class Mesh;
+}
+
 namespace meshvk::exec {
 
 bool logging();
@@ -72,8 +76,9 @@ void log_op(const std::string& line);
 // "reduce-scatter", "all-to-all", "collective-permute", ...), `bytes` what each device sends,
 // `axes` the mesh axes it moves along. The current rule and call site are recorded with it and
 // appended to the line ("  # <rule> - gpt.cpp:88 (function)").
+// `mesh` (optional) gives the axes' sizes to the trace's cost event (Lowered::estimate).
 void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
-                    const std::vector<std::string>& axes = {});
+                    const std::vector<std::string>& axes = {}, const Mesh* mesh = nullptr);
 // While a trace listens and the profiler runs: the device work recorded from here to the end of
 // the enclosing profile::OpScope carries the current rule and call site (profile::Span::rule),
 // so the inspector shows each collective's provenance. log_collective calls it; a reshard, which
@@ -142,7 +147,7 @@ class ProgramLog {
 
   friend void log_op(const std::string& line);
   friend void log_collective(const std::string& kind, uint64_t bytes, const std::string& line,
-                             const std::vector<std::string>& axes);
+                             const std::vector<std::string>& axes, const Mesh* mesh);
   std::vector<std::string> lines_;
   std::vector<CollectiveRecord> collectives_;
   std::map<const void*, std::string> names_;

@@ -1,3 +1,4 @@
+#include "kernels/cost.hpp"
 #include "exec/sharded_value.hpp"
 
 #include <algorithm>
@@ -350,6 +351,7 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
   check_devices(rt, target);
   on_every_process = on_every_process && rt.multi_process();
   note_provenance();  // profile hook: its copies carry the rule that asked for them
+  const kernels::CollectiveWork work;  // its copies: one collective (Lowered::estimate)
   Moved moved;
   const auto from = value.sharding.devices_indices_map(value.shape);
   const auto to = target.devices_indices_map(value.shape);
@@ -384,9 +386,10 @@ ShardedValue reshard(RuntimeState& rt, const ShardedValue& value, const Sharding
       log_collective("all-gather", per_device,
                      "all-gather over (" + axes + (gathered.size() == 1 ? ",)" : ")") + ": " + line.substr(8) + ", " +
                          std::to_string(per_device) + " bytes per device",
-                     gathered);
+                     gathered, target.named() ? &target.named()->mesh() : nullptr);
     } else if (moved.between) {
-      log_collective("reshard", moved.most_sent(), line, moved_axes(value.sharding, target, value.shape.size()));
+      log_collective("reshard", moved.most_sent(), line, moved_axes(value.sharding, target, value.shape.size()),
+                     target.named() ? &target.named()->mesh() : nullptr);
     } else {
       log_op(line);
     }

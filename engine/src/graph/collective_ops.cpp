@@ -5,6 +5,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "kernels/cost.hpp"
 #include "collectives/collectives.hpp"
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
@@ -89,6 +90,7 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
       {"all_to_all", "all-to-all"},    {"pbroadcast", "collective-broadcast"}};
   const auto kind = hlo.count(op) ? hlo.at(op) : std::string(op);
   const exec::RuleScope rule([&] { return op + " (explicit, in shard_map)"; });
+  const kernels::CollectiveWork work;  // its submissions: one collective (Lowered::estimate)
   if (exec::logging()) {  // the text is built only while a trace listens
     // What each device sends, each byte once (meshvk::CollectiveRecord): all of its operand,
     // except for a reduce-scatter and an all-to-all, which keep 1/n of it where it is.
@@ -101,7 +103,7 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
         kind + " (" + op + ") over " + detail::axes_text(axes) +
             ": replica_groups=" + detail::replica_groups_text(mesh, g) + ", local " + type_of(x) +
             ", " + detail::bytes_text(bytes) + " per device",
-        axes);
+        axes, &mesh);
   }
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());

@@ -90,6 +90,7 @@ struct Compiled {
   std::vector<CollectiveRecord> collectives;
   CostAnalysis cost;
   MemoryAnalysis memory;
+  std::shared_ptr<const ProgramGraph> graph;  // Lowered::estimate's
   // The results handed out last time: they share the program's output buffers, which the next
   // replay overwrites, so any still referenced then are moved to copies first.
   std::vector<std::weak_ptr<const detail::ArrayImpl>> lent;
@@ -258,6 +259,8 @@ struct JitFunction::State {
 
     Compiled& c = cache[key];
     c.memory = detail::memory_analysis_of(*capture, inputs, outputs, devices);
+    c.graph = detail::program_graph_of(*rt, *capture, cost_log.events());
+    detail::remember_traced(options.name, c.graph);
     std::vector<exec::ShardedValue> fed;
     for (const Array& a : args) fed.push_back(detail::materialized(a));
     c.program = std::make_unique<exec::Program>(rt, std::move(capture), inputs, outputs, fed);
@@ -344,7 +347,7 @@ Lowered JitFunction::lower(const std::vector<Array>& args) const {
   const std::string text = program_text(args);
   std::lock_guard lock(state_->mutex);
   const Compiled& c = state_->cache.at(State::key_of(state_->place_inputs(args)));
-  return Lowered(text, c.counts, c.collectives, c.cost, c.memory);
+  return Lowered(text, c.counts, c.collectives, c.cost, c.memory, c.graph);
 }
 
 size_t JitFunction::cache_size() const {

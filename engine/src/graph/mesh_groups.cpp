@@ -1,3 +1,4 @@
+#include "kernels/cost.hpp"
 #include "graph/mesh_groups.hpp"
 
 #include <algorithm>
@@ -59,6 +60,7 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
                                      const collectives::Buffers& buffers, uint64_t count, DType dtype,
                                      collectives::Reduction op) {
   const OpScope op_scope("all-reduce");  // profile hook
+  const kernels::CollectiveWork work;  // its submissions: one collective (Lowered::estimate)
   const MeshGroups g = mesh_groups(mesh, axes);
   // Each device's whole operand goes into every other's result: it sends each of its bytes.
   const uint64_t bytes = count * dtype_size(dtype);
@@ -70,7 +72,7 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
                              axes_text(axes) + ": replica_groups=" + replica_groups_text(mesh, g) +
                              ", " + bytes_text(bytes) + " per device, " +
                              collectives::algorithm_name(algorithm),
-                         axes);
+                         axes, &mesh);
   collectives::Buffers out(buffers.size());
   for (const auto& members : g.members) {
     collectives::Buffers in;

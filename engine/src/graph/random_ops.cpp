@@ -168,7 +168,7 @@ void set_piece_layout(const char* op, Params& p, const Shape& shape, const Index
 void record_random(RuntimeState& rt, Recording& rec, Params params, uint64_t items, uint32_t words,
                    const DeviceBuffer& key, const DeviceBuffer* aux, const DeviceBuffer& out) {
   // Counter-based bits: the key read, the words written (the hash's integer ops are not counted).
-  const kernels::CountedOp counted(rec.device, [&] { return kernels::OpCost{0, 0, (items * words + 2) * kernels::kWordBytes}; });
+  const kernels::CountedOp counted(rec, [&] { return kernels::OpCost{0, 0, (items * words + 2) * kernels::kWordBytes}; });
   const uint64_t max_bytes = rt.device_limits().maxStorageBufferRange;
   const uint64_t chunk = std::max<uint64_t>(max_bytes / (4 * words) / 1024 * 1024, 1024);
   const uint32_t first = params.base;

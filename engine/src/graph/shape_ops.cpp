@@ -312,7 +312,7 @@ Array assemble(const char* op, const std::vector<Array>& sources, const Shape& s
       for (const Array& a : sources)
         for (const auto& axis : exec::moved_axes(a.sharding(), target, shape.size()))
           if (std::find(axes.begin(), axes.end(), axis) == axes.end()) axes.push_back(axis);
-      exec::log_collective("reshard", moved.most_sent(), line, axes);
+      exec::log_collective("reshard", moved.most_sent(), line, axes, &target.named()->mesh());
     }
     else
       exec::log_op(line);

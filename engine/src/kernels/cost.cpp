@@ -1,6 +1,10 @@
 #include "kernels/cost.hpp"
 
+#include <algorithm>
+
 #include "kernels/elementwise.hpp"
+#include "meshvk/mesh.hpp"
+#include "runtime/runtime_state.hpp"
 
 namespace meshvk::kernels {
 
@@ -50,6 +54,55 @@ void CostRepeat::repeat() const {
 
 bool CountedOp::enter() { return depth++ == 0 && active_log != nullptr; }
 CountedOp::~CountedOp() { --depth; }
+
+void CountedOp::note(detail::Recording& rec, const OpCost& cost, OpKind kind, DType dtype) {
+  CostLog* log = CostLog::active();
+  log->add(rec.device, cost);
+  // Inside a collective's work the event is kept too: a reshard that moves nothing between
+  // devices is its copies (Lowered::estimate charges a collective's node its collective time).
+  CostEvent e;
+  e.kind = kind;
+  e.device = rec.device;
+  e.cost = cost;
+  e.dtype = dtype;
+  rec.work.push_back(log->add_event(std::move(e)));
+}
+
+CollectiveWork::CollectiveWork() : saved_(detail::current_collective_work()) {
+  if (saved_ || !active_log) return;
+  CostEvent e;
+  e.kind = OpKind::collective;
+  detail::current_collective_work() = active_log->add_event(std::move(e));
+  opened_ = true;
+}
+
+CollectiveWork::~CollectiveWork() {
+  if (opened_) detail::current_collective_work() = saved_;
+}
+
+void CollectiveWork::log(const std::string& kind, const std::vector<std::string>& axes, uint64_t bytes, const Mesh* mesh) {
+  if (!active_log) return;
+  const uint32_t open = detail::current_collective_work();
+  // Only an event of this log that nothing filled in yet (an all-reduce inside a reshard's
+  // work logs its own line: the first wins).
+  CostEvent* e = nullptr;
+  if (open && open <= active_log->events().size() && active_log->event(open).collective.empty())
+    e = &active_log->event(open);
+  if (!e) {
+    CostEvent fresh;
+    fresh.kind = OpKind::collective;
+    e = &active_log->event(active_log->add_event(std::move(fresh)));
+  }
+  e->collective = kind;
+  e->axes = axes;
+  e->bytes = bytes;
+  e->axis_sizes.clear();
+  for (const auto& a : axes) {
+    const auto& names = mesh ? mesh->axis_names() : std::vector<std::string>{};
+    const bool known = std::find(names.begin(), names.end(), a) != names.end();
+    e->axis_sizes.push_back(known ? mesh->axis_size(a) : 1);
+  }
+}
 
 UncountedScope::UncountedScope() { ++depth; }
 UncountedScope::~UncountedScope() { --depth; }

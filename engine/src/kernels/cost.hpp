@@ -7,8 +7,17 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "meshvk/dtype.hpp"
+
+namespace meshvk {
+class Mesh;
+}
+namespace meshvk::detail {
+struct Recording;
+}
 
 namespace meshvk::kernels {
 
@@ -30,6 +39,23 @@ struct OpCost {
   }
 };
 
+// What one op or collective of a trace cost, for Lowered::estimate (meshvk/estimate.hpp): the
+// trace's submissions name these by id (Recording::work, current_collective_work()).
+enum class OpKind : uint8_t { copy, elementwise, reduce, matmul, collective };
+struct CostEvent {
+  OpKind kind = OpKind::copy;
+  int device = -1;  // a kernel's device; -1 for a collective (every device that runs it)
+  OpCost cost;      // a kernel's
+  DType dtype = DType::float32;
+  // A collective: HLO's kind ("" until the op that opened it logs it: then it moved nothing
+  // between devices), the mesh axes, their sizes, and what each device sends as
+  // meshvk::CollectiveRecord counts it.
+  std::string collective;
+  std::vector<std::string> axes;
+  std::vector<int> axis_sizes;
+  uint64_t bytes = 0;
+};
+
 // Per device: the sum of what the ops counted while it was the thread's innermost log.
 class CostLog {
  public:
@@ -41,9 +67,17 @@ class CostLog {
   // The thread's log, or null when no trace listens.
   static CostLog* active();
   void add(int device, const OpCost& cost) { per_device_[device] += cost; }
+  // Every op and collective in trace order; an event's id is its index + 1.
+  const std::vector<CostEvent>& events() const { return events_; }
+  uint32_t add_event(CostEvent e) {
+    events_.push_back(std::move(e));
+    return static_cast<uint32_t>(events_.size());
+  }
+  CostEvent& event(uint32_t id) { return events_[id - 1]; }
 
  private:
   std::map<int, OpCost> per_device_;
+  std::vector<CostEvent> events_;
   CostLog* outer_;
 };
 
@@ -66,10 +100,11 @@ class CostRepeat {
 // copies are its communication, reported as bytes communicated, not as flops or bytes accessed).
 class CountedOp {
  public:
-  // `cost` is built only while a log listens.
+  // `cost` is built only while a log listens. The op is recorded into `rec`, which keeps the
+  // id of its cost event (for Lowered::estimate).
   template <class F>
-  CountedOp(int device, F&& cost) {
-    if (enter()) CostLog::active()->add(device, cost());
+  CountedOp(detail::Recording& rec, F&& cost, OpKind kind = OpKind::copy, DType dtype = DType::float32) {
+    if (enter()) note(rec, cost(), kind, dtype);
   }
   ~CountedOp();
   CountedOp(const CountedOp&) = delete;
@@ -77,6 +112,24 @@ class CountedOp {
 
  private:
   bool enter();
+  static void note(detail::Recording& rec, const OpCost& cost, OpKind kind, DType dtype);
+};
+
+// While alive, the submissions the thread makes belong to one collective (or reshard): while a
+// trace listens it opens a cost event, which log() fills in. Nested ones join the outermost.
+class CollectiveWork {
+ public:
+  CollectiveWork();
+  ~CollectiveWork();
+  CollectiveWork(const CollectiveWork&) = delete;
+  CollectiveWork& operator=(const CollectiveWork&) = delete;
+  // The collective's kind, mesh axes and bytes per device (exec::log_collective calls it);
+  // outside any CollectiveWork it opens an event of its own, which no submission names.
+  static void log(const std::string& kind, const std::vector<std::string>& axes, uint64_t bytes, const Mesh* mesh);
+
+ private:
+  uint32_t saved_ = 0;
+  bool opened_ = false;
 };
 
 // While alive, launchers count nothing (a collective's own kernels).

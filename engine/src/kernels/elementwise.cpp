@@ -504,7 +504,7 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
                         const detail::DeviceBuffer& out, uint64_t out_start) {
   const uint64_t count = static_cast<uint64_t>(shape_size(shape));
   if (count == 0) return;
-  const CountedOp counted(rec.device, [&] { return elementwise_cost(p, inputs, shape, count); });
+  const CountedOp counted(rec, [&] { return elementwise_cost(p, inputs, shape, count); }, OpKind::elementwise, p.nodes.back().dtype);
   const DType out_dtype = p.nodes.back().dtype;
   // 64-bit values are read as uvec2 texels, one element each: scalar kernels only.
   const bool vector = std::none_of(inputs.begin(), inputs.end(),

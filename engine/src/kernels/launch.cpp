@@ -151,7 +151,7 @@ void barrier_to_host(VkCommandBuffer cb) {
 
 void record_iota(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out,
                  uint64_t count, bool is_float, double start, double step) {
-  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, count * kWordBytes}; });
+  const CountedOp counted(rec, [&] { return OpCost{0, 0, count * kWordBytes}; });
   struct Params {
     uint32_t count, base, is_float, pad;
     float fstart, fstep;
@@ -177,7 +177,7 @@ void record_iota(detail::RuntimeState& rt, detail::Recording& rec, const detail:
 
 void record_fill(detail::Recording& rec, const detail::DeviceBuffer& out, uint32_t pattern) {
   if (out.bytes() == 0 || rec.remote) return;
-  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, out.bytes()}; });
+  const CountedOp counted(rec, [&] { return OpCost{0, 0, out.bytes()}; });
   const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "fill",  // profile hook
                                  out.bytes());
   // A 16-bit array's last word may be half used: the capacity (a multiple of 4) covers it.

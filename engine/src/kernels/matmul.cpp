@@ -759,13 +759,13 @@ void record_matmul(RuntimeState& rt, Recording& rec, const MatmulShape& s, const
     throw Error("matmul: operands on device " + std::to_string(c.device()) +
                 " but recording for device " + std::to_string(rec.device));
   // 2 * M * N * K per batch entry (a multiply and an add); A, B and C each touched once.
-  const CountedOp counted(rec.device, [&] {
+  const CountedOp counted(rec, [&] {
     const uint64_t batch = static_cast<uint64_t>(s.batch), m = static_cast<uint64_t>(s.m),
                    n = static_cast<uint64_t>(s.n), k = static_cast<uint64_t>(s.k);
     const uint64_t a_elements = (s.a_batch_stride ? batch : 1) * m * k;
     const uint64_t b_elements = (s.b_batch_stride ? batch : 1) * k * n;
     return OpCost{2 * batch * m * n * k, 0, (a_elements + b_elements + batch * m * n) * dtype_size(s.dtype)};
-  });
+  }, OpKind::matmul, s.dtype);
   const Path path = choose_path(rt);
   if (s.m == 0 || s.n == 0) return;
   if (s.k == 0) {

@@ -144,11 +144,11 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
   if (rows == 0) return;
   // XLA's count: the reduction applied (input elements - output elements) times; the input read
   // and the output written once, whatever the passes.
-  const CountedOp counted(rec.device, [&] {
+  const CountedOp counted(rec, [&] {
     const uint64_t r = static_cast<uint64_t>(rows), len = static_cast<uint64_t>(n);
     const DType out_dtype = op == ReduceOp::argmax || op == ReduceOp::argmin ? DType::int32 : dtype;
     return OpCost{r * (len > 0 ? len - 1 : 0), 0, r * len * dtype_size(dtype) + r * dtype_size(out_dtype)};
-  });
+  }, OpKind::reduce, dtype);
   if (n == 0) {
     if (op != ReduceOp::sum) throw Error("internal: empty max/min reduction reached the kernel");
     if (rec.cb) vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), static_cast<uint64_t>(rows) * 4, 0);

@@ -233,7 +233,7 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   for (const int64_t b : copy.box) count *= b;
   if (count == 0) return;
   // Data movement: each element of the box read and written once, no flops.
-  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, 2 * static_cast<uint64_t>(count) * copy.element_bytes}; });
+  const CountedOp counted(rec, [&] { return OpCost{0, 0, 2 * static_cast<uint64_t>(count) * copy.element_bytes}; });
   const StridedCopy c = simplify(copy);
   // A contiguous copy is a plain transfer, which no binding limit applies to (one element
   // simplifies to no dimensions at all).
@@ -273,7 +273,7 @@ void record_fill_words(detail::RuntimeState& rt, detail::Recording& rec, const d
                        uint64_t count, uint32_t word, DType dtype) {
   if (count == 0 || rec.remote) return;
   if (is_64bit(dtype)) return record_fill64(rt, rec, out, count, word, dtype);
-  const CountedOp counted(rec.device, [&] { return OpCost{0, 0, count * dtype_size(dtype)}; });
+  const CountedOp counted(rec, [&] { return OpCost{0, 0, count * dtype_size(dtype)}; });
   // Fills take whole words: a 16-bit array's odd last element fills its word, which the buffer's
   // capacity (a multiple of 4) holds.
   vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), (count * dtype_size(dtype) + 3) / 4 * 4,

@@ -80,7 +80,7 @@ void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail:
   const int64_t total = outer * count * inner;
   if (total == 0) return;
   // A gather: the indices read, and each output element read from the input and written.
-  const CountedOp counted(rec.device, [&] {
+  const CountedOp counted(rec, [&] {
     return OpCost{0, 0, static_cast<uint64_t>(count) * dtype_size(DType::int32) + 2 * static_cast<uint64_t>(total) * kWordBytes};
   });
   const WindowLimits w = window_limits(rt);
@@ -160,7 +160,7 @@ void record_argsort(detail::RuntimeState& rt, detail::Recording& rec, const deta
                     const detail::DeviceBuffer& out, int64_t rows, int64_t n, bool is_float) {
   if (rows * n == 0) return;
   // Data movement (compares are not counted as flops, as XLA's sort): the keys read, the indices written.
-  const CountedOp counted(rec.device, [&] {
+  const CountedOp counted(rec, [&] {
     return OpCost{0, 0, static_cast<uint64_t>(rows * n) * (kWordBytes + dtype_size(DType::int32))};
   });
   if (n > (int64_t{1} << 31))

@@ -54,6 +54,9 @@ struct Recording {
   std::vector<Fence> waits;
   std::vector<std::shared_ptr<const void>> keep_alive;
   std::shared_ptr<profile::Slice> profile;  // profile hook: its timestamps; null while off
+  // What the ops recorded into it cost, as ids of the trace's cost events (kernels/cost.hpp):
+  // kept with a captured submission, so Lowered::estimate can replay the program's graph.
+  std::vector<uint32_t> work;
   void wait_for(const Fence& f) {
     if (!f.none()) waits.push_back(f);
   }
@@ -104,6 +107,9 @@ const char*& current_activity();
 // A lasting copy of an activity's text, for activities built at run time ("all_reduce(ring),
 // reduce-scatter step 2 of 7").
 const char* intern_activity(const std::string& text);
+// The cost event (kernels/cost.hpp's id, 0: none) of the collective the current thread is
+// running: every submission it makes while a trace listens carries it (Lowered::estimate).
+uint32_t& current_collective_work();
 class ActivityScope {
  public:
   explicit ActivityScope(const char* activity) : saved_(current_activity()) {
@@ -137,8 +143,13 @@ struct Capture {
     // iteration is a later iterate(). A replay's waits on it become waits on its stream's previous
     // submission: nothing reads what it wrote before the loop writes it again.
     bool trace_only = false;
+    // Ids of the cost events of the ops recorded into it (Recording::work), and of the
+    // collective it belongs to (current_collective_work()), for Lowered::estimate.
+    std::vector<uint32_t> work;
   };
   std::vector<Submission> submissions;
+  // Each captured command buffer's work ids: a loop's resubmitted body costs what it did.
+  std::map<VkCommandBuffer, std::vector<uint32_t>> work_of;
   std::vector<std::shared_ptr<const void>> keep_alive;
   std::vector<std::shared_ptr<DeviceBuffer>> buffers;
   // The buffers allocated while it was active (in `buffers` too, so none is freed while the

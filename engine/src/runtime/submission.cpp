@@ -53,6 +53,11 @@ const char*& current_activity() {
   return activity;
 }
 
+uint32_t& current_collective_work() {
+  thread_local uint32_t work = 0;
+  return work;
+}
+
 const char* intern_activity(const std::string& text) {
   // Few distinct texts (a collective's phases and steps), each kept for the process's life:
   // recordings, captured programs and error messages keep pointers to them.
@@ -70,6 +75,13 @@ void RuntimeState::note_captured(const Capture::Submission& s,
   for (size_t i = 0; i < all.size(); ++i) {
     Capture::Submission entry = s;
     entry.owned = s.owned && i + 1 == all.size();
+    // A resubmitted loop body costs what its first run did (Lowered::estimate).
+    if (!s.owned && entry.work.empty() && entry.cb) {
+      for (const Capture* c : all)
+        if (const auto it = c->work_of.find(entry.cb); it != c->work_of.end() && entry.work.empty()) entry.work = it->second;
+    } else if (entry.cb) {
+      all[i]->work_of[entry.cb] = entry.work;
+    }
     all[i]->submissions.push_back(std::move(entry));
     all[i]->keep_alive.insert(all[i]->keep_alive.end(), keep_alive.begin(), keep_alive.end());
   }
@@ -139,7 +151,10 @@ Fence RuntimeState::submit(Recording&& r) {
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
   const Fence f = submit_command_buffer(r.timeline, r.cb, r.waits, current_activity());
   if (capturing) {
-    note_captured({r.timeline, r.cb, r.waits, f.value, current_activity()}, r.keep_alive);
+    Capture::Submission entry{r.timeline, r.cb, r.waits, f.value, current_activity()};
+    entry.work = std::move(r.work);
+    if (current_collective_work()) entry.work.push_back(current_collective_work());
+    note_captured(entry, r.keep_alive);
   } else {
     streams_[r.timeline]->in_flight.push_back({f.value, r.cb, std::move(r.keep_alive)});
   }
