@@ -14,6 +14,13 @@
 namespace inspector {
 namespace {
 
+int modifier_code(const std::string& name) {
+  return name == "ctrl"    ? GLFW_KEY_LEFT_CONTROL
+         : name == "shift" ? GLFW_KEY_LEFT_SHIFT
+         : name == "alt"   ? GLFW_KEY_LEFT_ALT
+                           : -1;
+}
+
 int key_code(const std::string& name) {
   if (name.size() == 1 && std::isalnum(static_cast<unsigned char>(name[0])))
     return std::toupper(static_cast<unsigned char>(name[0]));  // GLFW's letters and digits
@@ -25,7 +32,7 @@ int key_code(const std::string& name) {
       {"equal", GLFW_KEY_EQUAL},         {"minus", GLFW_KEY_MINUS}};
   for (const auto& [n, code] : named)
     if (name == n) return code;
-  return -1;
+  return modifier_code(name);
 }
 
 }  // namespace
@@ -114,10 +121,7 @@ bool Script::step(App& app, InputQueue& input) {
       size_t plus;
       while ((plus = spec.find('+')) != std::string::npos) {
         const std::string m = spec.substr(0, plus);
-        mods.push_back(m == "ctrl"    ? GLFW_KEY_LEFT_CONTROL
-                       : m == "shift" ? GLFW_KEY_LEFT_SHIFT
-                       : m == "alt"   ? GLFW_KEY_LEFT_ALT
-                                      : -1);
+        mods.push_back(modifier_code(m));
         spec = spec.substr(plus + 1);
       }
       const int key = key_code(spec);
@@ -130,6 +134,17 @@ bool Script::step(App& app, InputQueue& input) {
       input.push({InputEvent::Kind::key, key, GLFW_RELEASE});
       for (auto m = mods.rbegin(); m != mods.rend(); ++m)
         input.push({InputEvent::Kind::key, *m, GLFW_RELEASE});
+    } else if (command == "press" || command == "release") {
+      // One key's press or release alone, to play the orders a real keyboard sends (xdotool
+      // lets Ctrl go before the key it modified).
+      std::string name;
+      in >> name;
+      const int key = key_code(name);
+      if (key < 0) {
+        error_ = "--script: unknown key in '" + line + "'";
+        return false;
+      }
+      input.push({InputEvent::Kind::key, key, command == "press" ? GLFW_PRESS : GLFW_RELEASE});
     } else if (command == "type") {
       std::string text;
       std::getline(in, text);

@@ -8,6 +8,7 @@
 //   move X Y | move @T  the pointer to a point or to target T's centre
 //   click X Y | click @T
 //   key ctrl+a          a key press and release, with modifiers (ctrl, shift, alt)
+//   press K | release K one key's press or release alone (K: a, enter, ctrl, shift, ...)
 //   type TEXT           characters, as a keyboard would send them
 //   scroll DY
 //   dump PATH           write the app's state (see write_state)
