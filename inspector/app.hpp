@@ -144,6 +144,14 @@ struct App {
     std::vector<LaneLayout> layouts;
     std::string layouts_for;
     bool show_timeline_tab = false;  // the collectives table asks for the timeline tab
+    // Perfetto's M: marked spans of time, drawn across the lanes and on the ruler until cleared.
+    std::vector<std::pair<double, double>> marks;
+    // A collectives row selects every device's step of its invocation (selected_span is the
+    // first of them); a click in the lanes selects one span again.
+    std::vector<size_t> selected_steps;
+    float details_h = 0;  // the details panel under the lanes; 0: its starting height
+    std::string ruler_unit;    // the ticks' unit ("ms"), and the cursor's time as the ruler
+    std::string cursor_label;  // last showed it (for --state-dump)
   } tl;
   // Panels: their splits, which are collapsed, maximise-timeline.
   PanelState panels;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -110,6 +111,7 @@ bool Script::step(App& app, InputQueue& input) {
         return false;
       }
       input.push({InputEvent::Kind::move, 0, 0, x, y});
+      last_x_ = x, last_y_ = y;
       if (command == "click") {
         input.push({InputEvent::Kind::button, GLFW_MOUSE_BUTTON_LEFT, GLFW_PRESS});
         input.push({InputEvent::Kind::button, GLFW_MOUSE_BUTTON_LEFT, GLFW_RELEASE});
@@ -134,6 +136,14 @@ bool Script::step(App& app, InputQueue& input) {
       input.push({InputEvent::Kind::key, key, GLFW_RELEASE});
       for (auto m = mods.rbegin(); m != mods.rend(); ++m)
         input.push({InputEvent::Kind::key, *m, GLFW_RELEASE});
+    } else if (command == "move_by") {
+      double dx = 0, dy = 0;
+      in >> dx >> dy;
+      last_x_ += dx, last_y_ += dy;
+      input.push({InputEvent::Kind::move, 0, 0, last_x_, last_y_});
+    } else if (command == "mouse_down" || command == "mouse_up") {
+      input.push({InputEvent::Kind::button, GLFW_MOUSE_BUTTON_LEFT,
+                  command == "mouse_down" ? GLFW_PRESS : GLFW_RELEASE});
     } else if (command == "press" || command == "release") {
       // One key's press or release alone, to play the orders a real keyboard sends (xdotool
       // lets Ctrl go before the key it modified).
@@ -198,6 +208,16 @@ void write_state(const App& app, const std::string& path) {
   out << "search_match " << app.tl.match + 1 << " of " << app.tl.matches.size() << "\n";
   out << "search_active " << (app.tl.search_active ? 1 : 0) << "\n";
   out << "selected_span " << app.selected_span << "\n";
+  out << "selected_steps " << app.tl.selected_steps.size() << "\n";
+  // The view in ns since the trace's first event (what the ruler counts from).
+  char view[96];
+  std::snprintf(view, sizeof view, "%.0f %.0f",
+                app.view_start_ns - static_cast<double>(app.trace.min_ns()), app.view_span_ns);
+  out << "view " << view << "\n";
+  out << "marks " << app.tl.marks.size() << "\n";
+  out << "range " << (app.tl.range_set ? 1 : 0) << "\n";
+  out << "ruler_unit " << app.tl.ruler_unit << "\n";
+  out << "cursor_label " << app.tl.cursor_label << "\n";
   out << "frames " << app.frame_index << "\n";
   for (const auto& [name, rect] : app.widgets)
     out << "widget " << name << " " << rect.first.x << " " << rect.first.y << " " << rect.second.x
