@@ -128,6 +128,26 @@ void App::record_widget(const std::string& name) {
   widgets[name] = {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()};
 }
 
+void App::check_fits(const std::string& name) {
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowWidth();
+  if (ImGui::GetItemRectMax().x > right + 0.5f) clipped_next.insert(name);
+}
+
+void same_line_if_fits(float width) {
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  ImGui::SameLine();
+  if (ImGui::GetCursorScreenPos().x + width > right) ImGui::NewLine();
+}
+
+float button_width(const char* label) {
+  return ImGui::CalcTextSize(label, nullptr, true).x + 2 * ImGui::GetStyle().FramePadding.x;
+}
+
+float checkbox_width(const char* label) {
+  return ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x +
+         ImGui::CalcTextSize(label, nullptr, true).x;
+}
+
 void App::update_offered_meshes() {
   const sc::Scenario& s = sc::all()[scenario];
   const bool current_run = snap.scenario == s.name;
@@ -215,6 +235,8 @@ void App::show_traces(TraceLoad load, const std::vector<std::string>& paths) {
 void App::frame() {
   runner.snapshot(snap, snap_version);
   if (live_mode) live.poll(trace);
+  clipped = std::move(clipped_next);
+  clipped_next.clear();
   hovered_devices = std::move(hovered_devices_next);
   hovered_devices_next.clear();
   update_offered_meshes();

@@ -160,6 +160,10 @@ struct App {
   // Where some widgets were drawn last, for --script targets ("spec:w", "array:x", ...).
   std::map<std::string, std::pair<ImVec2, ImVec2>> widgets;
   void record_widget(const std::string& name);
+  // Whether the last item reaches past its window's right edge, where it would be cut: its
+  // name goes in `clipped` (this frame's), which --state-dump writes (the 1024x700 test).
+  void check_fits(const std::string& name);
+  std::set<std::string> clipped, clipped_next;
   // The mesh choices the current specs can use (indices into mesh_choices).
   std::vector<int> offered_meshes;
   // Each input's spec's axes under the scenario's own mesh, learned from a run without a
@@ -194,6 +198,13 @@ void draw_span_details(App& app);
 void draw_collective_invocations(App& app);
 // Puts span `span` in view and selects it.
 void select_span(App& app, size_t span, bool center);
+
+// SameLine when an item `width` wide still fits on the line, else a new line: a toolbar wraps
+// in a narrow window instead of being cut at its edge.
+void same_line_if_fits(float width);
+// The width of a button or checkbox labelled `label`.
+float button_width(const char* label);
+float checkbox_width(const char* label);
 
 // Colours and formats the views share.
 ImU32 kind_color(SpanKind kind);

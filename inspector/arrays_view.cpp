@@ -26,16 +26,30 @@ std::string spec_of(const ArrayInfo& a) {
 }
 
 void array_table(App& app, float height) {
+  // Each column as wide as its widest text: where they all fit, they share the panel in that
+  // proportion (none narrower than its text); where they do not, the table scrolls sideways
+  // rather than cutting them.
+  const char* names[5] = {"name", "shape", "dtype", "sharding", "typeof"};
+  float widths[5];
+  for (int c = 0; c < 5; ++c) widths[c] = ImGui::CalcTextSize(names[c]).x;
+  for (const ArrayInfo& a : app.snap.arrays) {
+    const std::string cells[5] = {a.name, meshvk::shape_to_string(a.shape),
+                                  std::string(meshvk::dtype_name(a.dtype)), spec_of(a), a.type};
+    for (int c = 0; c < 5; ++c) widths[c] = std::max(widths[c], ImGui::CalcTextSize(cells[c].c_str()).x);
+  }
+  float total = 0;
+  for (float& w : widths) total += (w += 2 * ImGui::GetStyle().CellPadding.x + 2);
+  const bool fits = total <= ImGui::GetContentRegionAvail().x - ImGui::GetStyle().ScrollbarSize;
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                 ImGuiTableFlags_ScrollY | ImGuiTableFlags_Resizable |
-                                ImGuiTableFlags_SizingStretchProp;
-  if (!ImGui::BeginTable("arrays", 5, flags, ImVec2(0, height))) return;
+                                (fits ? ImGuiTableFlags_SizingStretchProp
+                                      : ImGuiTableFlags_ScrollX | ImGuiTableFlags_SizingFixedFit);
+  if (!ImGui::BeginTable(fits ? "arrays" : "arrays scrolled", 5, flags, ImVec2(0, height))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
-  ImGui::TableSetupColumn("name", 0, 1.2f);
-  ImGui::TableSetupColumn("shape", 0, 0.8f);
-  ImGui::TableSetupColumn("dtype", 0, 0.6f);
-  ImGui::TableSetupColumn("sharding", 0, 1.6f);
-  ImGui::TableSetupColumn("typeof", 0, 1.0f);
+  for (int c = 0; c < 5; ++c)
+    ImGui::TableSetupColumn(names[c],
+                            fits ? ImGuiTableColumnFlags_WidthStretch : ImGuiTableColumnFlags_WidthFixed,
+                            widths[c]);
   ImGui::TableHeadersRow();
   for (const ArrayInfo& a : app.snap.arrays) {
     ImGui::TableNextRow();
@@ -229,7 +243,7 @@ void draw_arrays_view(App& app) {
   ImGui::SetNextItemWidth(140);
   ImGui::SliderFloat("zoom", &app.zoom, 0.5f, 4.0f, "%.2fx");
   app.record_widget("zoom");
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("heat map"));
   ImGui::Checkbox("heat map", &app.heat_map);
   if (app.heat_map && a->shape.size() >= 3) {
     int64_t slices = 1;
@@ -239,8 +253,10 @@ void draw_arrays_view(App& app) {
     ImGui::SliderInt("slice", &app.heat_slice, 0,
                      static_cast<int>(std::max<int64_t>(slices - 1, 0)));
   }
-  ImGui::SameLine();
-  ImGui::TextDisabled("%s  %s", a->name.c_str(), a->type.c_str());
+  const std::string what = a->name + "  " + a->type;
+  same_line_if_fits(ImGui::CalcTextSize(what.c_str()).x);
+  ImGui::TextDisabled("%s", what.c_str());
+  app.check_fits("arrays header");
 
   ImGui::BeginChild("picture", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
   // Ctrl + wheel zooms the picture, as in a browser.

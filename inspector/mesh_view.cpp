@@ -121,7 +121,8 @@ void draw_mesh_view(App& app) {
     sizes = mesh->axis_sizes();
     names = mesh->axis_names();
     ids = mesh->device_ids();
-    ImGui::TextUnformatted(mesh->to_string().c_str());
+    // Wrapped: a narrow panel would cut the axis types off.
+    ImGui::TextWrapped("%s", mesh->to_string().c_str());
   } else {
     ImGui::TextDisabled("no mesh yet: %zu devices", ids.size());
   }

@@ -20,6 +20,7 @@ struct Options {
   std::vector<std::string> traces;  // Chrome trace JSON files to open, on one timeline
   bool paused = false;
   int width = 1600, height = 1000;
+  bool size_given = false;  // --size: else the window fits the screen
   int frames = 0;           // > 0: render this many frames, then exit
   std::string screenshot;   // with frames: the last frame as PNG
   std::string layout_dump;  // with frames: where the arrays view drew its tiles, for tests

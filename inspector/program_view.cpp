@@ -102,8 +102,10 @@ std::pair<int, int> program_line_of(const App& app, const TraceSpan& span) {
 
 void draw_program_view(App& app) {
   if (app.snap.programs.empty()) {
+    ImGui::PushTextWrapPos();
     ImGui::TextDisabled(
         "no jit program yet: scenarios that call jit show their partitioned program here");
+    ImGui::PopTextWrapPos();
     return;
   }
   int& current = app.program;
@@ -118,7 +120,9 @@ void draw_program_view(App& app) {
     }
     ImGui::SameLine();
   }
+  ImGui::PushTextWrapPos();
   ImGui::TextDisabled("collectives in red; click an op to find its spans in the timeline");
+  ImGui::PopTextWrapPos();
   if (!app.selected_op.empty()) {
     size_t spans = 0;
     const std::string key = op_key(app.selected_op);

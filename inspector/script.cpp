@@ -219,6 +219,10 @@ void write_state(const App& app, const std::string& path) {
   out << "ruler_unit " << app.tl.ruler_unit << "\n";
   out << "cursor_label " << app.tl.cursor_label << "\n";
   out << "frames " << app.frame_index << "\n";
+  out << "window " << ImGui::GetIO().DisplaySize.x << " " << ImGui::GetIO().DisplaySize.y << "\n";
+  std::string clipped;
+  for (const std::string& c : app.clipped) clipped += (clipped.empty() ? "" : ";") + c;
+  out << "clipped " << clipped << "\n";
   for (const auto& [name, rect] : app.widgets)
     out << "widget " << name << " " << rect.first.x << " " << rect.first.y << " " << rect.second.x
         << " " << rect.second.y << "\n";

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <utility>
 
 #include "app.hpp"
@@ -150,33 +151,35 @@ void draw_timeline_view(App& app) {
   timeline_keys(app);
   TraceData& trace = app.trace;
   ImGui::Text("%s", app.live_mode ? "live (meshvk::profile)" : trace.source.c_str());
-  ImGui::SameLine();
-  ImGui::TextDisabled("%zu spans, %zu flows, %zu lanes", trace.spans().size(), trace.flows().size(),
-                      trace.lanes().size());
-  ImGui::SameLine();
+  char counts[96];
+  std::snprintf(counts, sizeof counts, "%zu spans, %zu flows, %zu lanes", trace.spans().size(),
+                trace.flows().size(), trace.lanes().size());
+  same_line_if_fits(ImGui::CalcTextSize(counts).x);
+  ImGui::TextDisabled("%s", counts);
+  same_line_if_fits(button_width("fit"));
   if (ImGui::SmallButton("fit")) {
     app.view_start_ns = static_cast<double>(trace.min_ns());
     app.view_span_ns = std::max(1e3, static_cast<double>(trace.max_ns() - trace.min_ns()) * 1.02);
     app.follow = false;
   }
   if (app.live_mode) {
-    ImGui::SameLine();
+    same_line_if_fits(checkbox_width("follow"));
     ImGui::Checkbox("follow", &app.follow);
   }
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("all flows"));
   ImGui::Checkbox("all flows", &app.tl.all_flows);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("every flow in view; off: only the selected span's flows");
-  ImGui::SameLine();
-  if (ImGui::SmallButton(app.panels.maximise_timeline ? "restore panels" : "maximise"))
-    app.panels.maximise_timeline = !app.panels.maximise_timeline;
-  ImGui::SameLine();
+  const char* maximise = app.panels.maximise_timeline ? "restore panels" : "maximise";
+  same_line_if_fits(button_width(maximise));
+  if (ImGui::SmallButton(maximise)) app.panels.maximise_timeline = !app.panels.maximise_timeline;
+  same_line_if_fits(button_width("open trace..."));
   if (ImGui::SmallButton("open trace...")) app.show_open_dialog = true;
   if (!app.tl.marks.empty()) {
-    ImGui::SameLine();
+    same_line_if_fits(button_width("clear marks"));
     if (ImGui::SmallButton("clear marks")) app.tl.marks.clear();
   }
-  ImGui::SameLine();
+  same_line_if_fits(ImGui::CalcTextSize("(?)").x);
   ImGui::TextDisabled("(?)");
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
@@ -187,11 +190,12 @@ void draw_timeline_view(App& app) {
   // Legend.
   for (const SpanKind k :
        {SpanKind::kernel, SpanKind::copy, SpanKind::collective, SpanKind::host}) {
-    ImGui::SameLine();
+    same_line_if_fits(13 + ImGui::CalcTextSize(span_kind_name(k)).x);
     ImGui::ColorButton(span_kind_name(k), ImGui::ColorConvertU32ToFloat4(kind_color(k)),
                        ImGuiColorEditFlags_NoTooltip, ImVec2(10, 10));
     ImGui::SameLine(0, 3);
     ImGui::TextDisabled("%s", span_kind_name(k));
+    app.check_fits("timeline toolbar");
   }
   draw_search(app);
   // Lost work is said above the lanes, where the gaps it leaves are seen.

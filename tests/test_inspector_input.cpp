@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -368,5 +369,49 @@ TEST(InspectorInput, LongInputNamesLeaveTheirSpecFieldsClear) {
     if (line.rfind("widget spec:layers.1.weight ", 0) == 0)
       spec_x = std::stof(line.substr(std::string("widget spec:layers.1.weight ").size()));
   EXPECT_GT(spec_x, 8 + 15 * 7) << "the spec field overlaps the input's name";
+  fs::remove_all(dir);
+}
+
+// Issue 26.7: on a 1024x700 screen the 1600x1000 window put the program panel off-screen. The
+// window fits the screen it opens on (unless --size asks otherwise), every panel is inside it,
+// and the rows of buttons and text the views check (the timeline's toolbar, the scenario's
+// controls, the arrays' header) wrap instead of running past their panel's edge.
+TEST(InspectorInput, WindowFitsA1024x700ScreenWithNothingCut) {
+  ASSERT_TRUE(fs::exists(inspector_binary()));
+  std::string output;
+  ASSERT_EQ(run(inspector_binary() + " --help", output), 0);
+  EXPECT_NE(output.find("  --size WxH"), std::string::npos) << output;
+  Xvfb xvfb("1024x700x24");
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  const fs::path dir = fs::temp_directory_path() / ("meshvk-small-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "script.txt") << "wait_arrays\nwait_state finished\nwait 3\ndump "
+                                    << (dir / "state.txt").string() << "\n";
+  output.clear();
+  ASSERT_EQ(run("DISPLAY=" + xvfb.display() + " " + inspector_binary() +
+                    " --scenario sharded_matmul --args '--steps 2 --size 64,128,64' --timeout 240"
+                    " --script " +
+                    (dir / "script.txt").string(),
+                output),
+            0)
+      << output;
+  auto s = read_state(dir / "state.txt");
+  EXPECT_EQ(s["window"], "1024 700");
+  EXPECT_EQ(s["clipped"], "") << "cut at their panel's edge";
+  std::map<std::string, std::string> panels;  // "widget panel:NAME x0 y0 x1 y1"
+  std::ifstream dump(dir / "state.txt");
+  for (std::string line; std::getline(dump, line);)
+    if (line.rfind("widget panel:", 0) == 0) {
+      const size_t sp = line.find(' ', 13);
+      panels[line.substr(13, sp - 13)] = line.substr(sp + 1);
+    }
+  for (const char* panel : {"Scenario", "Mesh", "Arrays", "Program", "Timeline"}) {
+    std::istringstream in(panels[panel]);
+    float x0 = -1, y0 = -1, x1 = 1e9f, y1 = 1e9f;
+    in >> x0 >> y0 >> x1 >> y1;
+    EXPECT_GE(x0, 0) << panel;
+    EXPECT_LE(x1, 1024) << panel << " is off-screen";
+    EXPECT_LE(y1, 700) << panel << " is off-screen";
+  }
   fs::remove_all(dir);
 }
