@@ -232,8 +232,31 @@ void App::show_traces(TraceLoad load, const std::vector<std::string>& paths) {
                   " events not understood were left out";
 }
 
+void App::after_snapshot() {
+  const auto has = [](const std::vector<ArrayInfo>& arrays, const std::string& name) {
+    return std::any_of(arrays.begin(), arrays.end(),
+                       [&](const ArrayInfo& a) { return a.name == name; });
+  };
+  if (snap.state == RunState::failed && !last_good_arrays.empty() &&
+      (snap.arrays.empty() || !has(snap.arrays, selected_array))) {
+    snap.arrays = last_good_arrays;
+    if (snap.programs.empty()) snap.programs = last_good_programs;
+    kept_error = "this run failed: " + snap.message + "\n(showing the last good run's arrays)";
+  } else {
+    kept_error.clear();
+    if (!snap.arrays.empty() && snap.state != RunState::failed) {
+      last_good_arrays = snap.arrays;
+      last_good_programs = snap.programs;
+    }
+  }
+  if (step_selects && snap.publishes > step_publishes && has(snap.arrays, snap.last_published)) {
+    selected_array = snap.last_published;
+    step_publishes = snap.publishes;
+  }
+}
+
 void App::frame() {
-  runner.snapshot(snap, snap_version);
+  if (runner.snapshot(snap, snap_version)) after_snapshot();
   if (live_mode) live.poll(trace);
   clipped = std::move(clipped_next);
   clipped_next.clear();

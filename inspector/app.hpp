@@ -47,6 +47,8 @@ struct App {
   void frame();
   // Places the five views by `panels` (app_layout.cpp), with splitters to drag.
   void layout_windows();
+  // What a new snapshot changes in the views: a failed run's kept arrays, Step's selection.
+  void after_snapshot();
   // Starts the selected scenario again with the current mesh, specs and arguments.
   void restart(bool paused = false);
   void open_trace(const std::string& path);
@@ -173,6 +175,15 @@ struct App {
   void update_offered_meshes();
   int run_mesh_choice = 0;
   std::vector<std::string> fallback_axis_names;  // the mesh choice of the run last started
+
+  // A run that failed before publishing an array (a spec the mesh cannot take) keeps showing
+  // the last good run's arrays, with the failure said beside them (kept_error).
+  std::vector<ArrayInfo> last_good_arrays;
+  std::vector<ProgramInfo> last_good_programs;
+  std::string kept_error;
+  // Step selects the array the scenario published during the step (the newest).
+  bool step_selects = false;
+  uint64_t step_publishes = 0;
 
   // Frames (for --frames) and status.
   uint64_t frame_index = 0;

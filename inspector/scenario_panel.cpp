@@ -44,17 +44,22 @@ void controls(App& app) {
   if (state == RunState::running) {
     if (ImGui::Button("Pause")) app.runner.pause();
   } else if (state == RunState::paused) {
-    if (ImGui::Button("Play")) app.runner.resume();
+    if (ImGui::Button("Play")) app.runner.resume(), app.step_selects = false;
   } else {
-    if (ImGui::Button("Play")) app.restart();
+    if (ImGui::Button("Play")) app.restart(), app.step_selects = false;
   }
+  app.record_widget("play");
   same_line_if_fits(button_width("Step"));
   if (ImGui::Button("Step")) {
+    // Each step shows the array it published (the newest), until an array is picked by hand.
+    app.step_selects = true;
+    app.step_publishes = active ? app.snap.publishes : 0;
     if (active)
       app.runner.step();
     else
       app.restart(/*paused=*/true);
   }
+  app.record_widget("step");
   same_line_if_fits(button_width("Restart"));
   if (ImGui::Button("Restart")) app.restart();
   same_line_if_fits(button_width("Stop"));
@@ -67,6 +72,10 @@ void controls(App& app) {
                        : state == RunState::running ? ImVec4(0.5f, 0.9f, 0.5f, 1)
                                                     : ImVec4(0.85f, 0.85f, 0.85f, 1);
   ImGui::TextColored(color, "%s", run_state_name(state));
+  if (state == RunState::idle) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("press Play or Step");
+  }
   if (app.snap.checkpoints > 0) {
     ImGui::SameLine();
     ImGui::TextDisabled("checkpoint %d: %s", app.snap.checkpoints, app.snap.checkpoint.c_str());

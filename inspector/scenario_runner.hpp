@@ -51,6 +51,12 @@ struct HeatMap {
   std::string error;
 };
 
+// The name the program view gives a shard_map's program: the user's function, as JAX names
+// shard_map(f): "shard_map(collective_matmul)", from the call site its first collective line
+// records ("  # rule - file.cpp:80 (collective_matmul)"); a lambda is "shard_map(lambda at
+// file.cpp:80)". "" when no line says (a body without collectives).
+std::string shard_map_program_name(const std::string& text);
+
 enum class RunState { starting, idle, running, paused, finished, failed, stopped };
 const char* run_state_name(RunState state);
 
@@ -62,6 +68,8 @@ struct RunnerSnapshot {
   std::string checkpoint;  // the last checkpoint passed
   int checkpoints = 0;
   std::vector<ArrayInfo> arrays;  // in first-publish order
+  std::string last_published;     // the array the scenario published last, and how many
+  uint64_t publishes = 0;         // publishes this run has made
   std::vector<ProgramInfo> programs;
   std::vector<InputInfo> inputs;
   std::vector<meshvk::DeviceInfo> devices;

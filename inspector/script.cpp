@@ -189,6 +189,11 @@ void write_state(const App& app, const std::string& path) {
   out << "mesh " << app.mesh_choices[app.mesh_choice].label << "\n";
   for (const auto& [input, text] : app.spec_text) out << "spec " << input << " " << text << "\n";
   out << "spec_error " << app.spec_error << "\n";
+  std::string kept = app.kept_error;
+  std::replace(kept.begin(), kept.end(), '\n', ' ');
+  out << "kept_error " << kept << "\n";
+  out << "drawn_tiles " << app.drawn_tiles.size() << "\n";
+  out << "message " << app.snap.message << "\n";
   out << "selected " << app.selected_array << "\n";
   out << "zoom " << app.zoom << "\n";
   out << "font_scale " << ImGui::GetIO().FontGlobalScale << "\n";
@@ -218,6 +223,7 @@ void write_state(const App& app, const std::string& path) {
   out << "range " << (app.tl.range_set ? 1 : 0) << "\n";
   out << "ruler_unit " << app.tl.ruler_unit << "\n";
   out << "cursor_label " << app.tl.cursor_label << "\n";
+  for (const ProgramInfo& p : app.snap.programs) out << "program " << p.name << "\n";
   out << "frames " << app.frame_index << "\n";
   out << "window " << ImGui::GetIO().DisplaySize.x << " " << ImGui::GetIO().DisplaySize.y << "\n";
   std::string clipped;

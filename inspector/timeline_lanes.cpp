@@ -121,8 +121,8 @@ void draw_timeline_lanes(App& app) {
   if (app.live_mode && app.follow && !trace.empty()) {
     // Device spans arrive after their timestamps are read back: follow the latest device
     // timestamp so the device lanes stay in view rather than the host running ahead of them.
-    const double edge = follow_edge_ns(trace);
-    app.view_start_ns = std::max(min_ns, edge - app.view_span_ns * 0.98);
+    const TimeView v = follow_view(trace, app.view_span_ns);
+    app.view_start_ns = v.start_ns;
   }
   const auto time_at = [&](float x) {
     return app.view_start_ns + (x - track_x) / track_w * app.view_span_ns;

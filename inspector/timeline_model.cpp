@@ -506,6 +506,13 @@ double follow_edge_ns(const TraceData& trace) {
   return static_cast<double>(device ? edge : trace.max_ns());
 }
 
+TimeView follow_view(const TraceData& trace, double span_ns) {
+  // The devices' latest work a twentieth of the window from its right edge: in view, and not
+  // hidden under the edge (the host runs ahead of it, its spans arriving first).
+  const double edge = follow_edge_ns(trace);
+  return {std::max(edge - span_ns * 0.95, static_cast<double>(trace.min_ns())), span_ns};
+}
+
 std::string thousands(uint64_t n) {
   std::string digits = std::to_string(n), out;
   for (size_t i = 0; i < digits.size(); ++i) {

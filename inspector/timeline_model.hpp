@@ -162,5 +162,8 @@ std::string thousands(uint64_t n);
 // (device spans arrive after their timestamps are read back, so the host runs ahead of them),
 // else the latest host one.
 double follow_edge_ns(const TraceData& trace);
+// The live view of `span_ns` ns that follows the devices: their latest work (follow_edge_ns)
+// is in it, a little left of its right edge; it never starts before the trace.
+TimeView follow_view(const TraceData& trace, double span_ns);
 
 }  // namespace inspector

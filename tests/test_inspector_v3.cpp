@@ -13,7 +13,9 @@
 
 #include <meshvk/meshvk.hpp>
 #include <meshvk/profile.hpp>
+#include <meshvk/shard_map_watch.hpp>
 
+#include "scenario_runner.hpp"
 #include "sharding_picture.hpp"
 #include "test_support.hpp"
 #include "timeline_model.hpp"
@@ -351,4 +353,48 @@ TEST(InspectorV3, RangeTotalsByOpAndTheRulersUnit) {
   const auto fit = ins::fit_view(10000, 20000);
   EXPECT_DOUBLE_EQ(fit.start_ns, 9000);
   EXPECT_DOUBLE_EQ(fit.span_ns, 12000);
+}
+
+// Issue 26.8: a shard_map's program is named by the user's function, from the call site its
+// first collective line records; a lambda by its line; a body without collectives by nothing.
+TEST(InspectorV3, ShardMapProgramsAreNamedByTheUsersFunction) {
+  EXPECT_EQ(ins::shard_map_program_name(
+                "shard_map on mesh (8,) ('x',)\n"
+                "  in0: float32[32] PartitionSpec('x',) -> local float32[4]\n"
+                "  collective-permute (ppermute) over ('x',): pairs, local float32[4], 16 B per "
+                "device  # ppermute (explicit, in shard_map) - scaling_shard_map.cpp:83 "
+                "(collective_matmul_allgather_lhs_contracting)\n"),
+            "shard_map(collective_matmul_allgather_lhs_contracting)");
+  EXPECT_EQ(ins::shard_map_program_name(
+                "shard_map on mesh (8,) ('x',)\n"
+                "  all-reduce (psum) over ('x',): replica_groups={{0,...,7}}  # psum (explicit, in "
+                "shard_map) - manual_parallelism.cpp:84 (operator) [backward]\n"),
+            "shard_map(lambda at manual_parallelism.cpp:84)");
+  EXPECT_EQ(ins::shard_map_program_name("shard_map on mesh (8,) ('x',)\n  fusion sin(x)\n"), "");
+
+  // A program run live, named from its collective's call site (this file's test function).
+  const auto mesh = meshvk::make_mesh({8}, {"x"});
+  std::vector<std::string> texts;
+  const meshvk::ShardMapWatch watch([&](const std::string& text) { texts.push_back(text); });
+  meshvk::shard_map([](const meshvk::Array& v) { return meshvk::psum(v, "x"); }, mesh,
+                    {meshvk::P("x")}, meshvk::P())(meshvk::arange(32.0f));
+  ASSERT_EQ(texts.size(), 1u);
+  EXPECT_EQ(ins::shard_map_program_name(texts[0]).rfind("shard_map(lambda at test_inspector_v3.cpp:", 0),
+            0u)
+      << texts[0];
+}
+
+// Issue 26.8: live follow keeps the devices' latest work inside the window, a little left of
+// its edge (the host's later spans do not push it out).
+TEST(InspectorV3, LiveFollowKeepsDeviceWorkInTheWindow) {
+  std::string t = R"({"otherData":{"clock_origin_ns":0},"traceEvents":[
+{"name":"thread_name","ph":"M","pid":1,"tid":0,"args":{"name":"CPU 0"}},
+{"name":"thread_name","ph":"M","pid":1,"tid":99,"args":{"name":"host"}})";
+  t += ",\n" + x_event("matmul", "kernel", 0, 1000, 50, "dot");
+  t += ",\n" + x_event("submit", "host", 99, 1000, 30000, "");
+  const auto load = ins::load_chrome_trace(t + "\n]}");
+  ASSERT_TRUE(load.error.empty()) << load.error;
+  const auto v = ins::follow_view(load.data, 20e3);  // a 20 us window
+  EXPECT_LT(v.start_ns, 1000e3 + 50e3 - 1);
+  EXPECT_GT(v.start_ns + v.span_ns, 1050e3) << "the kernel's end is inside, not on the edge";
 }

@@ -240,3 +240,79 @@ TEST(InspectorV3Window, PerfettoKeysDetailsBelowAndCollectiveRowsSelectEveryStep
   EXPECT_NEAR(view_of(steps).first, 700000 - 4500, 2);
   EXPECT_NEAR(view_of(steps).second, 54000, 2);
 }
+
+namespace {
+
+// Runs the inspector with `args` and `script` under `xvfb`; the state dumps land in `dir`.
+int play_app(const Xvfb& xvfb, const std::string& args, const std::string& script,
+             const fs::path& dir, std::string& output) {
+  std::ofstream(dir / "script.txt") << script;
+  return run("DISPLAY=" + xvfb.display() + " MESHVK_VALIDATION=1 " + inspector_binary() + " " +
+                 args + " --timeout 240 --script " + (dir / "script.txt").string(),
+             output);
+}
+
+}  // namespace
+
+// Issue 26.8: an idle start says how to run; Step selects the array it just published; the
+// memory bars and the heat map say their scales.
+TEST(InspectorV3Window, IdleHintStepSelectsWhatItPublishedAndScalesAreSaid) {
+  ASSERT_TRUE(fs::exists(inspector_binary())) << inspector_binary();
+  Xvfb xvfb;
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  Window w;
+  const fs::path dir = fs::path(w.at("."));
+  std::string output;
+  // No --scenario: nothing runs until Play or Step. Step runs sharded_matmul paused at its
+  // first checkpoint (x and w published); the next Step publishes y and selects it.
+  const std::string script = "wait 3\ndump " + w.at("idle.txt") + "\n\n" +
+                             "move @step\nwait 1\nclick @step\nwait_arrays\nwait_state paused\n"
+                             "wait 3\ndump " +
+                             w.at("first.txt") + "\n\n" +
+                             "move @step\nwait 1\nclick @step\nwait 5\nwait_state paused\nwait 3\n"
+                             "dump " +
+                             w.at("second.txt") + "\nquit\n";
+  ASSERT_EQ(play_app(xvfb, "--heat-map --args '--steps 2 --size 64,128,64'", script, dir, output), 0)
+      << output;
+  auto idle = read_state(w.at("idle.txt"));
+  EXPECT_EQ(idle["state"], "idle");
+  EXPECT_NE(idle["widget arrays_hint"], "") << "the idle arrays view says to press Play or Step";
+  auto first = read_state(w.at("first.txt"));
+  EXPECT_EQ(first["state"], "paused");
+  auto second = read_state(w.at("second.txt"));
+  EXPECT_EQ(second["state"], "paused");
+  EXPECT_NE(second["selected"], first["selected"]) << "Step selects what it published";
+  EXPECT_NE(second["widget memory_scale"], "") << "the memory bars say they are log-scale";
+  EXPECT_NE(second["widget heat_scale"], "") << "the heat map has a colour scale";
+}
+
+// Issue 26.8: a spec the mesh cannot take fails the run; the last good picture and the mesh's
+// colours stay, with the error beside them.
+TEST(InspectorV3Window, ABadSpecKeepsTheLastGoodPictureWithTheError) {
+  ASSERT_TRUE(fs::exists(inspector_binary())) << inspector_binary();
+  Xvfb xvfb;
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  Window w;
+  const fs::path dir = fs::path(w.at("."));
+  std::string output;
+  const std::string script =
+      "wait_arrays\nwait_state finished\nwait 2\nclick @array:w\nwait 2\ndump " + w.at("good.txt") + "\n\n" +
+      "click @spec:w\nwait 1\nkey ctrl+a\ntype P('c', None)\nkey enter\nwait 5\nwait_state failed\n"
+      "wait 3\ndump " +
+      w.at("bad.txt") + "\nquit\n";
+  ASSERT_EQ(play_app(xvfb,
+                     "--scenario sharded_matmul --args '--steps 2 --size 64,128,64' --mesh 4x2 "
+                     "--spec \"w=P('b', None)\"",
+                     script, dir, output),
+            0)
+      << output;
+  auto good = read_state(w.at("good.txt"));
+  EXPECT_EQ(good["selected"], "w");
+  EXPECT_EQ(good["kept_error"], "");
+  auto bad = read_state(w.at("bad.txt"));
+  EXPECT_EQ(bad["state"], "failed") << bad["message"];
+  EXPECT_EQ(bad["selected"], "w");
+  EXPECT_EQ(bad["drawn_tiles"], good["drawn_tiles"]) << "the last good picture is still drawn";
+  EXPECT_NE(bad["kept_error"].find("failed"), std::string::npos) << bad["kept_error"];
+  EXPECT_NE(bad["widget kept_error"], "") << "the error is drawn beside the picture";
+}
