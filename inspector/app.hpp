@@ -151,7 +151,7 @@ struct App {
     // A collectives row selects every device's step of its invocation (selected_span is the
     // first of them); a click in the lanes selects one span again.
     std::vector<size_t> selected_steps;
-    float details_h = 0;  // the details panel under the lanes; 0: its starting height
+    float details_h = 0;       // the details panel under the lanes; 0: its starting height
     std::string ruler_unit;    // the ticks' unit ("ms"), and the cursor's time as the ruler
     std::string cursor_label;  // last showed it (for --state-dump)
   } tl;
@@ -203,6 +203,9 @@ std::string op_key(const std::string& op);
 bool span_matches_op(const TraceSpan& span, const std::string& key);
 // The program line a span came from: (program index, line number), or (-1, -1).
 std::pair<int, int> program_line_of(const App& app, const TraceSpan& span);
+// "peak memory 24 KiB on each of 8 devices", or "peak memory 8 KiB to 24 KiB per device (0: 24
+// KiB, ...)" (program_view.cpp); "" when the program has no memory analysis.
+std::string peak_memory_text(const ProgramInfo& program);
 // The timeline's parts (timeline_lanes.cpp, timeline_details.cpp).
 void draw_timeline_lanes(App& app);
 void draw_span_details(App& app);

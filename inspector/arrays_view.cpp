@@ -5,8 +5,8 @@
 #include <imgui.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 
 #include "app.hpp"
 #include "tile_layout.hpp"
@@ -36,7 +36,8 @@ void array_table(App& app, float height) {
   for (const ArrayInfo& a : app.snap.arrays) {
     const std::string cells[5] = {a.name, meshvk::shape_to_string(a.shape),
                                   std::string(meshvk::dtype_name(a.dtype)), spec_of(a), a.type};
-    for (int c = 0; c < 5; ++c) widths[c] = std::max(widths[c], ImGui::CalcTextSize(cells[c].c_str()).x);
+    for (int c = 0; c < 5; ++c)
+      widths[c] = std::max(widths[c], ImGui::CalcTextSize(cells[c].c_str()).x);
   }
   float total = 0;
   for (float& w : widths) total += (w += 2 * ImGui::GetStyle().CellPadding.x + 2);
@@ -48,9 +49,9 @@ void array_table(App& app, float height) {
   if (!ImGui::BeginTable(fits ? "arrays" : "arrays scrolled", 5, flags, ImVec2(0, height))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
   for (int c = 0; c < 5; ++c)
-    ImGui::TableSetupColumn(names[c],
-                            fits ? ImGuiTableColumnFlags_WidthStretch : ImGuiTableColumnFlags_WidthFixed,
-                            widths[c]);
+    ImGui::TableSetupColumn(
+        names[c], fits ? ImGuiTableColumnFlags_WidthStretch : ImGuiTableColumnFlags_WidthFixed,
+        widths[c]);
   ImGui::TableHeadersRow();
   for (const ArrayInfo& a : app.snap.arrays) {
     ImGui::TableNextRow();
@@ -201,10 +202,12 @@ void draw_heat_map(App& app, const ArrayInfo& a) {
     app.record_widget("heat_scale");
     ImDrawList* sdl = ImGui::GetWindowDrawList();
     for (int i = 0; i < 32; ++i)
-      sdl->AddRectFilled(ImVec2(s0.x + w * i / 32, s0.y + 2), ImVec2(s0.x + w * (i + 1) / 32, s0.y + h - 2),
+      sdl->AddRectFilled(ImVec2(s0.x + w * i / 32, s0.y + 2),
+                         ImVec2(s0.x + w * (i + 1) / 32, s0.y + h - 2),
                          heat_color((i + 0.5f) / 32));
     sdl->AddRect(ImVec2(s0.x, s0.y + 2), ImVec2(s0.x + w, s0.y + h - 2), IM_COL32(0, 0, 0, 200));
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("colour scale: %s (left) to %s (right), %s in the middle", lo, hi, mid);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("colour scale: %s (left) to %s (right), %s in the middle", lo, hi, mid);
     ImGui::SameLine();
     ImGui::TextUnformatted(hi);
   }

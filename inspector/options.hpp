@@ -15,8 +15,8 @@ struct Options {
       args;  // the scenario's arguments (default: its interactive ones)
   std::optional<meshvk::scenarios::MeshOverride> mesh;
   std::vector<std::pair<std::string, std::string>>
-      specs;          // (input, spec text); input "" is the first input
-  int devices = 0;    // 0: MESHVK_NUM_DEVICES, else 8
+      specs;                        // (input, spec text); input "" is the first input
+  int devices = 0;                  // 0: MESHVK_NUM_DEVICES, else 8
   std::vector<std::string> traces;  // Chrome trace JSON files to open, on one timeline
   bool paused = false;
   int width = 1600, height = 1000;

@@ -100,6 +100,22 @@ std::pair<int, int> program_line_of(const App& app, const TraceSpan& span) {
   return {-1, -1};
 }
 
+std::string peak_memory_text(const ProgramInfo& program) {
+  const auto& peaks = program.peak_per_device;
+  if (peaks.empty()) return "";
+  uint64_t lo = peaks.front().second, hi = lo;
+  for (const auto& [device, bytes] : peaks) lo = std::min(lo, bytes), hi = std::max(hi, bytes);
+  const std::string n = std::to_string(peaks.size());
+  if (lo == hi)
+    return "peak memory " + format_bytes(hi) + " on each of " + n + " device" +
+           (peaks.size() == 1 ? "" : "s");
+  std::string each;
+  for (const auto& [device, bytes] : peaks)
+    each += (each.empty() ? "" : ", ") + std::to_string(device) + ": " + format_bytes(bytes);
+  return "peak memory " + format_bytes(lo) + " to " + format_bytes(hi) + " per device (" + each +
+         ")";
+}
+
 void draw_program_view(App& app) {
   if (app.snap.programs.empty()) {
     ImGui::PushTextWrapPos();
@@ -121,6 +137,11 @@ void draw_program_view(App& app) {
     ImGui::SameLine();
   }
   ImGui::PushTextWrapPos();
+  // Lowered::memory_analysis: what the program's buffers take on each device at their peak.
+  if (const std::string peak = peak_memory_text(app.snap.programs[current]); !peak.empty()) {
+    ImGui::TextUnformatted(peak.c_str());
+    app.record_widget("program_memory");
+  }
   ImGui::TextDisabled("collectives in red; click an op to find its spans in the timeline");
   ImGui::PopTextWrapPos();
   if (!app.selected_op.empty()) {

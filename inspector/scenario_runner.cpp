@@ -337,6 +337,24 @@ void ScenarioRunner::on_program(const std::string& name, const std::string& text
   changed_locked();
 }
 
+void ScenarioRunner::on_program_memory(const std::string& name, const mv::MemoryAnalysis& memory) {
+  std::lock_guard lock(mutex_);
+  for (ProgramInfo& p : state_.programs) {
+    if (p.name != name) continue;
+    p.peak_per_device.clear();
+    for (const mv::DeviceMemory& d : memory.devices)
+      p.peak_per_device.emplace_back(d.device, d.peak_memory_in_bytes);
+    changed_locked();
+    return;
+  }
+}
+
+int64_t peak_memory_on(const ProgramInfo& program, int device) {
+  for (const auto& [d, bytes] : program.peak_per_device)
+    if (d == device) return static_cast<int64_t>(bytes);
+  return -1;
+}
+
 void ScenarioRunner::on_input(const std::string& name, const mv::PartitionSpec& default_spec,
                               const mv::Mesh& mesh) {
   std::lock_guard lock(mutex_);

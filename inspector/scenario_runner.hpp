@@ -37,7 +37,12 @@ struct InputInfo {
 struct ProgramInfo {
   std::string name;
   std::string text;
+  // Lowered::memory_analysis's peak per device (device id, bytes), for programs published as a
+  // Lowered; empty for the others (shard_map's, text-only ones).
+  std::vector<std::pair<int, uint64_t>> peak_per_device;
 };
+// The program's peak on `device`, or -1 when it says none.
+int64_t peak_memory_on(const ProgramInfo& program, int device);
 
 // Values of one 2-D slice of an array, block-averaged down to at most kMaxHeat per side.
 struct HeatMap {
@@ -114,6 +119,7 @@ class ScenarioRunner : private meshvk::scenarios::Observer {
  private:
   void on_array(const std::string& name, const meshvk::Array& array) override;
   void on_program(const std::string& name, const std::string& text) override;
+  void on_program_memory(const std::string& name, const meshvk::MemoryAnalysis& memory) override;
   void on_input(const std::string& name, const meshvk::PartitionSpec& default_spec,
                 const meshvk::Mesh& mesh) override;
   bool on_checkpoint(const std::string& label) override;

@@ -214,6 +214,20 @@ void write_state(const App& app, const std::string& path) {
   out << "search_active " << (app.tl.search_active ? 1 : 0) << "\n";
   out << "selected_span " << app.selected_span << "\n";
   out << "selected_steps " << app.tl.selected_steps.size() << "\n";
+  // The selected span's program's peak memory on its device, as its details show it (-1: none).
+  int64_t span_peak = -1;
+  if (app.selected_span >= 0 && app.selected_span < static_cast<int>(app.trace.spans().size())) {
+    const TraceSpan& s = app.trace.spans()[app.selected_span];
+    const int device = app.trace.lanes()[s.lane].device;
+    if (const int p = program_line_of(app, s).first; p >= 0 && device >= 0)
+      span_peak = peak_memory_on(app.snap.programs[p], device);
+  }
+  out << "selected_span_peak " << span_peak << "\n";
+  if (app.selected_span >= 0 && app.selected_span < static_cast<int>(app.trace.spans().size())) {
+    const TraceSpan& s = app.trace.spans()[app.selected_span];
+    out << "selected_span_is " << s.name << " | " << s.op << " | " << s.program << " | "
+        << app.trace.lanes()[s.lane].name << "\n";
+  }
   // The view in ns since the trace's first event (what the ruler counts from).
   char view[96];
   std::snprintf(view, sizeof view, "%.0f %.0f",
@@ -223,7 +237,11 @@ void write_state(const App& app, const std::string& path) {
   out << "range " << (app.tl.range_set ? 1 : 0) << "\n";
   out << "ruler_unit " << app.tl.ruler_unit << "\n";
   out << "cursor_label " << app.tl.cursor_label << "\n";
-  for (const ProgramInfo& p : app.snap.programs) out << "program " << p.name << "\n";
+  for (const ProgramInfo& p : app.snap.programs) {
+    out << "program " << p.name << "\n";
+    if (!p.peak_per_device.empty())
+      out << "program_memory " << p.name << " " << peak_memory_text(p) << "\n";
+  }
   out << "frames " << app.frame_index << "\n";
   out << "window " << ImGui::GetIO().DisplaySize.x << " " << ImGui::GetIO().DisplaySize.y << "\n";
   std::string clipped;

@@ -162,6 +162,13 @@ void draw_span_details(App& app) {
     }
     if (s.peer >= 0) labeled("peer", "device " + std::to_string(s.peer));
     const auto [program, line] = program_line_of(app, s);
+    if (program >= 0 && lane.device >= 0) {
+      // The program's peak memory on this span's device (Lowered::memory_analysis).
+      if (const int64_t peak = peak_memory_on(app.snap.programs[program], lane.device); peak >= 0)
+        labeled("peak mem", format_bytes(static_cast<uint64_t>(peak)) + " (" +
+                                app.snap.programs[program].name + " on device " +
+                                std::to_string(lane.device) + ")");
+    }
     if (program >= 0) {
       const std::string& text = app.snap.programs[program].text;
       size_t at = 0;
@@ -279,7 +286,7 @@ void draw_collective_invocations(App& app) {
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                 ImGuiTableFlags_ScrollY | ImGuiTableFlags_Sortable |
                                 ImGuiTableFlags_Resizable;
-  if (!ImGui::BeginTable("invocations", 8, flags)) return;
+  if (!ImGui::BeginTable("invocations", 9, flags)) return;
   ImGui::TableSetupScrollFreeze(0, 1);
   ImGui::TableSetupColumn("collective", 0, 0, static_cast<ImGuiID>(InvocationColumn::name));
   ImGui::TableSetupColumn("mesh axes / groups", 0, 0, static_cast<ImGuiID>(InvocationColumn::axes));
@@ -290,6 +297,8 @@ void draw_collective_invocations(App& app) {
   ImGui::TableSetupColumn("devices", ImGuiTableColumnFlags_NoSort, 0, 100);
   ImGui::TableSetupColumn("bytes", 0, 0, static_cast<ImGuiID>(InvocationColumn::bytes));
   ImGui::TableSetupColumn("GB/s", 0, 0, static_cast<ImGuiID>(InvocationColumn::gbps));
+  // Where the collective comes from: the user's line that asked for it, and the rule.
+  ImGui::TableSetupColumn("source (rule)", ImGuiTableColumnFlags_NoSort, 0, 101);
   ImGui::TableHeadersRow();
   if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs()) {
     if (specs->SpecsDirty || tl.sort_dirty) {
@@ -310,9 +319,9 @@ void draw_collective_invocations(App& app) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::PushID(r);
-      const bool chosen = !tl.selected_steps.empty() && tl.selected_steps.size() == inv.spans.size() &&
-                          std::is_permutation(inv.spans.begin(), inv.spans.end(),
-                                              tl.selected_steps.begin());
+      const bool chosen =
+          !tl.selected_steps.empty() && tl.selected_steps.size() == inv.spans.size() &&
+          std::is_permutation(inv.spans.begin(), inv.spans.end(), tl.selected_steps.begin());
       const bool pressed =
           ImGui::Selectable(inv.name.c_str(), chosen, ImGuiSelectableFlags_SpanAllColumns);
       // For --script: the row's start (its middle can be a column's resize edge).
@@ -320,8 +329,7 @@ void draw_collective_invocations(App& app) {
         app.widgets["collective_row:" + std::to_string(r)] = {
             ImGui::GetItemRectMin(),
             ImVec2(ImGui::GetItemRectMin().x + 40, ImGui::GetItemRectMax().y)};
-      if (pressed &&
-          !inv.spans.empty()) {
+      if (pressed && !inv.spans.empty()) {
         // Show the whole invocation and select its first step.
         const double length = static_cast<double>(inv.end_ns - inv.start_ns);
         app.view_span_ns = std::max(1e3, length * 1.3);
@@ -351,6 +359,15 @@ void draw_collective_invocations(App& app) {
       ImGui::TextUnformatted(format_bytes(inv.bytes).c_str());
       ImGui::TableNextColumn();
       ImGui::Text("%.2f", inv.gbps());
+      ImGui::TableNextColumn();
+      const std::string rule = inv.spans.empty() ? "" : trace.spans()[inv.spans.front()].rule;
+      if (rule.empty()) {
+        ImGui::TextDisabled("-");
+      } else {
+        const Provenance p = split_provenance(rule);
+        ImGui::Text("%s (%s)", p.source.empty() ? "-" : p.source.c_str(), p.rule.c_str());
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", rule.c_str());
+      }
     }
   }
   ImGui::EndTable();

@@ -201,7 +201,7 @@ void draw_timeline_lanes(App& app) {
                          ImGuiButtonFlags_MouseButtonLeft | ImGuiButtonFlags_MouseButtonRight);
   const bool hovered = ImGui::IsItemHovered();
   app.widgets["track"] = {ImVec2(track_x, lanes_origin.y),
-                         ImVec2(track_x + track_w, lanes_origin.y + lanes_avail.y)};
+                          ImVec2(track_x + track_w, lanes_origin.y + lanes_avail.y)};
   const bool over_track = (hovered || ruler_hovered) && io.MousePos.x >= track_x;
   tl.cursor_ns = over_track ? time_at(io.MousePos.x) : -1;
 
@@ -294,9 +294,9 @@ void draw_timeline_lanes(App& app) {
         ldl->AddLine(ImVec2((a.x + b.x) / 2, sy - 1), ImVec2((a.x + b.x) / 2, sy + 3),
                      IM_COL32(80, 230, 255, 255), 2);
       }
-      if (it.count == 1 && (static_cast<int>(it.span) == app.selected_span ||
-                            std::binary_search(tl.selected_steps.begin(),
-                                               tl.selected_steps.end(), it.span)))
+      if (it.count == 1 &&
+          (static_cast<int>(it.span) == app.selected_span ||
+           std::binary_search(tl.selected_steps.begin(), tl.selected_steps.end(), it.span)))
         ldl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1),
                      IM_COL32(255, 230, 80, 255), 0, 0, 2);
       if (it.count == 1 && it.x1 - it.x0 > 24) {
@@ -323,8 +323,8 @@ void draw_timeline_lanes(App& app) {
       ldl->AddRectFilled(ImVec2(x0, lanes_origin.y),
                          ImVec2(x1, lanes_origin.y + std::max(lanes_avail.y, content_h)),
                          IM_COL32(120, 160, 255, 40));
-      dl->AddRectFilled(ImVec2(x0, origin.y + kTickRowHeight),
-                        ImVec2(x1, origin.y + kRulerHeight), IM_COL32(120, 160, 255, 90));
+      dl->AddRectFilled(ImVec2(x0, origin.y + kTickRowHeight), ImVec2(x1, origin.y + kRulerHeight),
+                        IM_COL32(120, 160, 255, 90));
       const std::string len = format_duration(std::abs(tl.range_t1 - tl.range_t0) * 1e-9);
       dl->AddText(ImVec2(x0 + 3, origin.y + kTickRowHeight + 1), IM_COL32(255, 255, 255, 255),
                   len.c_str());
@@ -343,8 +343,8 @@ void draw_timeline_lanes(App& app) {
     ldl->AddLine(ImVec2(x0, lanes_origin.y),
                  ImVec2(x0, lanes_origin.y + std::max(lanes_avail.y, content_h)),
                  IM_COL32(255, 120, 200, 160));
-    dl->AddRectFilled(ImVec2(x0, origin.y + kTickRowHeight), ImVec2(x0 + w, origin.y + kRulerHeight),
-                      IM_COL32(255, 120, 200, 110));
+    dl->AddRectFilled(ImVec2(x0, origin.y + kTickRowHeight),
+                      ImVec2(x0 + w, origin.y + kRulerHeight), IM_COL32(255, 120, 200, 110));
   }
 
   // Flows: the selected span's (always), or every flow in view when "all flows" is on. Flows
@@ -396,8 +396,7 @@ void draw_timeline_lanes(App& app) {
     dl->AddRectFilled(ImVec2(tx - 2, origin.y + kTickRowHeight),
                       ImVec2(tx + ts.x + 2, origin.y + kRulerHeight - 1),
                       IM_COL32(60, 70, 100, 255));
-    dl->AddText(ImVec2(tx, origin.y + kTickRowHeight + 1), IM_COL32(255, 255, 255, 255),
-                t.c_str());
+    dl->AddText(ImVec2(tx, origin.y + kTickRowHeight + 1), IM_COL32(255, 255, 255, 255), t.c_str());
   }
   ldl->PopClipRect();
 

@@ -91,7 +91,8 @@ void timeline_keys(App& app) {
   } else if (!tl.selected_steps.empty()) {
     t0 = INT64_MAX, t1 = INT64_MIN;
     for (const size_t s : tl.selected_steps)
-      if (s < spans.size()) t0 = std::min(t0, spans[s].start_ns), t1 = std::max(t1, spans[s].end_ns);
+      if (s < spans.size())
+        t0 = std::min(t0, spans[s].start_ns), t1 = std::max(t1, spans[s].end_ns);
   } else if (app.selected_span >= 0 && app.selected_span < static_cast<int>(spans.size())) {
     t0 = spans[app.selected_span].start_ns;
     t1 = spans[app.selected_span].end_ns;

@@ -145,8 +145,8 @@ TEST(InspectorInput, ModifierLetGoInTheFrameOfItsKeyStillCounts) {
     }
   }
   // Ctrl+Q with Ctrl let go in the frame of Q's press quits: nothing after it runs.
-  script << "press ctrl\nwait 1\npress q\nrelease ctrl\nrelease q\nwait 20\ndump " << at("after.txt")
-         << "\n";
+  script << "press ctrl\nwait 1\npress q\nrelease ctrl\nrelease q\nwait 20\ndump "
+         << at("after.txt") << "\n";
   script.close();
   std::string output;
   const std::string command = "DISPLAY=" + xvfb.display() + " MESHVK_VALIDATION=1 " +
@@ -385,8 +385,8 @@ TEST(InspectorInput, WindowFitsA1024x700ScreenWithNothingCut) {
   if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
   const fs::path dir = fs::temp_directory_path() / ("meshvk-small-" + std::to_string(getpid()));
   fs::create_directories(dir);
-  std::ofstream(dir / "script.txt") << "wait_arrays\nwait_state finished\nwait 3\ndump "
-                                    << (dir / "state.txt").string() << "\n";
+  std::ofstream(dir / "script.txt")
+      << "wait_arrays\nwait_state finished\nwait 3\ndump " << (dir / "state.txt").string() << "\n";
   output.clear();
   ASSERT_EQ(run("DISPLAY=" + xvfb.display() + " " + inspector_binary() +
                     " --scenario sharded_matmul --args '--steps 2 --size 64,128,64' --timeout 240"

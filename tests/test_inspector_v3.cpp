@@ -379,8 +379,9 @@ TEST(InspectorV3, ShardMapProgramsAreNamedByTheUsersFunction) {
   meshvk::shard_map([](const meshvk::Array& v) { return meshvk::psum(v, "x"); }, mesh,
                     {meshvk::P("x")}, meshvk::P())(meshvk::arange(32.0f));
   ASSERT_EQ(texts.size(), 1u);
-  EXPECT_EQ(ins::shard_map_program_name(texts[0]).rfind("shard_map(lambda at test_inspector_v3.cpp:", 0),
-            0u)
+  EXPECT_EQ(
+      ins::shard_map_program_name(texts[0]).rfind("shard_map(lambda at test_inspector_v3.cpp:", 0),
+      0u)
       << texts[0];
 }
 

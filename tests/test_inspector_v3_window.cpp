@@ -174,9 +174,9 @@ TEST(InspectorV3Window, PerfettoKeysDetailsBelowAndCollectiveRowsSelectEveryStep
   Window w;
   const auto dump = [&](const std::string& name) { return "dump " + w.at(name) + "\n"; };
   const std::string script =
-      "wait 3\nmove @track\nwait 2\n" + dump("start.txt") +
-      "key w\nkey w\nkey w\nwait 2\n" + dump("in.txt") + "key s\nwait 2\n" + dump("out.txt") +
-      "key d\nwait 2\n" + dump("right.txt") + "key a\nwait 2\n" + dump("left.txt") +
+      "wait 3\nmove @track\nwait 2\n" + dump("start.txt") + "key w\nkey w\nkey w\nwait 2\n" +
+      dump("in.txt") + "key s\nwait 2\n" + dump("out.txt") + "key d\nwait 2\n" + dump("right.txt") +
+      "key a\nwait 2\n" + dump("left.txt") +
       // Select the first "fusion" through the search, leave the field, F and M over the lanes.
       "click @search\nwait 1\ntype fusion\nwait 1\nkey enter\nwait 2\nkey escape\nwait 1\n"
       "move @track\nwait 1\nkey f\nwait 2\n" +
@@ -186,8 +186,9 @@ TEST(InspectorV3Window, PerfettoKeysDetailsBelowAndCollectiveRowsSelectEveryStep
       "wait 2\n" +
       dump("taller.txt") +
       // A tab takes a click once the pointer was over it a frame (Dear ImGui's item overlap).
-      "move @tab:collectives\nwait 1\nclick @tab:collectives\nwait 2\nmove @collective_row:0\nwait 1\nclick @collective_row:0\nwait 3\n" + dump("row.txt") +
-      "move @track\nwait 1\nkey f\nwait 2\n" + dump("steps.txt") + "quit\n";
+      "move @tab:collectives\nwait 1\nclick @tab:collectives\nwait 2\nmove @collective_row:0\nwait "
+      "1\nclick @collective_row:0\nwait 3\n" +
+      dump("row.txt") + "move @track\nwait 1\nkey f\nwait 2\n" + dump("steps.txt") + "quit\n";
   std::string output;
   ASSERT_EQ(w.play(xvfb, trace_with_a_collective(), script, output), 0) << output;
 
@@ -272,7 +273,8 @@ TEST(InspectorV3Window, IdleHintStepSelectsWhatItPublishedAndScalesAreSaid) {
                              "move @step\nwait 1\nclick @step\nwait 5\nwait_state paused\nwait 3\n"
                              "dump " +
                              w.at("second.txt") + "\nquit\n";
-  ASSERT_EQ(play_app(xvfb, "--heat-map --args '--steps 2 --size 64,128,64'", script, dir, output), 0)
+  ASSERT_EQ(play_app(xvfb, "--heat-map --args '--steps 2 --size 64,128,64'", script, dir, output),
+            0)
       << output;
   auto idle = read_state(w.at("idle.txt"));
   EXPECT_EQ(idle["state"], "idle");
@@ -296,7 +298,8 @@ TEST(InspectorV3Window, ABadSpecKeepsTheLastGoodPictureWithTheError) {
   const fs::path dir = fs::path(w.at("."));
   std::string output;
   const std::string script =
-      "wait_arrays\nwait_state finished\nwait 2\nclick @array:w\nwait 2\ndump " + w.at("good.txt") + "\n\n" +
+      "wait_arrays\nwait_state finished\nwait 2\nclick @array:w\nwait 2\ndump " + w.at("good.txt") +
+      "\n\n" +
       "click @spec:w\nwait 1\nkey ctrl+a\ntype P('c', None)\nkey enter\nwait 5\nwait_state failed\n"
       "wait 3\ndump " +
       w.at("bad.txt") + "\nquit\n";
@@ -315,4 +318,38 @@ TEST(InspectorV3Window, ABadSpecKeepsTheLastGoodPictureWithTheError) {
   EXPECT_EQ(bad["drawn_tiles"], good["drawn_tiles"]) << "the last good picture is still drawn";
   EXPECT_NE(bad["kept_error"].find("failed"), std::string::npos) << bad["kept_error"];
   EXPECT_NE(bad["widget kept_error"], "") << "the error is drawn beside the picture";
+}
+
+// Issue 26.9: a jit program's peak memory per device (Lowered::memory_analysis) in the program
+// view and in a span's details; where a collective comes from is in its details (rule and
+// source, tested in test_inspector_timeline) and now in the collectives table too.
+TEST(InspectorV3Window, ProgramPeakMemoryPerDeviceInTheProgramViewAndTheDetails) {
+  ASSERT_TRUE(fs::exists(inspector_binary())) << inspector_binary();
+  Xvfb xvfb;
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  Window w;
+  const fs::path dir = fs::path(w.at("."));
+  std::string output;
+  const std::string script =
+      "wait_arrays\nwait_state finished\nwait 10\nclick @search\nwait 1\ntype matmul\n"
+      "wait 1\nkey enter\nwait 3\ndump " +
+      w.at("state.txt") + "\nquit\n";
+  ASSERT_EQ(play_app(xvfb,
+                     "--scenario sharded_matmul --args '--steps 2 --size 64,128,64' --mesh 4x2 "
+                     "--spec \"x=P('a', 'b')\" --spec \"w=P('b', None)\"",
+                     script, dir, output),
+            0)
+      << output;
+  auto s = read_state(w.at("state.txt"));
+  // layer: x's (16, 64) block, w's (64, 64) one, the (16, 64) product before and after its
+  // all-reduce and tanh, all float32 on every device alike.
+  EXPECT_NE(s["program_memory"].find("layer peak memory "), std::string::npos)
+      << s["program_memory"];
+  EXPECT_NE(s["program_memory"].find(" on each of 8 devices"), std::string::npos)
+      << s["program_memory"];
+  EXPECT_NE(s["widget program_memory"], "") << "the program view shows it";
+  EXPECT_NE(s["selected_span"], "-1") << s["search_match"];
+  // The first "matmul" is a device's kernel (matmul_blocked, op dot_general, of jit(layer)).
+  EXPECT_NE(s["selected_span_is"].find("| CPU "), std::string::npos) << s["selected_span_is"];
+  EXPECT_GT(std::stoll(s["selected_span_peak"]), 0) << "the span's details give its device's peak";
 }
