@@ -177,6 +177,9 @@ TEST(InspectorV3Window, PerfettoKeysDetailsBelowAndCollectiveRowsSelectEveryStep
       "wait 3\nmove @track\nwait 2\n" + dump("start.txt") + "key w\nkey w\nkey w\nwait 2\n" +
       dump("in.txt") + "key s\nwait 2\n" + dump("out.txt") + "key d\nwait 2\n" + dump("right.txt") +
       "key a\nwait 2\n" + dump("left.txt") +
+      // Shift+wheel pans a tenth of the view; Ctrl+wheel zooms as the wheel does.
+      "press shift\nscroll -1\nrelease shift\nwait 2\n" + dump("shift_wheel.txt") +
+      "press ctrl\nscroll 1\nrelease ctrl\nwait 2\n" + dump("ctrl_wheel.txt") +
       // Select the first "fusion" through the search, leave the field, F and M over the lanes.
       "click @search\nwait 1\ntype fusion\nwait 1\nkey enter\nwait 2\nkey escape\nwait 1\n"
       "move @track\nwait 1\nkey f\nwait 2\n" +
@@ -213,6 +216,11 @@ TEST(InspectorV3Window, PerfettoKeysDetailsBelowAndCollectiveRowsSelectEveryStep
   EXPECT_NEAR(view_of(right).first, s2 + 0.2 * v2, v2 * 1e-3) << "D pans right a fifth";
   auto left = read_state(w.at("left.txt"));
   EXPECT_NEAR(view_of(left).first, s2, v2 * 1e-3) << "A pans back";
+  auto shift_wheel = read_state(w.at("shift_wheel.txt"));
+  EXPECT_NEAR(view_of(shift_wheel).first, s2 + 0.1 * v2, v2 * 1e-3) << "Shift+wheel pans";
+  EXPECT_NEAR(view_of(shift_wheel).second, v2, v2 * 1e-6);
+  auto ctrl_wheel = read_state(w.at("ctrl_wheel.txt"));
+  EXPECT_NEAR(view_of(ctrl_wheel).second, v2 * 0.8, v2 * 1e-3) << "Ctrl+wheel zooms";
 
   // F: the first fusion (100-120 us on CPU 0) with a tenth of its length either side.
   auto fit = read_state(w.at("fit.txt"));
