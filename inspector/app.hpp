@@ -158,6 +158,7 @@ struct App {
   // Panels: their splits, which are collapsed, maximise-timeline.
   PanelState panels;
   int program_scroll_line = -1;  // the program view scrolls to this line once
+  bool program_wrap = true;      // long program lines wrap at the panel's edge
 
   // Where some widgets were drawn last, for --script targets ("spec:w", "array:x", ...).
   std::map<std::string, std::pair<ImVec2, ImVec2>> widgets;

@@ -152,8 +152,11 @@ void draw_program_view(App& app) {
     ImGui::SameLine();
     if (ImGui::SmallButton("clear")) app.selected_op.clear();
   }
+  ImGui::Checkbox("wrap", &app.program_wrap);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("wrap long lines at the panel's edge");
   ImGui::Separator();
-  ImGui::BeginChild("text", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
+  ImGui::BeginChild("text", ImVec2(0, 0), false,
+                    app.program_wrap ? 0 : ImGuiWindowFlags_HorizontalScrollbar);
   const std::string& text = app.snap.programs[current].text;
   size_t start = 0;
   int n = 0;
@@ -178,13 +181,29 @@ void draw_program_view(App& app) {
       ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.45f, 1));
     else if (op.empty())
       ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-    if (!op.empty()) {
+    if (app.program_wrap) {
+      // Wrapped at the panel's edge: a narrow panel (1024x700) cuts nothing off. The line is
+      // drawn over its Selectable, as tall as its wrapped rows.
+      const float wrap_w = std::max(50.0f, ImGui::GetContentRegionAvail().x);
+      const ImVec2 size = ImGui::CalcTextSize(line.c_str(), nullptr, false, wrap_w);
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      if (!op.empty()) {
+        if (ImGui::Selectable("##line", app.selected_op == op, 0, ImVec2(wrap_w, size.y)))
+          app.selected_op = app.selected_op == op ? std::string() : op;
+      } else {
+        ImGui::Dummy(ImVec2(wrap_w, size.y));
+      }
+      ImGui::GetWindowDrawList()->AddText(nullptr, 0.0f, at, ImGui::GetColorU32(ImGuiCol_Text),
+                                          line.c_str(), nullptr, wrap_w);
+    } else if (!op.empty()) {
       if (ImGui::Selectable(line.c_str(), app.selected_op == op))
         app.selected_op = app.selected_op == op ? std::string() : op;
     } else {
       ImGui::TextUnformatted(line.c_str());
     }
     if (colored) ImGui::PopStyleColor();
+    if (ImGui::CalcTextSize(line.c_str()).x > ImGui::GetItemRectSize().x + 1 && !app.program_wrap)
+      app.clipped_next.insert("program line");
     // A line running past the panel's visible edge shows whole in a tooltip (the panel also
     // scrolls sideways, but a hover is quicker than a scroll).
     if (ImGui::IsItemHovered()) {
