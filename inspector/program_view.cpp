@@ -127,8 +127,13 @@ void draw_program_view(App& app) {
   int& current = app.program;
   current = std::clamp(current, 0, static_cast<int>(app.snap.programs.size()) - 1);
   if (app.snap.programs.size() > 1) {
-    ImGui::SetNextItemWidth(200);
-    if (ImGui::BeginCombo("program", app.snap.programs[current].name.c_str())) {
+    // As wide as the program's name (shard_map's say their function or line), up to most of the
+    // panel.
+    const char* name = app.snap.programs[current].name.c_str();
+    ImGui::SetNextItemWidth(std::clamp(ImGui::CalcTextSize(name).x + ImGui::GetFrameHeight() +
+                                           2 * ImGui::GetStyle().FramePadding.x,
+                                       120.0f, ImGui::GetContentRegionAvail().x * 0.75f));
+    if (ImGui::BeginCombo("program", name)) {
       for (size_t i = 0; i < app.snap.programs.size(); ++i)
         if (ImGui::Selectable(app.snap.programs[i].name.c_str(), current == static_cast<int>(i)))
           current = static_cast<int>(i);
