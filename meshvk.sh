@@ -183,7 +183,8 @@ screenshots() {
     --screenshot assets/inspector-program.png
   # shard_map's per-device program, and the collectives table (one row per invocation, with its
   # mesh axes): a click on the timeline's Collectives tab.
-  printf 'wait_state finished\nwait 5\nclick 503 669\nwait 5\n' > "$tmp/collectives.txt"
+  printf 'wait_state finished\nwait 5\nmove @tab:collectives\nwait 1\nclick @tab:collectives\nwait 5\n' \
+    > "$tmp/collectives.txt"
   "${shot[@]}" --scenario scaling_shard_map --args "--bdf 256,512,1024" \
     --script "$tmp/collectives.txt" --screenshot assets/inspector-collectives.png
   # The timeline of a trace file (File > Open), as Perfetto would open it.

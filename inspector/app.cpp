@@ -130,6 +130,26 @@ void App::record_widget(const std::string& name) {
   widgets[name] = {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()};
 }
 
+void App::check_fits(const std::string& name) {
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowWidth();
+  if (ImGui::GetItemRectMax().x > right + 0.5f) clipped_next.insert(name);
+}
+
+void same_line_if_fits(float width) {
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  ImGui::SameLine();
+  if (ImGui::GetCursorScreenPos().x + width > right) ImGui::NewLine();
+}
+
+float button_width(const char* label) {
+  return ImGui::CalcTextSize(label, nullptr, true).x + 2 * ImGui::GetStyle().FramePadding.x;
+}
+
+float checkbox_width(const char* label) {
+  return ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x +
+         ImGui::CalcTextSize(label, nullptr, true).x;
+}
+
 void App::update_offered_meshes() {
   const sc::Scenario& s = sc::all()[scenario];
   const bool current_run = snap.scenario == s.name;
@@ -232,8 +252,31 @@ void App::project(const meshvk::TracedProgram& program, const std::string& hardw
   }
 }
 
+void App::after_snapshot() {
+  const auto has = [](const std::vector<ArrayInfo>& arrays, const std::string& name) {
+    return std::any_of(arrays.begin(), arrays.end(),
+                       [&](const ArrayInfo& a) { return a.name == name; });
+  };
+  if (snap.state == RunState::failed && !last_good_arrays.empty() &&
+      (snap.arrays.empty() || !has(snap.arrays, selected_array))) {
+    snap.arrays = last_good_arrays;
+    if (snap.programs.empty()) snap.programs = last_good_programs;
+    kept_error = "this run failed: " + snap.message + "\n(showing the last good run's arrays)";
+  } else {
+    kept_error.clear();
+    if (!snap.arrays.empty() && snap.state != RunState::failed) {
+      last_good_arrays = snap.arrays;
+      last_good_programs = snap.programs;
+    }
+  }
+  if (step_selects && snap.publishes > step_publishes && has(snap.arrays, snap.last_published)) {
+    selected_array = snap.last_published;
+    step_publishes = snap.publishes;
+  }
+}
+
 void App::frame() {
-  runner.snapshot(snap, snap_version);
+  if (runner.snapshot(snap, snap_version)) after_snapshot();
   if (live_mode) live.poll(trace);
   if (!options.project.empty() && !projected_on_start &&
       (snap.state == RunState::finished || snap.state == RunState::failed || snap.state == RunState::stopped)) {
@@ -241,6 +284,8 @@ void App::frame() {
     if (!traced.empty()) project(traced.back(), options.project);
     projected_on_start = true;
   }
+  clipped = std::move(clipped_next);
+  clipped_next.clear();
   hovered_devices = std::move(hovered_devices_next);
   hovered_devices_next.clear();
   update_offered_meshes();

@@ -47,6 +47,8 @@ struct App {
   void frame();
   // Places the five views by `panels` (app_layout.cpp), with splitters to drag.
   void layout_windows();
+  // What a new snapshot changes in the views: a failed run's kept arrays, Step's selection.
+  void after_snapshot();
   // Starts the selected scenario again with the current mesh, specs and arguments.
   void restart(bool paused = false);
   void open_trace(const std::string& path);
@@ -148,14 +150,27 @@ struct App {
     std::vector<LaneLayout> layouts;
     std::string layouts_for;
     bool show_timeline_tab = false;  // the collectives table asks for the timeline tab
+    // Perfetto's M: marked spans of time, drawn across the lanes and on the ruler until cleared.
+    std::vector<std::pair<double, double>> marks;
+    // A collectives row selects every device's step of its invocation (selected_span is the
+    // first of them); a click in the lanes selects one span again.
+    std::vector<size_t> selected_steps;
+    float details_h = 0;       // the details panel under the lanes; 0: its starting height
+    std::string ruler_unit;    // the ticks' unit ("ms"), and the cursor's time as the ruler
+    std::string cursor_label;  // last showed it (for --state-dump)
   } tl;
   // Panels: their splits, which are collapsed, maximise-timeline.
   PanelState panels;
   int program_scroll_line = -1;  // the program view scrolls to this line once
+  bool program_wrap = true;      // long program lines wrap at the panel's edge
 
   // Where some widgets were drawn last, for --script targets ("spec:w", "array:x", ...).
   std::map<std::string, std::pair<ImVec2, ImVec2>> widgets;
   void record_widget(const std::string& name);
+  // Whether the last item reaches past its window's right edge, where it would be cut: its
+  // name goes in `clipped` (this frame's), which --state-dump writes (the 1024x700 test).
+  void check_fits(const std::string& name);
+  std::set<std::string> clipped, clipped_next;
   // The mesh choices the current specs can use (indices into mesh_choices).
   std::vector<int> offered_meshes;
   // Each input's spec's axes under the scenario's own mesh, learned from a run without a
@@ -165,6 +180,15 @@ struct App {
   void update_offered_meshes();
   int run_mesh_choice = 0;
   std::vector<std::string> fallback_axis_names;  // the mesh choice of the run last started
+
+  // A run that failed before publishing an array (a spec the mesh cannot take) keeps showing
+  // the last good run's arrays, with the failure said beside them (kept_error).
+  std::vector<ArrayInfo> last_good_arrays;
+  std::vector<ProgramInfo> last_good_programs;
+  std::string kept_error;
+  // Step selects the array the scenario published during the step (the newest).
+  bool step_selects = false;
+  uint64_t step_publishes = 0;
 
   // Frames (for --frames) and status.
   uint64_t frame_index = 0;
@@ -184,12 +208,22 @@ std::string op_key(const std::string& op);
 bool span_matches_op(const TraceSpan& span, const std::string& key);
 // The program line a span came from: (program index, line number), or (-1, -1).
 std::pair<int, int> program_line_of(const App& app, const TraceSpan& span);
+// "peak memory 24 KiB on each of 8 devices", or "peak memory 8 KiB to 24 KiB per device (0: 24
+// KiB, ...)" (program_view.cpp); "" when the program has no memory analysis.
+std::string peak_memory_text(const ProgramInfo& program);
 // The timeline's parts (timeline_lanes.cpp, timeline_details.cpp).
 void draw_timeline_lanes(App& app);
 void draw_span_details(App& app);
 void draw_collective_invocations(App& app);
 // Puts span `span` in view and selects it.
 void select_span(App& app, size_t span, bool center);
+
+// SameLine when an item `width` wide still fits on the line, else a new line: a toolbar wraps
+// in a narrow window instead of being cut at its edge.
+void same_line_if_fits(float width);
+// The width of a button or checkbox labelled `label`.
+float button_width(const char* label);
+float checkbox_width(const char* label);
 
 // Colours and formats the views share.
 ImU32 kind_color(SpanKind kind);

@@ -70,6 +70,9 @@ void App::layout_windows() {
     ImGui::SetNextWindowCollapsed(panels.collapsed[p], ImGuiCond_Always);
     const bool open =
         ImGui::Begin(view_title(views[p].title).c_str(), nullptr, fixed | views[p].flags);
+    widgets[std::string("panel:") + views[p].title] = {
+        ImGui::GetWindowPos(), ImVec2(ImGui::GetWindowPos().x + ImGui::GetWindowWidth(),
+                                      ImGui::GetWindowPos().y + ImGui::GetWindowHeight())};
     if (open) views[p].draw(*this);
     // Whether the user toggled it: ImGui applies a title-bar click on the next Begin, so it
     // shows here as the state differing from the one asked for.

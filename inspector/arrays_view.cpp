@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "app.hpp"
 #include "tile_layout.hpp"
@@ -26,24 +27,41 @@ std::string spec_of(const ArrayInfo& a) {
 }
 
 void array_table(App& app, float height) {
+  // Each column as wide as its widest text: where they all fit, they share the panel in that
+  // proportion (none narrower than its text); where they do not, the table scrolls sideways
+  // rather than cutting them.
+  const char* names[5] = {"name", "shape", "dtype", "sharding", "typeof"};
+  float widths[5];
+  for (int c = 0; c < 5; ++c) widths[c] = ImGui::CalcTextSize(names[c]).x;
+  for (const ArrayInfo& a : app.snap.arrays) {
+    const std::string cells[5] = {a.name, meshvk::shape_to_string(a.shape),
+                                  std::string(meshvk::dtype_name(a.dtype)), spec_of(a), a.type};
+    for (int c = 0; c < 5; ++c)
+      widths[c] = std::max(widths[c], ImGui::CalcTextSize(cells[c].c_str()).x);
+  }
+  float total = 0;
+  for (float& w : widths) total += (w += 2 * ImGui::GetStyle().CellPadding.x + 2);
+  const bool fits = total <= ImGui::GetContentRegionAvail().x - ImGui::GetStyle().ScrollbarSize;
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                 ImGuiTableFlags_ScrollY | ImGuiTableFlags_Resizable |
-                                ImGuiTableFlags_SizingStretchProp;
-  if (!ImGui::BeginTable("arrays", 5, flags, ImVec2(0, height))) return;
+                                (fits ? ImGuiTableFlags_SizingStretchProp
+                                      : ImGuiTableFlags_ScrollX | ImGuiTableFlags_SizingFixedFit);
+  if (!ImGui::BeginTable(fits ? "arrays" : "arrays scrolled", 5, flags, ImVec2(0, height))) return;
   ImGui::TableSetupScrollFreeze(0, 1);
-  ImGui::TableSetupColumn("name", 0, 1.2f);
-  ImGui::TableSetupColumn("shape", 0, 0.8f);
-  ImGui::TableSetupColumn("dtype", 0, 0.6f);
-  ImGui::TableSetupColumn("sharding", 0, 1.6f);
-  ImGui::TableSetupColumn("typeof", 0, 1.0f);
+  for (int c = 0; c < 5; ++c)
+    ImGui::TableSetupColumn(
+        names[c], fits ? ImGuiTableColumnFlags_WidthStretch : ImGuiTableColumnFlags_WidthFixed,
+        widths[c]);
   ImGui::TableHeadersRow();
   for (const ArrayInfo& a : app.snap.arrays) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     const float name_room = ImGui::GetContentRegionAvail().x;
     if (ImGui::Selectable(a.name.c_str(), app.selected_array == a.name,
-                          ImGuiSelectableFlags_SpanAllColumns))
+                          ImGuiSelectableFlags_SpanAllColumns)) {
       app.selected_array = a.name;
+      app.step_selects = false;
+    }
     // The name cell only: the row's middle may be a column border, which drags instead.
     app.widgets["array:" + a.name] = {
         ImGui::GetItemRectMin(),
@@ -168,7 +186,31 @@ void draw_heat_map(App& app, const ArrayInfo& a) {
     ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "heat map: %s", heat.error.c_str());
     return;
   }
-  ImGui::Text("values of slice %d: min %g, max %g", heat.slice, heat.min, heat.max);
+  ImGui::Text("values of slice %d:", heat.slice);
+  // The colour scale: min at the left, max at the right, the middle value under its middle.
+  {
+    ImGui::SameLine();
+    char lo[32], mid[32], hi[32];
+    std::snprintf(lo, sizeof lo, "%g", heat.min);
+    std::snprintf(mid, sizeof mid, "%g", (heat.min + heat.max) / 2);
+    std::snprintf(hi, sizeof hi, "%g", heat.max);
+    ImGui::TextUnformatted(lo);
+    ImGui::SameLine();
+    const float w = 160, h = ImGui::GetTextLineHeight();
+    const ImVec2 s0 = ImGui::GetCursorScreenPos();
+    ImGui::Dummy(ImVec2(w, h));
+    app.record_widget("heat_scale");
+    ImDrawList* sdl = ImGui::GetWindowDrawList();
+    for (int i = 0; i < 32; ++i)
+      sdl->AddRectFilled(ImVec2(s0.x + w * i / 32, s0.y + 2),
+                         ImVec2(s0.x + w * (i + 1) / 32, s0.y + h - 2),
+                         heat_color((i + 0.5f) / 32));
+    sdl->AddRect(ImVec2(s0.x, s0.y + 2), ImVec2(s0.x + w, s0.y + h - 2), IM_COL32(0, 0, 0, 200));
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("colour scale: %s (left) to %s (right), %s in the middle", lo, hi, mid);
+    ImGui::SameLine();
+    ImGui::TextUnformatted(hi);
+  }
   const int64_t rows = a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : 1;
   const int64_t cols = a.shape.empty() ? 1 : a.shape.back();
   const float avail_w = ImGui::GetContentRegionAvail().x - 8;
@@ -199,7 +241,13 @@ void draw_heat_map(App& app, const ArrayInfo& a) {
 
 void draw_arrays_view(App& app) {
   if (app.snap.arrays.empty()) {
-    ImGui::TextDisabled("no arrays yet: the scenario publishes them as it runs");
+    // Nothing ran yet (started without --scenario, or a trace file): say how to start.
+    if (app.snap.run == 0 || app.snap.state == RunState::idle)
+      ImGui::TextDisabled("idle: press Play or Step (Scenario panel) to run %s",
+                          meshvk::scenarios::all()[app.scenario].name.c_str());
+    else
+      ImGui::TextDisabled("no arrays yet: the scenario publishes them as it runs");
+    app.record_widget("arrays_hint");
     app.drawn_tiles.clear();
     return;
   }
@@ -229,7 +277,7 @@ void draw_arrays_view(App& app) {
   ImGui::SetNextItemWidth(140);
   ImGui::SliderFloat("zoom", &app.zoom, 0.5f, 4.0f, "%.2fx");
   app.record_widget("zoom");
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("heat map"));
   ImGui::Checkbox("heat map", &app.heat_map);
   if (app.heat_map && a->shape.size() >= 3) {
     int64_t slices = 1;
@@ -239,8 +287,18 @@ void draw_arrays_view(App& app) {
     ImGui::SliderInt("slice", &app.heat_slice, 0,
                      static_cast<int>(std::max<int64_t>(slices - 1, 0)));
   }
-  ImGui::SameLine();
-  ImGui::TextDisabled("%s  %s", a->name.c_str(), a->type.c_str());
+  const std::string what = a->name + "  " + a->type;
+  same_line_if_fits(ImGui::CalcTextSize(what.c_str()).x);
+  ImGui::TextDisabled("%s", what.c_str());
+  app.check_fits("arrays header");
+  if (!app.kept_error.empty()) {
+    // The run failed before it showed anything: the last good run's arrays stay, and why the
+    // new one failed is said with them.
+    ImGui::PushTextWrapPos();
+    ImGui::TextColored(ImVec4(1, 0.45f, 0.4f, 1), "%s", app.kept_error.c_str());
+    ImGui::PopTextWrapPos();
+    app.record_widget("kept_error");
+  }
 
   ImGui::BeginChild("picture", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
   // Ctrl + wheel zooms the picture, as in a browser.

@@ -64,6 +64,11 @@ void InputQueue::apply(ImGuiIO& io) {
   // Text and editing keys must reach InputText in order: it reads a frame's characters before
   // its keys, so "Ctrl+A, then type" in one frame would type first. A frame holds either.
   bool had_text = false, had_command = false;
+  // A modifier's change waits for the next frame once a key went down in this one: Dear ImGui
+  // reads io.KeyCtrl as it stands at the end of the frame's events, so "Ctrl down, A down,
+  // Ctrl up" in one frame was a plain A (xdotool releases Ctrl before A: Ctrl+A was lost 3 of 6
+  // times in a spec field at its 12 ms key delay, Ctrl+Q 2 of 12).
+  bool key_went_down = false;
   const auto command_key = [&](int key) {
     const bool printable = key >= GLFW_KEY_SPACE && key <= GLFW_KEY_GRAVE_ACCENT;
     return !modifier(key) && (!printable || io.KeyCtrl || io.KeyAlt || io.KeySuper);
@@ -76,12 +81,14 @@ void InputQueue::apply(ImGuiIO& io) {
       case InputEvent::Kind::key: {
         if (e.action == GLFW_REPEAT) break;  // ImGui repeats held keys itself
         const bool command = command_key(e.code);
-        if (keys_changed.count(e.code) || (command && had_text)) {
+        if (keys_changed.count(e.code) || (command && had_text) ||
+            (modifier(e.code) && key_went_down)) {
           stop = true;
           break;
         }
         keys_changed.insert(e.code);
         had_command = had_command || command;
+        key_went_down = key_went_down || (!modifier(e.code) && e.action == GLFW_PRESS);
         if (e.code >= 0 && e.code < IM_ARRAYSIZE(io.KeysDown))
           io.KeysDown[e.code] = e.action == GLFW_PRESS;
         io.KeyCtrl = io.KeysDown[GLFW_KEY_LEFT_CONTROL] || io.KeysDown[GLFW_KEY_RIGHT_CONTROL];

@@ -3,8 +3,8 @@
 // Debian's Dear ImGui 1.86 keeps only the state of each key and button at the start of a frame:
 // a key pressed and released between two frames was never down, so at a low frame rate a short
 // Ctrl+A or click vanished. Here an event that would undo one already given this frame (the
-// release of a key pressed in it, a move after a click) waits for the next frame, and the main
-// loop draws that frame at once.
+// release of a key pressed in it, a move after a click, a modifier let go after a key went down)
+// waits for the next frame, and the main loop draws that frame at once.
 #include <deque>
 
 struct GLFWwindow;

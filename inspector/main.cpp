@@ -188,7 +188,8 @@ int main(int argc, char** argv) {
                                 .height = options->height,
                                 .title = "meshvk inspector",
                                 .validation = validation,
-                                .low_latency = headless_run});
+                                .low_latency = headless_run,
+                                .fit_screen = !options->size_given});
     inspector::ImGuiLayer imgui(window, options->ui_scale);
     // A change in the run (state, arrays, output) wakes an idle window at once.
     runner.set_on_change([] { glfwPostEmptyEvent(); });

@@ -98,6 +98,7 @@ void device_cell(App& app, int device, const std::string& coords, ImVec2 size) {
       ImGui::Text("memory %s of %s%s", format_bytes(info->memory_used).c_str(),
                   format_bytes(info->memory_budget).c_str(),
                   info->memory_shared ? " (shared by the adapter's devices)" : "");
+      ImGui::TextDisabled("the bar: log scale, 1 KiB to the budget");
     }
     if (app.picture_cache.name == app.selected_array) {
       for (const PictureTile& t : app.picture_cache.picture.tiles)
@@ -121,7 +122,8 @@ void draw_mesh_view(App& app) {
     sizes = mesh->axis_sizes();
     names = mesh->axis_names();
     ids = mesh->device_ids();
-    ImGui::TextUnformatted(mesh->to_string().c_str());
+    // Wrapped: a narrow panel would cut the axis types off.
+    ImGui::TextWrapped("%s", mesh->to_string().c_str());
   } else {
     ImGui::TextDisabled("no mesh yet: %zu devices", ids.size());
   }
@@ -182,7 +184,9 @@ void draw_mesh_view(App& app) {
   const float grid_h =
       rows * (cell_h + gap) + (sizes.size() >= 3 ? ImGui::GetTextLineHeight() + 2 : 0);
   ImGui::SetCursorScreenPos(ImVec2(origin.x, origin.y + grid_h + 4));
-  ImGui::Dummy(ImVec2(1, 1));
+  // A bar a quarter full is not a quarter of the budget: say so where the bars are.
+  ImGui::TextDisabled("memory bars: log scale, 1 KiB to the device's budget");
+  app.record_widget("memory_scale");
 
   // Every device, with its memory and queue.
   if (ImGui::BeginTable(

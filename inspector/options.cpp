@@ -23,6 +23,8 @@ const char* const kUsage =
     "  --trace FILE      open a Chrome trace JSON (as File > Open); given again, the traces\n"
     "                    go on one timeline (the processes of a job: trace.process0.json ...)\n"
     "  --paused          start the scenario paused at its first checkpoint\n"
+    "  --size WxH        the window's size (default 1600x1000, or the screen's work area where\n"
+    "                    that is smaller)\n"
     "  --frames N        render N frames (and until the scenario has shown an array), then exit\n"
     "  --screenshot OUT  write the last frame as PNG\n"
     "  --select NAME     show array NAME;  --op TEXT  highlight the program op starting with TEXT\n"
@@ -117,6 +119,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
         error = "--size takes WxH (at least 320x240), got " + *v;
         return std::nullopt;
       }
+      o.size_given = true;
     } else if (a == "--frames") {
       if (!integer(o.frames, 1)) return std::nullopt;
     } else if (a == "--screenshot") {

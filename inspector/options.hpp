@@ -15,11 +15,12 @@ struct Options {
       args;  // the scenario's arguments (default: its interactive ones)
   std::optional<meshvk::scenarios::MeshOverride> mesh;
   std::vector<std::pair<std::string, std::string>>
-      specs;          // (input, spec text); input "" is the first input
-  int devices = 0;    // 0: MESHVK_NUM_DEVICES, else 8
+      specs;                        // (input, spec text); input "" is the first input
+  int devices = 0;                  // 0: MESHVK_NUM_DEVICES, else 8
   std::vector<std::string> traces;  // Chrome trace JSON files to open, on one timeline
   bool paused = false;
   int width = 1600, height = 1000;
+  bool size_given = false;  // --size: else the window fits the screen
   int frames = 0;           // > 0: render this many frames, then exit
   std::string screenshot;   // with frames: the last frame as PNG
   std::string layout_dump;  // with frames: where the arrays view drew its tiles, for tests

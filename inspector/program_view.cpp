@@ -100,17 +100,40 @@ std::pair<int, int> program_line_of(const App& app, const TraceSpan& span) {
   return {-1, -1};
 }
 
+std::string peak_memory_text(const ProgramInfo& program) {
+  const auto& peaks = program.peak_per_device;
+  if (peaks.empty()) return "";
+  uint64_t lo = peaks.front().second, hi = lo;
+  for (const auto& [device, bytes] : peaks) lo = std::min(lo, bytes), hi = std::max(hi, bytes);
+  const std::string n = std::to_string(peaks.size());
+  if (lo == hi)
+    return "peak memory " + format_bytes(hi) + " on each of " + n + " device" +
+           (peaks.size() == 1 ? "" : "s");
+  std::string each;
+  for (const auto& [device, bytes] : peaks)
+    each += (each.empty() ? "" : ", ") + std::to_string(device) + ": " + format_bytes(bytes);
+  return "peak memory " + format_bytes(lo) + " to " + format_bytes(hi) + " per device (" + each +
+         ")";
+}
+
 void draw_program_view(App& app) {
   if (app.snap.programs.empty()) {
+    ImGui::PushTextWrapPos();
     ImGui::TextDisabled(
         "no jit program yet: scenarios that call jit show their partitioned program here");
+    ImGui::PopTextWrapPos();
     return;
   }
   int& current = app.program;
   current = std::clamp(current, 0, static_cast<int>(app.snap.programs.size()) - 1);
   if (app.snap.programs.size() > 1) {
-    ImGui::SetNextItemWidth(200);
-    if (ImGui::BeginCombo("program", app.snap.programs[current].name.c_str())) {
+    // As wide as the program's name (shard_map's say their function or line), up to most of the
+    // panel.
+    const char* name = app.snap.programs[current].name.c_str();
+    ImGui::SetNextItemWidth(std::clamp(ImGui::CalcTextSize(name).x + ImGui::GetFrameHeight() +
+                                           2 * ImGui::GetStyle().FramePadding.x,
+                                       120.0f, ImGui::GetContentRegionAvail().x * 0.75f));
+    if (ImGui::BeginCombo("program", name)) {
       for (size_t i = 0; i < app.snap.programs.size(); ++i)
         if (ImGui::Selectable(app.snap.programs[i].name.c_str(), current == static_cast<int>(i)))
           current = static_cast<int>(i);
@@ -118,7 +141,14 @@ void draw_program_view(App& app) {
     }
     ImGui::SameLine();
   }
+  ImGui::PushTextWrapPos();
+  // Lowered::memory_analysis: what the program's buffers take on each device at their peak.
+  if (const std::string peak = peak_memory_text(app.snap.programs[current]); !peak.empty()) {
+    ImGui::TextUnformatted(peak.c_str());
+    app.record_widget("program_memory");
+  }
   ImGui::TextDisabled("collectives in red; click an op to find its spans in the timeline");
+  ImGui::PopTextWrapPos();
   if (!app.selected_op.empty()) {
     size_t spans = 0;
     const std::string key = op_key(app.selected_op);
@@ -127,8 +157,11 @@ void draw_program_view(App& app) {
     ImGui::SameLine();
     if (ImGui::SmallButton("clear")) app.selected_op.clear();
   }
+  ImGui::Checkbox("wrap", &app.program_wrap);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("wrap long lines at the panel's edge");
   ImGui::Separator();
-  ImGui::BeginChild("text", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
+  ImGui::BeginChild("text", ImVec2(0, 0), false,
+                    app.program_wrap ? 0 : ImGuiWindowFlags_HorizontalScrollbar);
   const std::string& text = app.snap.programs[current].text;
   size_t start = 0;
   int n = 0;
@@ -153,13 +186,29 @@ void draw_program_view(App& app) {
       ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.45f, 1));
     else if (op.empty())
       ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-    if (!op.empty()) {
+    if (app.program_wrap) {
+      // Wrapped at the panel's edge: a narrow panel (1024x700) cuts nothing off. The line is
+      // drawn over its Selectable, as tall as its wrapped rows.
+      const float wrap_w = std::max(50.0f, ImGui::GetContentRegionAvail().x);
+      const ImVec2 size = ImGui::CalcTextSize(line.c_str(), nullptr, false, wrap_w);
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      if (!op.empty()) {
+        if (ImGui::Selectable("##line", app.selected_op == op, 0, ImVec2(wrap_w, size.y)))
+          app.selected_op = app.selected_op == op ? std::string() : op;
+      } else {
+        ImGui::Dummy(ImVec2(wrap_w, size.y));
+      }
+      ImGui::GetWindowDrawList()->AddText(nullptr, 0.0f, at, ImGui::GetColorU32(ImGuiCol_Text),
+                                          line.c_str(), nullptr, wrap_w);
+    } else if (!op.empty()) {
       if (ImGui::Selectable(line.c_str(), app.selected_op == op))
         app.selected_op = app.selected_op == op ? std::string() : op;
     } else {
       ImGui::TextUnformatted(line.c_str());
     }
     if (colored) ImGui::PopStyleColor();
+    if (ImGui::CalcTextSize(line.c_str()).x > ImGui::GetItemRectSize().x + 1 && !app.program_wrap)
+      app.clipped_next.insert("program line");
     // A line running past the panel's visible edge shows whole in a tooltip (the panel also
     // scrolls sideways, but a hover is quicker than a scroll).
     if (ImGui::IsItemHovered()) {

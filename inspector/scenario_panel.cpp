@@ -44,28 +44,38 @@ void controls(App& app) {
   if (state == RunState::running) {
     if (ImGui::Button("Pause")) app.runner.pause();
   } else if (state == RunState::paused) {
-    if (ImGui::Button("Play")) app.runner.resume();
+    if (ImGui::Button("Play")) app.runner.resume(), app.step_selects = false;
   } else {
-    if (ImGui::Button("Play")) app.restart();
+    if (ImGui::Button("Play")) app.restart(), app.step_selects = false;
   }
-  ImGui::SameLine();
+  app.record_widget("play");
+  same_line_if_fits(button_width("Step"));
   if (ImGui::Button("Step")) {
+    // Each step shows the array it published (the newest), until an array is picked by hand.
+    app.step_selects = true;
+    app.step_publishes = active ? app.snap.publishes : 0;
     if (active)
       app.runner.step();
     else
       app.restart(/*paused=*/true);
   }
-  ImGui::SameLine();
+  app.record_widget("step");
+  same_line_if_fits(button_width("Restart"));
   if (ImGui::Button("Restart")) app.restart();
-  ImGui::SameLine();
+  same_line_if_fits(button_width("Stop"));
   ImGui::BeginDisabled(!active);
   if (ImGui::Button("Stop")) app.runner.stop();
   ImGui::EndDisabled();
+  app.check_fits("scenario controls");
 
   const ImVec4 color = state == RunState::failed    ? ImVec4(1.0f, 0.4f, 0.4f, 1)
                        : state == RunState::running ? ImVec4(0.5f, 0.9f, 0.5f, 1)
                                                     : ImVec4(0.85f, 0.85f, 0.85f, 1);
   ImGui::TextColored(color, "%s", run_state_name(state));
+  if (state == RunState::idle) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("press Play or Step");
+  }
   if (app.snap.checkpoints > 0) {
     ImGui::SameLine();
     ImGui::TextDisabled("checkpoint %d: %s", app.snap.checkpoints, app.snap.checkpoint.c_str());
@@ -135,10 +145,11 @@ void mesh_and_specs(App& app, const sc::Scenario& scenario, float column) {
                                  ImGuiInputTextFlags_EnterReturnsTrue))
       app.restart();
     app.record_widget("spec:" + input);
+    // The whole spec first: a narrow panel cuts the field.
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip(
-          "PartitionSpec of %s in JAX syntax, e.g. P('a', None); Enter re-runs.\nEmpty: %s",
-          input.c_str(), default_spec.c_str());
+          "%s\nPartitionSpec of %s in JAX syntax, e.g. P('a', None); Enter re-runs.\nEmpty: %s",
+          text.empty() ? default_spec.c_str() : text.c_str(), input.c_str(), default_spec.c_str());
     ImGui::SameLine();
     if (ImGui::BeginCombo("##choices", "",
                           ImGuiComboFlags_NoPreview | ImGuiComboFlags_PopupAlignLeft)) {
@@ -212,6 +223,9 @@ void draw_scenario_panel(App& app) {
   ImGui::SetNextItemWidth(-FLT_MIN);
   if (ImGui::InputText("##args", &app.args_text, ImGuiInputTextFlags_EnterReturnsTrue))
     app.restart();
+  if (ImGui::IsItemHovered() && !app.args_text.empty() &&
+      ImGui::CalcTextSize(app.args_text.c_str()).x > ImGui::GetItemRectSize().x)
+    ImGui::SetTooltip("%s", app.args_text.c_str());
   mesh_and_specs(app, scenario, column);
   ImGui::Separator();
   controls(app);

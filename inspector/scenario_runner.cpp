@@ -11,6 +11,29 @@ namespace inspector {
 namespace mv = meshvk;
 namespace sc = meshvk::scenarios;
 
+std::string shard_map_program_name(const std::string& text) {
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    const size_t hash = line.find("  # ");
+    const size_t dash = line.rfind(" - ");
+    if (hash == std::string::npos || dash == std::string::npos || dash < hash) continue;
+    std::string site = line.substr(dash + 3);  // "file.cpp:80 (function) [backward]"
+    if (const size_t b = site.find(" [backward]"); b != std::string::npos) site.erase(b);
+    const size_t open = site.find(" (");
+    if (open == std::string::npos || site.back() != ')') continue;
+    const std::string where = site.substr(0, open);
+    std::string function = site.substr(open + 2, site.size() - open - 3);
+    // __builtin_FUNCTION in a lambda's body is "operator()", cut to "operator".
+    if (function.empty() || function == "operator" || function.find(" lambda") != std::string::npos)
+      return "shard_map(lambda at " + where + ")";
+    return "shard_map(" + function + ")";
+  }
+  return "";
+}
+
 const char* run_state_name(RunState state) {
   switch (state) {
     case RunState::starting:
@@ -226,15 +249,30 @@ void ScenarioRunner::run_one(const RunRequest& request) {
     ctx.stop = &stop_;
     ctx.observer = this;
     // shard_map calls publish no program of their own: the watch shows each distinct one in
-    // the program view, as "shard_map 1", "shard_map 2", ... (under jit too).
+    // the program view, named by the user's function (shard_map_program_name), else
+    // "shard_map 1", "shard_map 2", ... (under jit too). A name already taken by another
+    // program gets " #2", " #3", ...
     int shard_maps = 0;
     const mv::ShardMapWatch watch([&](const std::string& text) {
+      std::string name = shard_map_program_name(text);
       {
         std::lock_guard lock(mutex_);
         for (const ProgramInfo& p : state_.programs)
           if (p.text == text) return;
+        ++shard_maps;
+        if (name.empty()) name = "shard_map " + std::to_string(shard_maps);
+        const auto taken = [&](const std::string& n) {
+          for (const ProgramInfo& p : state_.programs)
+            if (p.name == n) return true;
+          return false;
+        };
+        if (taken(name)) {
+          int k = 2;
+          while (taken(name + " #" + std::to_string(k))) ++k;
+          name += " #" + std::to_string(k);
+        }
       }
-      on_program("shard_map " + std::to_string(++shard_maps), text);
+      on_program(name, text);
     });
     try {
       const int rc = scenario->run(ctx);
@@ -272,6 +310,8 @@ void ScenarioRunner::on_array(const std::string& name, const mv::Array& array) {
   live_arrays_.insert_or_assign(name, array);
   std::lock_guard lock(mutex_);
   auto& arrays = state_.arrays;
+  state_.last_published = name;
+  ++state_.publishes;
   auto it = std::find_if(arrays.begin(), arrays.end(),
                          [&](const ArrayInfo& a) { return a.name == name; });
   if (it == arrays.end()) {
@@ -295,6 +335,24 @@ void ScenarioRunner::on_program(const std::string& name, const std::string& text
   }
   state_.programs.push_back({name, text});
   changed_locked();
+}
+
+void ScenarioRunner::on_program_memory(const std::string& name, const mv::MemoryAnalysis& memory) {
+  std::lock_guard lock(mutex_);
+  for (ProgramInfo& p : state_.programs) {
+    if (p.name != name) continue;
+    p.peak_per_device.clear();
+    for (const mv::DeviceMemory& d : memory.devices)
+      p.peak_per_device.emplace_back(d.device, d.peak_memory_in_bytes);
+    changed_locked();
+    return;
+  }
+}
+
+int64_t peak_memory_on(const ProgramInfo& program, int device) {
+  for (const auto& [d, bytes] : program.peak_per_device)
+    if (d == device) return static_cast<int64_t>(bytes);
+  return -1;
 }
 
 void ScenarioRunner::on_input(const std::string& name, const mv::PartitionSpec& default_spec,

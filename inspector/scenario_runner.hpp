@@ -37,7 +37,12 @@ struct InputInfo {
 struct ProgramInfo {
   std::string name;
   std::string text;
+  // Lowered::memory_analysis's peak per device (device id, bytes), for programs published as a
+  // Lowered; empty for the others (shard_map's, text-only ones).
+  std::vector<std::pair<int, uint64_t>> peak_per_device;
 };
+// The program's peak on `device`, or -1 when it says none.
+int64_t peak_memory_on(const ProgramInfo& program, int device);
 
 // Values of one 2-D slice of an array, block-averaged down to at most kMaxHeat per side.
 struct HeatMap {
@@ -51,6 +56,12 @@ struct HeatMap {
   std::string error;
 };
 
+// The name the program view gives a shard_map's program: the user's function, as JAX names
+// shard_map(f): "shard_map(collective_matmul)", from the call site its first collective line
+// records ("  # rule - file.cpp:80 (collective_matmul)"); a lambda is "shard_map(lambda at
+// file.cpp:80)". "" when no line says (a body without collectives).
+std::string shard_map_program_name(const std::string& text);
+
 enum class RunState { starting, idle, running, paused, finished, failed, stopped };
 const char* run_state_name(RunState state);
 
@@ -62,6 +73,8 @@ struct RunnerSnapshot {
   std::string checkpoint;  // the last checkpoint passed
   int checkpoints = 0;
   std::vector<ArrayInfo> arrays;  // in first-publish order
+  std::string last_published;     // the array the scenario published last, and how many
+  uint64_t publishes = 0;         // publishes this run has made
   std::vector<ProgramInfo> programs;
   std::vector<InputInfo> inputs;
   std::vector<meshvk::DeviceInfo> devices;
@@ -106,6 +119,7 @@ class ScenarioRunner : private meshvk::scenarios::Observer {
  private:
   void on_array(const std::string& name, const meshvk::Array& array) override;
   void on_program(const std::string& name, const std::string& text) override;
+  void on_program_memory(const std::string& name, const meshvk::MemoryAnalysis& memory) override;
   void on_input(const std::string& name, const meshvk::PartitionSpec& default_spec,
                 const meshvk::Mesh& mesh) override;
   bool on_checkpoint(const std::string& label) override;

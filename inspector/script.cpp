@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -13,6 +14,13 @@
 
 namespace inspector {
 namespace {
+
+int modifier_code(const std::string& name) {
+  return name == "ctrl"    ? GLFW_KEY_LEFT_CONTROL
+         : name == "shift" ? GLFW_KEY_LEFT_SHIFT
+         : name == "alt"   ? GLFW_KEY_LEFT_ALT
+                           : -1;
+}
 
 int key_code(const std::string& name) {
   if (name.size() == 1 && std::isalnum(static_cast<unsigned char>(name[0])))
@@ -25,7 +33,7 @@ int key_code(const std::string& name) {
       {"equal", GLFW_KEY_EQUAL},         {"minus", GLFW_KEY_MINUS}};
   for (const auto& [n, code] : named)
     if (name == n) return code;
-  return -1;
+  return modifier_code(name);
 }
 
 }  // namespace
@@ -103,6 +111,7 @@ bool Script::step(App& app, InputQueue& input) {
         return false;
       }
       input.push({InputEvent::Kind::move, 0, 0, x, y});
+      last_x_ = x, last_y_ = y;
       if (command == "click") {
         input.push({InputEvent::Kind::button, GLFW_MOUSE_BUTTON_LEFT, GLFW_PRESS});
         input.push({InputEvent::Kind::button, GLFW_MOUSE_BUTTON_LEFT, GLFW_RELEASE});
@@ -114,10 +123,7 @@ bool Script::step(App& app, InputQueue& input) {
       size_t plus;
       while ((plus = spec.find('+')) != std::string::npos) {
         const std::string m = spec.substr(0, plus);
-        mods.push_back(m == "ctrl"    ? GLFW_KEY_LEFT_CONTROL
-                       : m == "shift" ? GLFW_KEY_LEFT_SHIFT
-                       : m == "alt"   ? GLFW_KEY_LEFT_ALT
-                                      : -1);
+        mods.push_back(modifier_code(m));
         spec = spec.substr(plus + 1);
       }
       const int key = key_code(spec);
@@ -130,6 +136,25 @@ bool Script::step(App& app, InputQueue& input) {
       input.push({InputEvent::Kind::key, key, GLFW_RELEASE});
       for (auto m = mods.rbegin(); m != mods.rend(); ++m)
         input.push({InputEvent::Kind::key, *m, GLFW_RELEASE});
+    } else if (command == "move_by") {
+      double dx = 0, dy = 0;
+      in >> dx >> dy;
+      last_x_ += dx, last_y_ += dy;
+      input.push({InputEvent::Kind::move, 0, 0, last_x_, last_y_});
+    } else if (command == "mouse_down" || command == "mouse_up") {
+      input.push({InputEvent::Kind::button, GLFW_MOUSE_BUTTON_LEFT,
+                  command == "mouse_down" ? GLFW_PRESS : GLFW_RELEASE});
+    } else if (command == "press" || command == "release") {
+      // One key's press or release alone, to play the orders a real keyboard sends (xdotool
+      // lets Ctrl go before the key it modified).
+      std::string name;
+      in >> name;
+      const int key = key_code(name);
+      if (key < 0) {
+        error_ = "--script: unknown key in '" + line + "'";
+        return false;
+      }
+      input.push({InputEvent::Kind::key, key, command == "press" ? GLFW_PRESS : GLFW_RELEASE});
     } else if (command == "type") {
       std::string text;
       std::getline(in, text);
@@ -164,6 +189,11 @@ void write_state(const App& app, const std::string& path) {
   out << "mesh " << app.mesh_choices[app.mesh_choice].label << "\n";
   for (const auto& [input, text] : app.spec_text) out << "spec " << input << " " << text << "\n";
   out << "spec_error " << app.spec_error << "\n";
+  std::string kept = app.kept_error;
+  std::replace(kept.begin(), kept.end(), '\n', ' ');
+  out << "kept_error " << kept << "\n";
+  out << "drawn_tiles " << app.drawn_tiles.size() << "\n";
+  out << "message " << app.snap.message << "\n";
   out << "selected " << app.selected_array << "\n";
   out << "zoom " << app.zoom << "\n";
   out << "font_scale " << ImGui::GetIO().FontGlobalScale << "\n";
@@ -183,7 +213,40 @@ void write_state(const App& app, const std::string& path) {
   out << "search_match " << app.tl.match + 1 << " of " << app.tl.matches.size() << "\n";
   out << "search_active " << (app.tl.search_active ? 1 : 0) << "\n";
   out << "selected_span " << app.selected_span << "\n";
+  out << "selected_steps " << app.tl.selected_steps.size() << "\n";
+  // The selected span's program's peak memory on its device, as its details show it (-1: none).
+  int64_t span_peak = -1;
+  if (app.selected_span >= 0 && app.selected_span < static_cast<int>(app.trace.spans().size())) {
+    const TraceSpan& s = app.trace.spans()[app.selected_span];
+    const int device = app.trace.lanes()[s.lane].device;
+    if (const int p = program_line_of(app, s).first; p >= 0 && device >= 0)
+      span_peak = peak_memory_on(app.snap.programs[p], device);
+  }
+  out << "selected_span_peak " << span_peak << "\n";
+  if (app.selected_span >= 0 && app.selected_span < static_cast<int>(app.trace.spans().size())) {
+    const TraceSpan& s = app.trace.spans()[app.selected_span];
+    out << "selected_span_is " << s.name << " | " << s.op << " | " << s.program << " | "
+        << app.trace.lanes()[s.lane].name << "\n";
+  }
+  // The view in ns since the trace's first event (what the ruler counts from).
+  char view[96];
+  std::snprintf(view, sizeof view, "%.0f %.0f",
+                app.view_start_ns - static_cast<double>(app.trace.min_ns()), app.view_span_ns);
+  out << "view " << view << "\n";
+  out << "marks " << app.tl.marks.size() << "\n";
+  out << "range " << (app.tl.range_set ? 1 : 0) << "\n";
+  out << "ruler_unit " << app.tl.ruler_unit << "\n";
+  out << "cursor_label " << app.tl.cursor_label << "\n";
+  for (const ProgramInfo& p : app.snap.programs) {
+    out << "program " << p.name << "\n";
+    if (!p.peak_per_device.empty())
+      out << "program_memory " << p.name << " " << peak_memory_text(p) << "\n";
+  }
   out << "frames " << app.frame_index << "\n";
+  out << "window " << ImGui::GetIO().DisplaySize.x << " " << ImGui::GetIO().DisplaySize.y << "\n";
+  std::string clipped;
+  for (const std::string& c : app.clipped) clipped += (clipped.empty() ? "" : ";") + c;
+  out << "clipped " << clipped << "\n";
   for (const auto& [name, rect] : app.widgets)
     out << "widget " << name << " " << rect.first.x << " " << rect.first.y << " " << rect.second.x
         << " " << rect.second.y << "\n";

@@ -7,13 +7,17 @@
 //   wait_state STATE    draw until the run is in STATE (running, finished, ...)
 //   move X Y | move @T  the pointer to a point or to target T's centre
 //   click X Y | click @T
+//   move_by DX DY       the pointer from where the script last put it
+//   mouse_down | mouse_up  the left button alone (a drag: down, wait, move_by, wait, up)
 //   key ctrl+a          a key press and release, with modifiers (ctrl, shift, alt)
+//   press K | release K one key's press or release alone (K: a, enter, ctrl, shift, ...)
 //   type TEXT           characters, as a keyboard would send them
 //   scroll DY
 //   dump PATH           write the app's state (see write_state)
 //   quit
 // Targets: tile:N (the N-th tile drawn), or a widget the views recorded in App::widgets
-// (spec:NAME, array:NAME, scenario, scenario_item:NAME, mesh, mesh_item:LABEL, zoom).
+// (spec:NAME, array:NAME, scenario, scenario_item:NAME, mesh, mesh_item:LABEL, zoom, search,
+// track, details, details_splitter, tab:collectives, collective_row:N).
 // Commands between two waits arrive together, as they would within one slow frame.
 #include <optional>
 #include <string>
@@ -38,6 +42,7 @@ class Script {
   int wait_frames_ = 0;
   std::string wait_for_;  // "arrays" or a run state name
   std::string error_;
+  double last_x_ = 0, last_y_ = 0;  // where the script last put the pointer
 };
 
 // The app's state as key-value lines, for the tests: scenario, run, state, mesh, specs, spec

@@ -22,7 +22,10 @@ namespace {
 constexpr float kLabelWidth = 150;
 constexpr float kRowHeight = 18;
 constexpr float kLaneGap = 4;
-constexpr float kRulerHeight = 22;
+// Two rows: the ticks' times, and under them the cursor's time, a range's length and the
+// marks (the cursor's time once covered a tick's label).
+constexpr float kTickRowHeight = 20;
+constexpr float kRulerHeight = 36;
 
 // Lanes top to bottom: the host, then devices in order, then anything else. With a projection
 // (Project onto), each device's lanes are together: measured first, then projected.
@@ -61,24 +64,6 @@ double nice_step(double target) {
   for (const double m : {1.0, 2.0, 5.0, 10.0})
     if (m * p >= target) return m * p;
   return 10 * p;
-}
-
-// A time in a unit a decade above `step`, with the decimals the step needs: "12.35 ms" for
-// ticks 50 us apart.
-std::string format_tick(double ns, double step) {
-  const char* unit = "ns";
-  double div = 1;
-  if (step >= 1e8)
-    unit = "s", div = 1e9;
-  else if (step >= 1e5)
-    unit = "ms", div = 1e6;
-  else if (step >= 1e2)
-    unit = "us", div = 1e3;
-  int decimals = 0;
-  for (double s = step / div; s < 1 - 1e-9 && decimals < 6; s *= 10) ++decimals;
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, ns / div, unit);
-  return buf;
 }
 
 void span_tooltip(const TraceSpan& s, const TraceData& trace, uint32_t merged) {
@@ -149,8 +134,8 @@ void draw_timeline_lanes(App& app) {
   if (app.live_mode && app.follow && !trace.empty()) {
     // Device spans arrive after their timestamps are read back: follow the latest device
     // timestamp so the device lanes stay in view rather than the host running ahead of them.
-    const double edge = follow_edge_ns(trace);
-    app.view_start_ns = std::max(min_ns, edge - app.view_span_ns * 0.98);
+    const TimeView v = follow_view(trace, app.view_span_ns);
+    app.view_start_ns = v.start_ns;
   }
   const auto time_at = [&](float x) {
     return app.view_start_ns + (x - track_x) / track_w * app.view_span_ns;
@@ -168,6 +153,8 @@ void draw_timeline_lanes(App& app) {
     tl.range_t0 = tl.range_t1 = time_at(io.MousePos.x);
   }
   const double step = nice_step(app.view_span_ns / std::max(2.0f, track_w / 110));
+  tl.ruler_unit = format_ruler_time(0, step);
+  tl.ruler_unit = tl.ruler_unit.substr(tl.ruler_unit.rfind(' ') + 1);
   dl->AddRectFilled(origin, ImVec2(origin.x + avail.x, origin.y + kRulerHeight),
                     IM_COL32(30, 32, 38, 255));
   dl->PushClipRect(ImVec2(track_x, origin.y), ImVec2(track_x + track_w, origin.y + kRulerHeight),
@@ -176,10 +163,10 @@ void draw_timeline_lanes(App& app) {
        min_ns + t < app.view_start_ns + app.view_span_ns; t += step) {
     const float x = x_of(min_ns + t);
     if (x < track_x) continue;
-    dl->AddLine(ImVec2(x, origin.y + 14), ImVec2(x, origin.y + kRulerHeight),
+    dl->AddLine(ImVec2(x, origin.y + 14), ImVec2(x, origin.y + kTickRowHeight),
                 IM_COL32(150, 150, 150, 255));
     dl->AddText(ImVec2(x + 3, origin.y + 2), IM_COL32(170, 170, 170, 255),
-                format_tick(t, step).c_str());
+                format_ruler_time(t, step).c_str());
   }
   dl->PopClipRect();
 
@@ -226,14 +213,21 @@ void draw_timeline_lanes(App& app) {
   ImGui::InvisibleButton("canvas", ImVec2(lanes_avail.x, std::max(lanes_avail.y, content_h)),
                          ImGuiButtonFlags_MouseButtonLeft | ImGuiButtonFlags_MouseButtonRight);
   const bool hovered = ImGui::IsItemHovered();
+  app.widgets["track"] = {ImVec2(track_x, lanes_origin.y),
+                          ImVec2(track_x + track_w, lanes_origin.y + lanes_avail.y)};
   const bool over_track = (hovered || ruler_hovered) && io.MousePos.x >= track_x;
   tl.cursor_ns = over_track ? time_at(io.MousePos.x) : -1;
 
-  // Wheel: zoom around the cursor. Drag: pan, or with Shift select a range.
-  if ((hovered || ruler_hovered) && io.MouseWheel != 0 && !io.KeyCtrl) {
-    const double at = time_at(io.MousePos.x);
-    app.view_span_ns = std::clamp(app.view_span_ns * std::pow(0.8, io.MouseWheel), 100.0, 1e13);
-    app.view_start_ns = at - (io.MousePos.x - track_x) / track_w * app.view_span_ns;
+  // Wheel (or Ctrl+wheel, as Perfetto): zoom around the cursor; Shift+wheel (or a sideways
+  // wheel) pans. Drag: pan, or with Shift select a range.
+  if ((hovered || ruler_hovered) && (io.MouseWheel != 0 || io.MouseWheelH != 0)) {
+    TimeView v{app.view_start_ns, app.view_span_ns};
+    if (io.KeyShift || io.MouseWheelH != 0)
+      v = pan_view(v, -0.1 * (io.KeyShift ? io.MouseWheel : 0) + 0.1 * io.MouseWheelH);
+    else
+      v = zoom_view(v, time_at(io.MousePos.x), std::pow(0.8, io.MouseWheel));
+    app.view_start_ns = v.start_ns;
+    app.view_span_ns = v.span_ns;
     app.follow = false;
   }
   if (ImGui::IsItemActivated() && io.KeyShift && io.MousePos.x >= track_x) {
@@ -313,7 +307,9 @@ void draw_timeline_lanes(App& app) {
         ldl->AddLine(ImVec2((a.x + b.x) / 2, sy - 1), ImVec2((a.x + b.x) / 2, sy + 3),
                      IM_COL32(80, 230, 255, 255), 2);
       }
-      if (it.count == 1 && static_cast<int>(it.span) == app.selected_span)
+      if (it.count == 1 &&
+          (static_cast<int>(it.span) == app.selected_span ||
+           std::binary_search(tl.selected_steps.begin(), tl.selected_steps.end(), it.span)))
         ldl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1),
                      IM_COL32(255, 230, 80, 255), 0, 0, 2);
       if (it.count == 1 && it.x1 - it.x0 > 24) {
@@ -340,11 +336,28 @@ void draw_timeline_lanes(App& app) {
       ldl->AddRectFilled(ImVec2(x0, lanes_origin.y),
                          ImVec2(x1, lanes_origin.y + std::max(lanes_avail.y, content_h)),
                          IM_COL32(120, 160, 255, 40));
-      dl->AddRectFilled(ImVec2(x0, origin.y), ImVec2(x1, origin.y + kRulerHeight),
+      dl->AddRectFilled(ImVec2(x0, origin.y + kTickRowHeight), ImVec2(x1, origin.y + kRulerHeight),
                         IM_COL32(120, 160, 255, 90));
       const std::string len = format_duration(std::abs(tl.range_t1 - tl.range_t0) * 1e-9);
-      dl->AddText(ImVec2(x0 + 3, origin.y + 4), IM_COL32(255, 255, 255, 255), len.c_str());
+      dl->AddText(ImVec2(x0 + 3, origin.y + kTickRowHeight + 1), IM_COL32(255, 255, 255, 255),
+                  len.c_str());
     }
+  }
+
+  // Marks (M): a band through the lanes and a flag on the ruler's lower row.
+  for (const auto& [m0, m1] : tl.marks) {
+    const float x0 = std::max(track_x, x_of(m0));
+    const float x1 = std::min(track_x + track_w, x_of(m1));
+    if (x1 < x0) continue;
+    const float w = std::max(x1 - x0, 1.0f);
+    ldl->AddRectFilled(ImVec2(x0, lanes_origin.y),
+                       ImVec2(x0 + w, lanes_origin.y + std::max(lanes_avail.y, content_h)),
+                       IM_COL32(255, 120, 200, 30));
+    ldl->AddLine(ImVec2(x0, lanes_origin.y),
+                 ImVec2(x0, lanes_origin.y + std::max(lanes_avail.y, content_h)),
+                 IM_COL32(255, 120, 200, 160));
+    dl->AddRectFilled(ImVec2(x0, origin.y + kTickRowHeight),
+                      ImVec2(x0 + w, origin.y + kRulerHeight), IM_COL32(255, 120, 200, 110));
   }
 
   // Flows: the selected span's (always), or every flow in view when "all flows" is on. Flows
@@ -386,13 +399,17 @@ void draw_timeline_lanes(App& app) {
     ldl->AddLine(ImVec2(x, lanes_origin.y),
                  ImVec2(x, lanes_origin.y + std::max(lanes_avail.y, content_h)),
                  IM_COL32(255, 255, 255, 70));
-    const std::string t = format_tick(tl.cursor_ns - min_ns, step / 100);
+    // In the ticks' unit, two decimals finer, on the row under their labels.
+    const std::string t = format_ruler_time(tl.cursor_ns - min_ns, step, 2);
+    tl.cursor_label = t;
     const ImVec2 ts = ImGui::CalcTextSize(t.c_str());
     const float tx = std::min(x + 4, track_x + track_w - ts.x - 2);
-    dl->AddRectFilled(ImVec2(tx - 2, origin.y + 1),
+    dl->AddLine(ImVec2(x, origin.y + kTickRowHeight), ImVec2(x, origin.y + kRulerHeight),
+                IM_COL32(255, 255, 255, 160));
+    dl->AddRectFilled(ImVec2(tx - 2, origin.y + kTickRowHeight),
                       ImVec2(tx + ts.x + 2, origin.y + kRulerHeight - 1),
                       IM_COL32(60, 70, 100, 255));
-    dl->AddText(ImVec2(tx, origin.y + 3), IM_COL32(255, 255, 255, 255), t.c_str());
+    dl->AddText(ImVec2(tx, origin.y + kTickRowHeight + 1), IM_COL32(255, 255, 255, 255), t.c_str());
   }
   ldl->PopClipRect();
 
@@ -404,10 +421,12 @@ void draw_timeline_lanes(App& app) {
       app.hovered_devices_next = {trace.lanes()[s.lane].device};
     if (clicked) {
       app.selected_span = static_cast<int>(it.span);
+      tl.selected_steps.clear();
       tl.range_set = false;
     }
   } else if (clicked && io.MousePos.x >= track_x) {
     app.selected_span = -1;
+    tl.selected_steps.clear();
     tl.range_set = false;
   }
   ImGui::EndChild();

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdio>
 #include <map>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 namespace inspector {
@@ -207,6 +209,72 @@ std::vector<RangeTotal> range_totals(const TraceData& trace, int64_t t0, int64_t
   std::vector<RangeTotal> out;
   for (auto& [key, row] : rows) out.push_back(row);
   return out;
+}
+
+std::vector<OpTotal> range_totals_by_op(const TraceData& trace, int64_t t0, int64_t t1) {
+  if (t1 < t0) std::swap(t0, t1);
+  std::map<std::string, OpTotal> rows;
+  std::map<std::string, std::set<int>> lanes;
+  for (size_t l = 0; l < trace.lanes().size(); ++l) {
+    const TraceLane& lane = trace.lanes()[l];
+    const auto [first, last] =
+        visible_range(trace, static_cast<int>(l), static_cast<double>(t0), static_cast<double>(t1));
+    for (size_t p = first; p < last; ++p) {
+      const TraceSpan& s = trace.spans()[lane.spans[p]];
+      if (s.end_ns < t0 || s.start_ns > t1) continue;
+      // A device's nested spans (a step's copies) are inside their parent's time already.
+      if (s.depth > 0) continue;
+      const std::string& op = s.op.empty() ? s.name : s.op;
+      OpTotal& r = rows[op];
+      r.op = op;
+      r.count += 1;
+      r.seconds += static_cast<double>(std::min(s.end_ns, t1) - std::max(s.start_ns, t0)) * 1e-9;
+      r.bytes += s.bytes;
+      if (lane.device >= 0) lanes[op].insert(lane.device);
+    }
+  }
+  std::vector<OpTotal> out;
+  for (auto& [op, row] : rows) {
+    row.devices = static_cast<int>(lanes[op].size());
+    out.push_back(row);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const OpTotal& a, const OpTotal& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+TimeView zoom_view(TimeView v, double at_ns, double factor) {
+  const double span = std::clamp(v.span_ns * factor, 100.0, 1e13);
+  const double where = v.span_ns > 0 ? (at_ns - v.start_ns) / v.span_ns : 0.5;
+  return {at_ns - where * span, span};
+}
+
+TimeView pan_view(TimeView v, double fraction) {
+  return {v.start_ns + fraction * v.span_ns, v.span_ns};
+}
+
+TimeView fit_view(int64_t t0, int64_t t1) {
+  if (t1 < t0) std::swap(t0, t1);
+  const double length = std::max(1e3, static_cast<double>(t1 - t0));
+  // A tenth of the selection either side, as Perfetto's F leaves.
+  return {static_cast<double>(t0) - length * 0.1, length * 1.2};
+}
+
+std::string format_ruler_time(double ns, double step, int extra) {
+  const char* unit = "ns";
+  double div = 1;
+  if (step >= 1e8)
+    unit = "s", div = 1e9;
+  else if (step >= 1e5)
+    unit = "ms", div = 1e6;
+  else if (step >= 1e2)
+    unit = "us", div = 1e3;
+  int decimals = 0;
+  for (double s = step / div; s < 1 - 1e-9 && decimals < 6; s *= 10) ++decimals;
+  decimals = std::min(decimals + extra, 9);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, ns / div, unit);
+  return buf;
 }
 
 std::vector<size_t> flows_of(const TraceData& trace, size_t span, bool nested) {
@@ -436,6 +504,13 @@ double follow_edge_ns(const TraceData& trace) {
     device = true;
   }
   return static_cast<double>(device ? edge : trace.max_ns());
+}
+
+TimeView follow_view(const TraceData& trace, double span_ns) {
+  // The devices' latest work a twentieth of the window from its right edge: in view, and not
+  // hidden under the edge (the host runs ahead of it, its spans arriving first).
+  const double edge = follow_edge_ns(trace);
+  return {std::max(edge - span_ns * 0.95, static_cast<double>(trace.min_ns())), span_ns};
 }
 
 std::string thousands(uint64_t n) {

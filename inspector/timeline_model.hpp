@@ -84,6 +84,30 @@ struct RangeTotal {
 };
 std::vector<RangeTotal> range_totals(const TraceData& trace, int64_t t0, int64_t t1);
 
+// The same work by op (a span's op, or its name when it has none), most time first: which ops
+// took a range, whatever lane they ran on.
+struct OpTotal {
+  std::string op;
+  uint64_t count = 0;
+  double seconds = 0;
+  uint64_t bytes = 0;
+  int devices = 0;  // lanes of devices it ran on
+};
+std::vector<OpTotal> range_totals_by_op(const TraceData& trace, int64_t t0, int64_t t1);
+
+// The view after Perfetto's keys: zoom by `factor` (< 1 in) keeping time `at_ns` where it is
+// on screen; pan by `fraction` of the view; zoom to [t0, t1] with a margin either side.
+struct TimeView {
+  double start_ns = 0, span_ns = 1;
+};
+TimeView zoom_view(TimeView v, double at_ns, double factor);
+TimeView pan_view(TimeView v, double fraction);
+TimeView fit_view(int64_t t0, int64_t t1);
+
+// A ruler time `ns` in the unit of its ticks `step` ns apart ("12.35 ms" for ticks 50 us
+// apart), with `extra` decimals more (the cursor's finer time in the same unit).
+std::string format_ruler_time(double ns, double step, int extra = 0);
+
 // The flows into or out of a span (indices into TraceData::flows), and with `nested` those of
 // the spans nested inside it on its lane (a collective step's copies carry its flows).
 std::vector<size_t> flows_of(const TraceData& trace, size_t span, bool nested = true);
@@ -138,5 +162,8 @@ std::string thousands(uint64_t n);
 // (device spans arrive after their timestamps are read back, so the host runs ahead of them),
 // else the latest host one.
 double follow_edge_ns(const TraceData& trace);
+// The live view of `span_ns` ns that follows the devices: their latest work (follow_edge_ns)
+// is in it, a little left of its right edge; it never starts before the trace.
+TimeView follow_view(const TraceData& trace, double span_ns);
 
 }  // namespace inspector

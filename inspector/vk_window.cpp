@@ -60,8 +60,16 @@ VkWindow::VkWindow(const WindowOptions& options) : low_latency_(options.low_late
     throw std::runtime_error("GLFW finds no Vulkan loader");
   }
   glfwWindowHint(GLFW_CLIENT_API, GLFW_NO_API);
-  window_ =
-      glfwCreateWindow(options.width, options.height, options.title.c_str(), nullptr, nullptr);
+  int width = options.width, height = options.height;
+  if (GLFWmonitor* monitor = glfwGetPrimaryMonitor(); monitor && options.fit_screen) {
+    int x = 0, y = 0, w = 0, h = 0;
+    glfwGetMonitorWorkarea(monitor, &x, &y, &w, &h);
+    if (w > 0 && h > 0) {
+      width = std::min(width, w);
+      height = std::min(height, h);
+    }
+  }
+  window_ = glfwCreateWindow(width, height, options.title.c_str(), nullptr, nullptr);
   if (!window_) {
     glfwTerminate();
     throw std::runtime_error("cannot create a window");

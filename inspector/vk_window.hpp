@@ -21,6 +21,9 @@ struct WindowOptions {
   std::string title = "meshvk inspector";
   bool validation = false;   // the Khronos validation layer, counting what it reports
   bool low_latency = false;  // prefer a present mode that never waits for vertical blank
+  // At most the work area of the screen it opens on (a 1600x1000 window on a 1024x700 screen
+  // put the program panel off-screen). Off when the size was asked for (--size).
+  bool fit_screen = true;
 };
 
 // RGBA8 pixels of one presented frame, top row first.

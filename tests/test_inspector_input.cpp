@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -108,6 +109,59 @@ TEST(InspectorInput, ClicksAndKeysAtFiveFramesASecond) {
   s = read_state(at("end.txt"));
   EXPECT_EQ(s["open_dialog"], "1");  // Ctrl+O, pressed and released within one frame
   EXPECT_NEAR(std::stod(s["font_scale"]), 1.21, 0.01);  // Ctrl+= twice: larger text
+  fs::remove_all(dir);
+}
+
+// Issue 26.4: Ctrl+A in a spec field was lost 3 of 6 times at xdotool's 12 ms key delay, and
+// Ctrl+Q 2 of 12. xdotool lets Ctrl go before the key, and when Ctrl's release came in the frame
+// of the key's press, Dear ImGui saw a plain A (Ctrl down in an earlier frame: a release in the
+// frame of its own press already waited). Each Ctrl+A here is played in both release
+// orders and every way its four events can fall into frames (all in one frame, each in its own,
+// and between), and must select the field's text every time.
+TEST(InspectorInput, ModifierLetGoInTheFrameOfItsKeyStillCounts) {
+  ASSERT_TRUE(fs::exists(inspector_binary())) << inspector_binary();
+  Xvfb xvfb;
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  const fs::path dir = fs::temp_directory_path() / ("meshvk-mods-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const auto at = [&](const std::string& name) { return (dir / name).string(); };
+  std::ofstream script(at("script.txt"));
+  script << "wait_arrays\nwait 2\n";
+  int attempts = 0;
+  for (const bool ctrl_first : {true, false}) {
+    for (int split = 0; split < 8; ++split) {
+      const char* events[4] = {"press ctrl", "press a", ctrl_first ? "release ctrl" : "release a",
+                               ctrl_first ? "release a" : "release ctrl"};
+      script << "click @spec:w\nwait 1\n";
+      for (int i = 0; i < 4; ++i) {
+        script << events[i] << "\n";
+        // Bit i of `split`: a frame ends after event i (else the next comes in the same frame).
+        if (i < 3 && (split >> i & 1)) script << "wait 1\n";
+      }
+      // Text that does not parse: the field keeps it and the run is not restarted.
+      script << "type P('a'" << attempts << "\nkey enter\nwait 2\ndump "
+             << at("s" + std::to_string(attempts) + ".txt") << "\n";
+      ++attempts;
+    }
+  }
+  // Ctrl+Q with Ctrl let go in the frame of Q's press quits: nothing after it runs.
+  script << "press ctrl\nwait 1\npress q\nrelease ctrl\nrelease q\nwait 20\ndump "
+         << at("after.txt") << "\n";
+  script.close();
+  std::string output;
+  const std::string command = "DISPLAY=" + xvfb.display() + " MESHVK_VALIDATION=1 " +
+                              inspector_binary() +
+                              " --scenario sharded_matmul --args '--steps 2 --size 64,128,64'"
+                              " --mesh 4x2 --spec \"w=P('b', None)\" --timeout 240 --script " +
+                              at("script.txt");
+  ASSERT_EQ(run(command, output), 0) << command << "\n" << output;
+  for (int i = 0; i < attempts; ++i) {
+    const auto s = read_state(at("s" + std::to_string(i) + ".txt"));
+    EXPECT_EQ(s.at("spec w"), "P('a'" + std::to_string(i))
+        << "Ctrl+A " << i << " (" << (i < 8 ? "Ctrl" : "A") << " let go first, frames split "
+        << i % 8 << ") did not select the field's text";
+  }
+  EXPECT_FALSE(fs::exists(at("after.txt"))) << "Ctrl+Q did not quit";
   fs::remove_all(dir);
 }
 
@@ -315,5 +369,49 @@ TEST(InspectorInput, LongInputNamesLeaveTheirSpecFieldsClear) {
     if (line.rfind("widget spec:layers.1.weight ", 0) == 0)
       spec_x = std::stof(line.substr(std::string("widget spec:layers.1.weight ").size()));
   EXPECT_GT(spec_x, 8 + 15 * 7) << "the spec field overlaps the input's name";
+  fs::remove_all(dir);
+}
+
+// Issue 26.7: on a 1024x700 screen the 1600x1000 window put the program panel off-screen. The
+// window fits the screen it opens on (unless --size asks otherwise), every panel is inside it,
+// and the rows of buttons and text the views check (the timeline's toolbar, the scenario's
+// controls, the arrays' header) wrap instead of running past their panel's edge.
+TEST(InspectorInput, WindowFitsA1024x700ScreenWithNothingCut) {
+  ASSERT_TRUE(fs::exists(inspector_binary()));
+  std::string output;
+  ASSERT_EQ(run(inspector_binary() + " --help", output), 0);
+  EXPECT_NE(output.find("  --size WxH"), std::string::npos) << output;
+  Xvfb xvfb("1024x700x24");
+  if (xvfb.display().empty()) GTEST_SKIP() << "Xvfb is not installed (the xvfb package)";
+  const fs::path dir = fs::temp_directory_path() / ("meshvk-small-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "script.txt")
+      << "wait_arrays\nwait_state finished\nwait 3\ndump " << (dir / "state.txt").string() << "\n";
+  output.clear();
+  ASSERT_EQ(run("DISPLAY=" + xvfb.display() + " " + inspector_binary() +
+                    " --scenario sharded_matmul --args '--steps 2 --size 64,128,64' --timeout 240"
+                    " --script " +
+                    (dir / "script.txt").string(),
+                output),
+            0)
+      << output;
+  auto s = read_state(dir / "state.txt");
+  EXPECT_EQ(s["window"], "1024 700");
+  EXPECT_EQ(s["clipped"], "") << "cut at their panel's edge";
+  std::map<std::string, std::string> panels;  // "widget panel:NAME x0 y0 x1 y1"
+  std::ifstream dump(dir / "state.txt");
+  for (std::string line; std::getline(dump, line);)
+    if (line.rfind("widget panel:", 0) == 0) {
+      const size_t sp = line.find(' ', 13);
+      panels[line.substr(13, sp - 13)] = line.substr(sp + 1);
+    }
+  for (const char* panel : {"Scenario", "Mesh", "Arrays", "Program", "Timeline"}) {
+    std::istringstream in(panels[panel]);
+    float x0 = -1, y0 = -1, x1 = 1e9f, y1 = 1e9f;
+    in >> x0 >> y0 >> x1 >> y1;
+    EXPECT_GE(x0, 0) << panel;
+    EXPECT_LE(x1, 1024) << panel << " is off-screen";
+    EXPECT_LE(y1, 700) << panel << " is off-screen";
+  }
   fs::remove_all(dir);
 }

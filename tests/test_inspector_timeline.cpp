@@ -623,6 +623,7 @@ TEST(InspectorMerge, TracesFromSeveralHostsLineUpByTheirClockOffsets) {
   const ins::TraceLoad apart = ins::merge_trace_loads(std::move(far));
   ASSERT_EQ(apart.error, "");
   for (const ins::TraceSpan& s : apart.data.spans()) EXPECT_LT(s.start_ns, 100'000);
+}
 
 // "Project onto": a traced program's projected timeline as lanes beside the measured ones, one
 // compute and one communication lane per device, starting where the program's measured spans do.

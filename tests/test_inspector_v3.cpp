@@ -13,7 +13,9 @@
 
 #include <meshvk/meshvk.hpp>
 #include <meshvk/profile.hpp>
+#include <meshvk/shard_map_watch.hpp>
 
+#include "scenario_runner.hpp"
 #include "sharding_picture.hpp"
 #include "test_support.hpp"
 #include "timeline_model.hpp"
@@ -305,4 +307,95 @@ TEST(InspectorV3, ProfilerKeepsEveryReplayOfALongRun) {
     EXPECT_EQ(std::adjacent_find(times.begin(), times.end()), times.end())
         << "two replays with the same ticks on device " << device;
   }
+}
+
+// Issue 26.6: a range's totals by op name (whatever lane ran it), the ruler's unit for the
+// cursor's time, and the view arithmetic of Perfetto's keys.
+TEST(InspectorV3, RangeTotalsByOpAndTheRulersUnit) {
+  std::string t = R"({"otherData":{"clock_origin_ns":0},"traceEvents":[
+{"name":"thread_name","ph":"M","pid":1,"tid":0,"args":{"name":"CPU 0"}},
+{"name":"thread_name","ph":"M","pid":1,"tid":1,"args":{"name":"CPU 1"}})";
+  for (int d = 0; d < 2; ++d) {
+    t += ",\n" + x_event("fusion", "kernel", d, 0, 10, "add");
+    t += ",\n" + x_event("matmul", "kernel", d, 20, 30, "dot");
+    t += ",\n" + x_event("all_reduce(ring)", "collective", d, 60, 20, "all-reduce", 1024);
+    t += ",\n" + x_event("copy", "copy", d, 62, 5, "all-reduce", 1024);  // nested in the step
+  }
+  const auto load = ins::load_chrome_trace(t + "\n]}");
+  ASSERT_TRUE(load.error.empty()) << load.error;
+  // 5..70 us: half of each add, every dot, 10 us of each all-reduce step (its copy nested).
+  const auto rows = ins::range_totals_by_op(load.data, 5000, 70000);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].op, "dot");  // most time first
+  EXPECT_EQ(rows[0].count, 2u);
+  EXPECT_EQ(rows[0].devices, 2);
+  EXPECT_NEAR(rows[0].seconds, 60e-6, 1e-9);
+  EXPECT_EQ(rows[1].op, "all-reduce");
+  EXPECT_EQ(rows[1].count, 2u) << "the nested copies are inside their steps' time";
+  EXPECT_NEAR(rows[1].seconds, 20e-6, 1e-9);
+  EXPECT_EQ(rows[1].bytes, 2048u);
+  EXPECT_EQ(rows[2].op, "add");
+  EXPECT_NEAR(rows[2].seconds, 10e-6, 1e-9);
+
+  // Ticks 0.1 ms apart: the cursor's time in ms, two decimals finer (it was "3117326 us"
+  // beside a ruler in ms).
+  EXPECT_EQ(ins::format_ruler_time(3117326e3, 1e8), "3.1 s");
+  EXPECT_EQ(ins::format_ruler_time(3117326e3, 1e5, 2), "3117.326 ms");
+  EXPECT_EQ(ins::format_ruler_time(12.3456e6, 5e4, 2), "12345.60 us");
+  EXPECT_EQ(ins::format_ruler_time(1500, 200), "1.5 us");
+
+  // W keeps the time under the pointer where it is; F leaves a tenth either side.
+  const ins::TimeView v{1000, 1000};
+  const auto in = ins::zoom_view(v, 1250, 0.5);
+  EXPECT_DOUBLE_EQ(in.span_ns, 500);
+  EXPECT_DOUBLE_EQ((1250 - in.start_ns) / in.span_ns, 0.25);
+  EXPECT_DOUBLE_EQ(ins::pan_view(v, 0.2).start_ns, 1200);
+  const auto fit = ins::fit_view(10000, 20000);
+  EXPECT_DOUBLE_EQ(fit.start_ns, 9000);
+  EXPECT_DOUBLE_EQ(fit.span_ns, 12000);
+}
+
+// Issue 26.8: a shard_map's program is named by the user's function, from the call site its
+// first collective line records; a lambda by its line; a body without collectives by nothing.
+TEST(InspectorV3, ShardMapProgramsAreNamedByTheUsersFunction) {
+  EXPECT_EQ(ins::shard_map_program_name(
+                "shard_map on mesh (8,) ('x',)\n"
+                "  in0: float32[32] PartitionSpec('x',) -> local float32[4]\n"
+                "  collective-permute (ppermute) over ('x',): pairs, local float32[4], 16 B per "
+                "device  # ppermute (explicit, in shard_map) - scaling_shard_map.cpp:83 "
+                "(collective_matmul_allgather_lhs_contracting)\n"),
+            "shard_map(collective_matmul_allgather_lhs_contracting)");
+  EXPECT_EQ(ins::shard_map_program_name(
+                "shard_map on mesh (8,) ('x',)\n"
+                "  all-reduce (psum) over ('x',): replica_groups={{0,...,7}}  # psum (explicit, in "
+                "shard_map) - manual_parallelism.cpp:84 (operator) [backward]\n"),
+            "shard_map(lambda at manual_parallelism.cpp:84)");
+  EXPECT_EQ(ins::shard_map_program_name("shard_map on mesh (8,) ('x',)\n  fusion sin(x)\n"), "");
+
+  // A program run live, named from its collective's call site (this file's test function).
+  const auto mesh = meshvk::make_mesh({8}, {"x"});
+  std::vector<std::string> texts;
+  const meshvk::ShardMapWatch watch([&](const std::string& text) { texts.push_back(text); });
+  meshvk::shard_map([](const meshvk::Array& v) { return meshvk::psum(v, "x"); }, mesh,
+                    {meshvk::P("x")}, meshvk::P())(meshvk::arange(32.0f));
+  ASSERT_EQ(texts.size(), 1u);
+  EXPECT_EQ(
+      ins::shard_map_program_name(texts[0]).rfind("shard_map(lambda at test_inspector_v3.cpp:", 0),
+      0u)
+      << texts[0];
+}
+
+// Issue 26.8: live follow keeps the devices' latest work inside the window, a little left of
+// its edge (the host's later spans do not push it out).
+TEST(InspectorV3, LiveFollowKeepsDeviceWorkInTheWindow) {
+  std::string t = R"({"otherData":{"clock_origin_ns":0},"traceEvents":[
+{"name":"thread_name","ph":"M","pid":1,"tid":0,"args":{"name":"CPU 0"}},
+{"name":"thread_name","ph":"M","pid":1,"tid":99,"args":{"name":"host"}})";
+  t += ",\n" + x_event("matmul", "kernel", 0, 1000, 50, "dot");
+  t += ",\n" + x_event("submit", "host", 99, 1000, 30000, "");
+  const auto load = ins::load_chrome_trace(t + "\n]}");
+  ASSERT_TRUE(load.error.empty()) << load.error;
+  const auto v = ins::follow_view(load.data, 20e3);  // a 20 us window
+  EXPECT_LT(v.start_ns, 1000e3 + 50e3 - 1);
+  EXPECT_GT(v.start_ns + v.span_ns, 1050e3) << "the kernel's end is inside, not on the edge";
 }

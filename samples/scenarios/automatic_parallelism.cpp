@@ -57,7 +57,7 @@ void intro_000(Run& r, const mv::VisualizeOptions& viz) {
             << mv::visualize_array_sharding(contracted, viz) << contracted << "\n";
   r.ctx.publish("arr_sharded", arr_sharded);
   r.ctx.publish("f_contract(arr_sharded)", contracted);
-  r.ctx.publish_program("f_contract", f_contract.program_text(arr_sharded));
+  r.ctx.publish_program("f_contract", f_contract.lower(arr_sharded));
   r.check("f_contract == [48 52 56 60 64 68 72 76]", contracted.to_host<float>() == std::vector<float>{48, 52, 56, 60, 64, 68, 72, 76});
   r.out << "program text of f_contract:\n" << f_contract.program_text(arr_sharded) << "\n";
 
@@ -260,7 +260,7 @@ void matmul_square_002(Run& r) {
                                      {.out_shardings = {mv::NamedSharding(mesh, P("X", mv::None))}, .name = "matmul_square"});
   const auto lowered = matmul_square.lower(in, w);
   r.out << ">>> jax.jit(matmul_square, out_shardings=P('X', None)).lower(In, W).as_text()\n" << lowered.as_text();
-  r.ctx.publish_program("matmul_square", lowered.as_text());
+  r.ctx.publish_program("matmul_square", lowered);
   r.ctx.publish("In", in);
   r.ctx.publish("W", w);
   const auto& counts = lowered.collective_counts();
@@ -298,7 +298,7 @@ void constraint_between_matmuls_002(Run& r) {
   r.out << "collectives:";
   for (const auto& [kind, c] : lowered.collective_counts()) r.out << " " << kind << " x" << c.count;
   r.out << "\n";
-  r.ctx.publish_program("matmul", lowered.as_text());
+  r.ctx.publish_program("matmul", lowered);
   r.check("hidden is laid out P('x', 'y')", hidden_sharding && *hidden_sharding == mv::Sharding(xy));
   const auto out = matmul(x, Win, Wout);
   const auto single = [](const Array& a) { return mv::array(std::span<const float>(a.to_host<float>()), a.shape()); };

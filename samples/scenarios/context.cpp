@@ -63,6 +63,12 @@ void ScenarioContext::publish_program(const std::string& name, const std::string
   if (observer) observer->on_program(name, text);
 }
 
+void ScenarioContext::publish_program(const std::string& name, const Lowered& lowered) const {
+  if (!observer) return;
+  observer->on_program(name, lowered.as_text());
+  observer->on_program_memory(name, lowered.memory_analysis());
+}
+
 void ScenarioContext::checkpoint(const std::string& label) const {
   if (stop && stop->load()) throw Stopped{};
   if (observer && !observer->on_checkpoint(label)) throw Stopped{};

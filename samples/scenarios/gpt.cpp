@@ -317,7 +317,7 @@ int run(ScenarioContext& ctx) {
       out << "program size: " << std::count(text.begin(), text.end(), '\n') << " lines ("
           << cfg.layers << " layers, " << (cfg.scan_layers ? "scan" : "unrolled") << ")\n";
       if (f.program) out << text << cost_text(lowered) << "\n";
-      ctx.publish_program("gpt_train_step", lowered.as_text());
+      ctx.publish_program("gpt_train_step", lowered);
     }
     params = std::move(next_params);
     state = std::move(next_state);

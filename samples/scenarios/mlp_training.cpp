@@ -170,7 +170,7 @@ ModeResult run_mode(const ScenarioContext& ctx, const Flags& f, const Layout& la
     os << line << std::flush;
     if (ctx.observer) {
       // After the first step the program is compiled, so asking for its text runs nothing.
-      if (i == 0) ctx.publish_program("train_step", step.program_text(args));
+      if (i == 0) ctx.publish_program("train_step", step.lower(args));
       for (const auto& [name, p] : params) ctx.publish(name, p);
       ctx.publish("inputs", inputs);
     }

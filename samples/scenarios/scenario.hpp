@@ -45,6 +45,12 @@ class Observer {
   // A point between two steps of the scenario: the viewer may block here (pause, step) and
   // returns false to stop the scenario.
   virtual bool on_checkpoint(const std::string& label) = 0;
+  // The memory of a program published as a Lowered (Lowered::memory_analysis: per device, the
+  // peak its buffers take), just after its on_program. Viewers that show none ignore it.
+  virtual void on_program_memory(const std::string& name, const MemoryAnalysis& memory) {
+    (void)name;
+    (void)memory;
+  }
 };
 
 struct ScenarioContext {
@@ -66,6 +72,8 @@ struct ScenarioContext {
   bool has_spec_override(const std::string& name) const { return spec_overrides.count(name) > 0; }
   void publish(const std::string& name, const Array& array) const;
   void publish_program(const std::string& name, const std::string& text) const;
+  // The program's text and its memory analysis.
+  void publish_program(const std::string& name, const Lowered& lowered) const;
   // Throws Stopped when asked to stop; may block while the viewer pauses.
   void checkpoint(const std::string& label) const;
   // For an argument no option took: prints `usage` and returns 0 for --help / -h, else says the

@@ -75,10 +75,10 @@ int run(ScenarioContext& ctx) {
 
   const auto f = mv::jit([](const Array& x, const Array& w) { return mv::tanh(mv::matmul(x, w)); },
                          {.name = "layer"});
-  const std::string program = f.program_text(x, w);
+  const auto lowered = f.lower(x, w);
   out << ">>> jax.jit(lambda x, w: jnp.tanh(x @ w)).lower(x, w)  # the partitioned program\n"
-      << program << "\n";
-  ctx.publish_program("layer", program);
+      << lowered.as_text() << "\n";
+  ctx.publish_program("layer", lowered);
 
   Array y;
   for (int step = 0; step < steps; ++step) {

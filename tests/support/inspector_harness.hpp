@@ -19,14 +19,14 @@ namespace inspector_test {
 // this goes away.
 class Xvfb {
  public:
-  Xvfb() {
+  explicit Xvfb(const std::string& screen = "1600x1000x24") {
     int fds[2];
     if (pipe(fds) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       close(fds[0]);
       const std::string fd = std::to_string(fds[1]);
-      execlp("Xvfb", "Xvfb", "-displayfd", fd.c_str(), "-screen", "0", "1600x1000x24", "-nolisten",
+      execlp("Xvfb", "Xvfb", "-displayfd", fd.c_str(), "-screen", "0", screen.c_str(), "-nolisten",
              "tcp", static_cast<char*>(nullptr));
       _exit(127);
     }
