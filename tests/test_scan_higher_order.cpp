@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "graph/array_impl.hpp"
 #include "meshvk/meshvk.hpp"
 #include "adversarial_checks.hpp"
 #include "test_support.hpp"
@@ -214,4 +215,32 @@ TEST(ScanHigherOrder, DifferentiatingAVjpFunctionThroughAScanSaysSo) {
     want.push_back(-std::sin(s1) * std::cos(e) * std::cos(e) - std::cos(s1) * std::sin(e));
   }
   expect_close(g, want, 1e-5f);
+}
+
+// First-order gradients keep the loops: a scan in a scan's body, differentiated once, records
+// the same dispatches while tracing whatever the inner trip count (the outer backward loop's
+// trace differentiates its body once; its inner scan must not run unrolled there).
+TEST(ScanHigherOrder, NestedScanFirstOrderGradientStaysALoop) {
+  auto& state = *mv::Runtime::current().state();
+  auto traced_for = [&](int64_t inner) {
+    auto f = mv::jit([](const Array& m, const Array& a) {
+      return mv::grad([&](const Array& av) {
+        return mv::lax::scan(
+                   [&av](const Array& c, const Array& row) {
+                     const Array h = mv::lax::scan(
+                                         [&av](const Array& x, const Array& e) { return std::make_pair(mv::sin(x * av + e), x); },
+                                         c, row)
+                                         .first;
+                     return std::make_pair(h * 0.8f, c);
+                   },
+                   mv::zeros({2}) + 0.3f, m)
+            .first.sum();
+      })(a);
+    });
+    const Array m = host_array(patterned_values(3 * inner * 2, 0.5f, 0.05f), {3, inner, 2});
+    const uint64_t before = state.dispatches.load();
+    (void)f(m, host_array({0.7f, -0.4f})).to_host<float>();
+    return state.dispatches.load() - before;
+  };
+  EXPECT_EQ(traced_for(3), traced_for(12)) << "dispatches recorded while tracing inner lengths 3 and 12";
 }

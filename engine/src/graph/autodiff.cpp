@@ -134,7 +134,13 @@ thread_local int backward_differentiated_depth = 0;
 }
 BackwardDifferentiated::BackwardDifferentiated() { ++backward_differentiated_depth; }
 BackwardDifferentiated::~BackwardDifferentiated() { --backward_differentiated_depth; }
-bool backward_differentiated() { return taping() && (backward_differentiated_depth > 0 || active.size() > 1); }
+// Tapes, not TapeIsolation's probes: the backward loop of a scan traces its body's vjp under
+// the scan's own probe, and a scan in that body is differentiated once there.
+bool backward_differentiated() {
+  if (!taping()) return false;
+  if (backward_differentiated_depth > 0) return true;
+  return std::count_if(active.begin(), active.end(), [](const Tape* t) { return !t->suspended; }) > 1;
+}
 bool tracked(const Array& x) {
   for (Tape* t : active) {
     t->probe(x);

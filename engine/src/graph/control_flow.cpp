@@ -373,14 +373,30 @@ ScanLeaves unrolled_scan(const ScanBody& body, const std::vector<Array>& init, c
     if (next.size() != init.size())
       throw Error("scan: the body returned a carry of " + std::to_string(next.size()) + " arrays for one of " +
                   std::to_string(init.size()) + "; the carry keeps its structure");
-    for (size_t k = 0; k < next.size(); ++k)
+    for (size_t k = 0; k < next.size(); ++k) {
       if (!next[k].valid() || next[k].shape() != init[k].shape() || next[k].dtype() != init[k].dtype())
         throw Error("scan: the body's carry leaf " + std::to_string(k) + " is " +
                     (next[k].valid() ? type_of(next[k]) : std::string("an empty Array")) + " for a carry of " +
                     type_of(init[k]) + "; the carry keeps its shapes and dtypes");
-    if (t > 0 && y.size() != ys[static_cast<size_t>(reverse ? i + 1 : i - 1)].size())
+      // Laid out as its input was, as the traced loop's carry is (TracedLoop::carried_like).
+      if (!next[k].sharding().is_equivalent_to(init[k].sharding(), init[k].ndim())) {
+        const exec::RuleScope rule([&] { return "scan: the body's carry " + std::to_string(k) + " moved back to its input's layout"; });
+        next[k] = device_put(next[k], init[k].sharding());
+        if (!init[k].committed())
+          next[k] = make_array(init[k].impl()->runtime, materialized(next[k]), false, next[k].impl()->varying);
+      }
+    }
+    const std::vector<Array>* other = t == 0 ? nullptr : &ys[static_cast<size_t>(reverse ? i + 1 : i - 1)];
+    for (size_t j = 0; j < y.size(); ++j)
+      if (!y[j].valid() || (other && j < other->size() &&
+                            (y[j].shape() != (*other)[j].shape() || y[j].dtype() != (*other)[j].dtype())))
+        throw Error("scan: the body's output " + std::to_string(j) + " is " +
+                    (y[j].valid() ? type_of(y[j]) : std::string("an empty Array")) +
+                    (other && j < other->size() ? " after " + type_of((*other)[j]) + " in another iteration" : std::string()) +
+                    "; every iteration returns outputs of the same shapes and dtypes");
+    if (other && y.size() != other->size())
       throw Error("scan: the body returned " + std::to_string(y.size()) + " outputs, another iteration " +
-                  std::to_string(ys[static_cast<size_t>(reverse ? i + 1 : i - 1)].size()));
+                  std::to_string(other->size()));
     carry = std::move(next);
     ys[static_cast<size_t>(i)] = std::move(y);
   }

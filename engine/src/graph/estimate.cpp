@@ -102,6 +102,14 @@ double collective_time(const ProgramGraph::Work& c, const Hardware& hw) {
 
 Estimate estimate(const ProgramGraph& g, const Hardware& hw) {
   const size_t count = g.nodes.size();
+  // A graph made by hand (the function is public) is checked: its work ids name entries of
+  // g.work. Waits on later nodes are not edges (a recorded program waits only on earlier ones),
+  // so the critical path cannot loop.
+  for (size_t i = 0; i < count; ++i)
+    for (const uint32_t w : g.nodes[i].work)
+      if (w >= g.work.size())
+        throw Error("estimate: node " + std::to_string(i) + " names work " + std::to_string(w) + " of " +
+                    std::to_string(g.work.size()) + "; work ids index ProgramGraph::work");
   // Which node signals each (timeline, value): a wait's producer.
   std::map<std::pair<int, uint64_t>, size_t> signaller;
   for (size_t i = 0; i < count; ++i) signaller[{g.nodes[i].timeline, g.nodes[i].value}] = i;
@@ -193,7 +201,7 @@ Estimate estimate(const ProgramGraph& g, const Hardware& hw) {
     const Load& l = load[i];
     double ready = 0;
     for (const auto& w : node.waits)
-      if (const auto p = producer(w); p && *p != i && end[*p] >= ready) {
+      if (const auto p = producer(w); p && *p < i && end[*p] >= ready) {
         ready = end[*p];
         because[i] = *p;
       }

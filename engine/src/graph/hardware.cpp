@@ -2,6 +2,7 @@
 // (hardware/*.hw) and "this adapter", measured on the current runtime.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -52,8 +53,15 @@ double number(const std::string& v, const std::string& key, const Where& w) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != v.size() || !(x >= 0))
-    throw Error("hardware " + w.text() + ": " + key + " = '" + v + "' is not a number >= 0 (write 1.97e14, 8.1e11, 1e-6)");
+  if (used != v.size() || !(x >= 0) || !std::isfinite(x))
+    throw Error("hardware " + w.text() + ": " + key + " = '" + v + "' is not a finite number >= 0 (write 1.97e14, 8.1e11, 1e-6)");
+  return x;
+}
+
+// A rate the model divides by: a bandwidth or a peak.
+double rate(const std::string& v, const std::string& key, const Where& w) {
+  const double x = number(v, key, w);
+  if (x <= 0) throw Error("hardware " + w.text() + ": " + key + " = '" + v + "' is a rate and must be > 0");
   return x;
 }
 
@@ -69,7 +77,7 @@ void set_link(Link& l, const std::string& field, const std::string& v, const std
       throw Error("hardware " + w.text() + ": " + key + " = '" + v + "'; valid: ring, all_to_all");
     l.topology = v;
   } else if (field == "bandwidth") {
-    l.bandwidth = number(v, key, w);
+    l.bandwidth = rate(v, key, w);
   } else if (field == "latency") {
     l.latency = number(v, key, w);
   } else if (field == "wraparound") {
@@ -175,9 +183,9 @@ Hardware parse_hardware(const std::string& text, const std::string& name) {
     const std::string head = key.substr(0, dot), rest = dot == std::string::npos ? "" : key.substr(dot + 1);
     if (key == "name") hw.name = v;
     else if (key == "description") hw.description = v;
-    else if (head == "peak_flops" && !rest.empty()) hw.peak_flops[rest] = number(v, key, w);
-    else if (key == "vector_flops") hw.vector_flops = number(v, key, w);
-    else if (key == "hbm_bandwidth") hw.hbm_bandwidth = number(v, key, w);
+    else if (head == "peak_flops" && !rest.empty()) hw.peak_flops[rest] = rate(v, key, w);
+    else if (key == "vector_flops") hw.vector_flops = rate(v, key, w);
+    else if (key == "hbm_bandwidth") hw.hbm_bandwidth = rate(v, key, w);
     else if (key == "hbm_capacity") hw.hbm_capacity = number(v, key, w);
     else if (key == "dispatch") hw.dispatch = number(v, key, w);
     else if (key == "collective_dma") hw.collective_dma = boolean(v, key, w);

@@ -38,14 +38,18 @@ static bool has_instance_extension(const char* name) {
 // instance is destroyed, so LeakSanitizer's report at exit reads their frames as
 // "<unknown module>" and tests/lsan.supp (which names those libraries) cannot match the few
 // allocations they keep. RTLD_NODELETE on every module loaded now keeps them mapped to the end.
+// The paths are collected first: dlopen inside dl_iterate_phdr's callback would take the loader's
+// locks in the other order than a dlopen on another thread does.
 static void pin_loaded_modules() {
+  std::vector<std::string> paths;
   dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void*) {
+      [](dl_phdr_info* info, size_t, void* out) {
         if (info->dlpi_name && info->dlpi_name[0] == '/')
-          dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+          static_cast<std::vector<std::string>*>(out)->push_back(info->dlpi_name);
         return 0;
       },
-      nullptr);
+      &paths);
+  for (const std::string& path : paths) dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
 }
 #endif
 
