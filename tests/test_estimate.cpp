@@ -119,7 +119,11 @@ TEST(Estimate, HardwareErrorsNameTheLineAndWhatIsValid) {
   };
   EXPECT_NE(error_of("hbm_bandwith = 1e12\n").find("mine:4: unknown key 'hbm_bandwith'; valid: name"), std::string::npos)
       << error_of("hbm_bandwith = 1e12\n");
-  EXPECT_NE(error_of("link.latency = fast\n").find("is not a number"), std::string::npos);
+  EXPECT_NE(error_of("link.latency = fast\n").find("is not a finite number"), std::string::npos);
+  // What the model would divide by zero or carry as infinity into a trace's JSON.
+  EXPECT_NE(error_of("link.latency = inf\n").find("is not a finite number"), std::string::npos);
+  EXPECT_NE(error_of("axis.Y.bandwidth = 0\n").find("is a rate and must be > 0"), std::string::npos);
+  EXPECT_NE(error_of("peak_flops.bfloat16 = 0\n").find("is a rate and must be > 0"), std::string::npos);
   EXPECT_NE(error_of("link.topology = mesh\n").find("valid: ring, all_to_all"), std::string::npos);
   EXPECT_NE(error_of("efficiency.matmul = 1.5\n").find("must be in (0, 1]"), std::string::npos);
   EXPECT_NE(error_of("axis.Y.wraparound = true\n"), "x");
