@@ -185,9 +185,11 @@ std::vector<char> match_mask(const TraceData& trace, const std::vector<size_t>& 
   return mask;
 }
 
-std::vector<RangeTotal> range_totals(const TraceData& trace, int64_t t0, int64_t t1) {
-  if (t1 < t0) std::swap(t0, t1);
-  std::map<std::pair<int, int>, RangeTotal> rows;
+namespace {
+
+// Calls f(lane index, lane, span, seconds inside [t0, t1]) for every span that overlaps the range.
+template <class F>
+void for_each_span_in(const TraceData& trace, int64_t t0, int64_t t1, F&& f) {
   for (size_t l = 0; l < trace.lanes().size(); ++l) {
     const TraceLane& lane = trace.lanes()[l];
     const auto [first, last] =
@@ -195,17 +197,28 @@ std::vector<RangeTotal> range_totals(const TraceData& trace, int64_t t0, int64_t
     for (size_t p = first; p < last; ++p) {
       const TraceSpan& s = trace.spans()[lane.spans[p]];
       if (s.end_ns < t0 || s.start_ns > t1) continue;
-      if (lane.device < 0 && s.depth > 0) continue;
-      RangeTotal& r = rows[{static_cast<int>(l), static_cast<int>(s.kind)}];
-      r.lane = static_cast<int>(l);
-      r.device = lane.device;
-      r.kind = s.kind;
-      r.count += 1;
-      r.seconds += static_cast<double>(std::min(s.end_ns, t1) - std::max(s.start_ns, t0)) * 1e-9;
-      r.bytes += s.bytes;
-      r.flops += s.flops;
+      f(static_cast<int>(l), lane, s,
+        static_cast<double>(std::min(s.end_ns, t1) - std::max(s.start_ns, t0)) * 1e-9);
     }
   }
+}
+
+}  // namespace
+
+std::vector<RangeTotal> range_totals(const TraceData& trace, int64_t t0, int64_t t1) {
+  if (t1 < t0) std::swap(t0, t1);
+  std::map<std::pair<int, int>, RangeTotal> rows;
+  for_each_span_in(trace, t0, t1, [&](int l, const TraceLane& lane, const TraceSpan& s, double seconds) {
+    if (lane.device < 0 && s.depth > 0) return;
+    RangeTotal& r = rows[{l, static_cast<int>(s.kind)}];
+    r.lane = l;
+    r.device = lane.device;
+    r.kind = s.kind;
+    r.count += 1;
+    r.seconds += seconds;
+    r.bytes += s.bytes;
+    r.flops += s.flops;
+  });
   std::vector<RangeTotal> out;
   for (auto& [key, row] : rows) out.push_back(row);
   return out;
@@ -215,24 +228,17 @@ std::vector<OpTotal> range_totals_by_op(const TraceData& trace, int64_t t0, int6
   if (t1 < t0) std::swap(t0, t1);
   std::map<std::string, OpTotal> rows;
   std::map<std::string, std::set<int>> lanes;
-  for (size_t l = 0; l < trace.lanes().size(); ++l) {
-    const TraceLane& lane = trace.lanes()[l];
-    const auto [first, last] =
-        visible_range(trace, static_cast<int>(l), static_cast<double>(t0), static_cast<double>(t1));
-    for (size_t p = first; p < last; ++p) {
-      const TraceSpan& s = trace.spans()[lane.spans[p]];
-      if (s.end_ns < t0 || s.start_ns > t1) continue;
-      // A device's nested spans (a step's copies) are inside their parent's time already.
-      if (s.depth > 0) continue;
-      const std::string& op = s.op.empty() ? s.name : s.op;
-      OpTotal& r = rows[op];
-      r.op = op;
-      r.count += 1;
-      r.seconds += static_cast<double>(std::min(s.end_ns, t1) - std::max(s.start_ns, t0)) * 1e-9;
-      r.bytes += s.bytes;
-      if (lane.device >= 0) lanes[op].insert(lane.device);
-    }
-  }
+  for_each_span_in(trace, t0, t1, [&](int, const TraceLane& lane, const TraceSpan& s, double seconds) {
+    // A device's nested spans (a step's copies) are inside their parent's time already.
+    if (s.depth > 0) return;
+    const std::string& op = s.op.empty() ? s.name : s.op;
+    OpTotal& r = rows[op];
+    r.op = op;
+    r.count += 1;
+    r.seconds += seconds;
+    r.bytes += s.bytes;
+    if (lane.device >= 0) lanes[op].insert(lane.device);
+  });
   std::vector<OpTotal> out;
   for (auto& [op, row] : rows) {
     row.devices = static_cast<int>(lanes[op].size());
