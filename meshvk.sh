@@ -3,13 +3,13 @@
 #   ./meshvk.sh tour   build in Release and run the main job (the sharding tour)
 #   ./meshvk.sh test   build in Release and run the whole test suite on lavapipe with 8 virtual
 #                      devices and the Khronos validation layer, then build with AddressSanitizer
-#                      and UndefinedBehaviorSanitizer and run the tests again, then the
-#                      thread-safety test under ThreadSanitizer, then fuzz each parser for 30
-#                      seconds; after the Release tests, the consumer test: install into a
+#                      and UndefinedBehaviorSanitizer and run the tests again, then fuzz
+#                      each parser for 30 seconds; after the Release tests, the consumer
+#                      test: install into a
 #                      temporary prefix and build the README's first program as an outside
 #                      project (find_package, pkg-config and add_subdirectory)
 #   ./meshvk.sh consumer [BUILD_DIR]   just the consumer test, on BUILD_DIR (default build)
-#   ./meshvk.sh tsan   only the thread-safety test under ThreadSanitizer
+#   ./meshvk.sh tsan   the thread-safety test under ThreadSanitizer (not part of `test`)
 #   ./meshvk.sh screenshots   headless screenshots of the inspector's views at 1600x1000 under
 #                      Xvfb, written to assets/inspector*.png (the README shows them)
 #   ./meshvk.sh exhaustive [function...]   the math library over all 2^32 float32 inputs (host
@@ -271,8 +271,9 @@ case "${1:-}" in
        ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=32} \
        UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2 \
        -E '^(header_check_clang|gpt_vs_pytorch|test_tutorial_cases|test_inspector_tiles|test_gpt_communication)$|^processes_collective_sweep_|^processes_two_nodes_')
-    # About 10 minutes on 2 cores (only the thread test is built).
-    tsan
+    # ThreadSanitizer is `./meshvk.sh tsan`, not part of this run: a third build of the whole
+    # engine for one test, about 10 minutes on 2 cores, which kept CI near its limit. Run it
+    # after changing anything threads share (the runtime, its communication thread, tapes).
     fuzz "${MESHVK_FUZZ_SECONDS:-30}"
     ;;
   fuzz)
