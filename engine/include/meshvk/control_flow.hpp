@@ -23,7 +23,8 @@
 // Higher order: where a scan's backward pass will itself be differentiated (inside jvp, which
 // transposes the vjp, or under two nested gradients: a Hessian-vector product), the scan runs
 // unrolled on the tapes, op by op, so every order is exact; JAX keeps the loop there, meshvk's
-// trace time and jit program size then grow with the length.
+// trace time and jit program size then grow with the length. Under jvp that includes scans
+// inside a checkpointed or custom_vjp function, whose forward pass jvp differentiates too.
 #include <cstdint>
 #include <functional>
 #include <memory>
