@@ -244,3 +244,31 @@ TEST(ScanHigherOrder, NestedScanFirstOrderGradientStaysALoop) {
   };
   EXPECT_EQ(traced_for(3), traced_for(12)) << "dispatches recorded while tracing inner lengths 3 and 12";
 }
+
+// Edges: a scan of length 0 under jvp (the carry passes through: its tangent is the input's),
+// and a jvp of a scan over values sharded on a mesh of 3 devices with a length-5 axis, which
+// divides neither evenly nor by 4.
+TEST(ScanHigherOrder, EmptyScanAndAnOddMesh) {
+  auto [out, tan] = mv::jvp(
+      [](const Array& v) {
+        return mv::lax::scan([](const Array& c, const Array& e) { return std::make_pair(c * e, c); }, v,
+                             mv::zeros({0, 3}))
+            .first;
+      },
+      host_array({1.f, 2.f, 3.f}), host_array({0.5f, -1.f, 2.f}));
+  expect_close(out, {1.f, 2.f, 3.f});
+  expect_close(tan, {0.5f, -1.f, 2.f});
+  const auto mesh = mv::make_mesh({3}, {"x"}, {}, std::vector<int>{0, 1, 2});
+  const Array xs = mv::device_put(host_array(patterned_values(5 * 6, 0.3f, 0.02f), {5, 6}), mv::NamedSharding(mesh, P(mv::None, "x")));
+  const Array t = mv::device_put(host_array(patterned_values(5 * 6, 1.f, 0.1f), {5, 6}), mv::NamedSharding(mesh, P(mv::None, "x")));
+  auto scanned = [](const Array& v) {
+    return mv::lax::scan([](const Array& c, const Array& e) { return std::make_pair(mv::sin(c + e), c * e); }, mv::zeros({6}), v)
+        .first;
+  };
+  auto unrolled = [](const Array& v) {
+    Array c = mv::zeros({6});
+    for (int64_t i = 0; i < 5; ++i) c = mv::sin(c + v[i]);
+    return c;
+  };
+  expect_close(mv::jvp(scanned, xs, t).second, mv::jvp(unrolled, xs, t).second.to_host<float>(), 1e-5f);
+}

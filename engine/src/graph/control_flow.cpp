@@ -378,12 +378,13 @@ ScanLeaves unrolled_scan(const ScanBody& body, const std::vector<Array>& init, c
         throw Error("scan: the body's carry leaf " + std::to_string(k) + " is " +
                     (next[k].valid() ? type_of(next[k]) : std::string("an empty Array")) + " for a carry of " +
                     type_of(init[k]) + "; the carry keeps its shapes and dtypes");
-      // Laid out as its input was, as the traced loop's carry is (TracedLoop::carried_like).
-      if (!next[k].sharding().is_equivalent_to(init[k].sharding(), init[k].ndim())) {
+      // Laid out as its input was, as the traced loop's carry is (TracedLoop::carried_like), by
+      // device_put, which the tapes differentiate. An uncommitted input (made on the default
+      // device) has no layout to keep: the carry stays where the body put it (re-wrapping it
+      // as uncommitted, as the traced loop does, would cut it from the tapes).
+      if (init[k].committed() && !next[k].sharding().is_equivalent_to(init[k].sharding(), init[k].ndim())) {
         const exec::RuleScope rule([&] { return "scan: the body's carry " + std::to_string(k) + " moved back to its input's layout"; });
         next[k] = device_put(next[k], init[k].sharding());
-        if (!init[k].committed())
-          next[k] = make_array(init[k].impl()->runtime, materialized(next[k]), false, next[k].impl()->varying);
       }
     }
     const std::vector<Array>* other = t == 0 ? nullptr : &ys[static_cast<size_t>(reverse ? i + 1 : i - 1)];
