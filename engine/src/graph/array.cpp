@@ -14,6 +14,7 @@
 #include "graph/manual_context.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/partial_sum.hpp"
+#include "graph/saved_collectives.hpp"
 #include "graph/tape.hpp"
 #include "io/host_array.hpp"
 #include "runtime/process_group.hpp"
@@ -335,8 +336,8 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
     const NamedSharding& n = *v.sharding.named();
     const detail::OpScope op_scope("reshard");  // profile hook: the line exec::reshard prints
     const exec::RuleScope rule([] { return std::string("reshape of a split array: gathered whole"); });
-    v = exec::reshard(*a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()),
-                      detail::on_every_process(self));
+    v = detail::reshard_saving(a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()), detail::on_every_process(self),
+                               a.committed, a.varying);
   }
   if (const NamedSharding* n = v.sharding.named()) v.sharding = NamedSharding(n->mesh(), PartitionSpec());
   v.shape = std::move(new_shape);
@@ -502,7 +503,8 @@ Array device_put_untaped(const Array& x, const Sharding& sharding, const detail:
   // An equivalent layout (P('a') and P('a', None), say) keeps the buffers as they are.
   exec::ShardedValue v = current.sharding.is_equivalent_to(sharding, current.shape.size())
                              ? detail::shareable_value(x)
-                             : exec::reshard(rt, current, sharding, detail::on_every_process(x));
+                             : detail::reshard_saving(a.runtime, current, sharding, detail::on_every_process(x), true,
+                                                      a.varying);
   v.sharding = sharding;
   return detail::make_array(a.runtime, std::move(v), true, a.varying);
 }

@@ -14,6 +14,7 @@
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/saved_collectives.hpp"
 #include "graph/tape.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -91,7 +92,15 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
   const auto kind = hlo.count(op) ? hlo.at(op) : std::string(op);
   const exec::RuleScope rule([&] { return op + " (explicit, in shard_map)"; });
   const kernels::CollectiveWork work;  // its submissions: one collective (Lowered::estimate)
-  if (exec::logging()) {  // the text is built only while a trace listens
+  auto rt = x.impl()->runtime;
+  std::lock_guard lock(rt->mutex());
+  const exec::ShardedValue& v = detail::materialized(x);
+  // Inside a scan body whose backward pass runs it again: recorded, or handed back
+  // (graph/saved_collectives.hpp).
+  const exec::ShardedValue result_like{shape, dtype, NamedSharding(mesh, PartitionSpec()), {}};
+  const std::string key = detail::saving_collectives() ? detail::collective_key(op + " " + detail::axes_text(axes), v, result_like) : "";
+  std::optional<Buffers> saved = key.empty() ? std::nullopt : detail::saved_result(key, result_like);
+  if (!saved && exec::logging()) {  // the text is built only while a trace listens
     // What each device sends, each byte once (meshvk::CollectiveRecord): all of its operand,
     // except for a reduce-scatter and an all-to-all, which keep 1/n of it where it is.
     const uint64_t operand = static_cast<uint64_t>(x.size()) * dtype_size(x.dtype());
@@ -105,16 +114,15 @@ Array run_groups(const std::string& op, const std::vector<std::string>& axes, co
             ", " + detail::bytes_text(bytes) + " per device",
         axes, &mesh);
   }
-  auto rt = x.impl()->runtime;
-  std::lock_guard lock(rt->mutex());
-  const exec::ShardedValue& v = detail::materialized(x);
-  Buffers out(mesh.size());
-  for (const auto& members : g.members) {
+  Buffers out = saved ? std::move(*saved) : Buffers(mesh.size());
+  for (const auto& members : saved ? decltype(g.members){} : g.members) {
     Buffers in;
     for (const int p : members) in.push_back(v.shards[p]);
     Buffers res = per_group(*rt, in);
     for (size_t r = 0; r < members.size(); ++r) out[members[r]] = res[r];
   }
+  if (!key.empty() && !saved)
+    detail::record_result(key, detail::make_array(rt, exec::ShardedValue{shape, dtype, result_like.sharding, out}, true, varying));
   if (exec::logging() && !out.empty() && out.front()) exec::name_result(out.front().get(), kind);
   return detail::make_array(rt, exec::ShardedValue{std::move(shape), dtype, NamedSharding(mesh, PartitionSpec()), std::move(out)},
                             true, std::move(varying));

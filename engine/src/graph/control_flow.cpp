@@ -16,6 +16,7 @@
 #include "graph/array_impl.hpp"
 #include "graph/loop_support.hpp"
 #include "graph/partial_sum.hpp"
+#include "graph/saved_collectives.hpp"
 #include "graph/tape.hpp"
 #include "kernels/cost.hpp"
 #include "meshvk/error.hpp"
@@ -37,6 +38,11 @@ class TracedLoop {
   // first next()), so an enclosing program's replays leave it out and it counts for nothing.
   TracedLoop(const std::string& name, const LoopFn& body, const std::vector<Array>& init, bool trace_only = false)
       : name_(name), body_(body), rt_(Runtime::current().state()) {
+    // The loop's collectives, in its body or taking the sums of its results, are not an
+    // enclosing scan body's to save (saved_collectives.hpp): their results change under the
+    // handles the trace made as the loop replays its recording. A scan body inside records its
+    // own (counter_step).
+    const CollectivesUnsaved unsaved;
     const uint64_t decided = decisions;
     std::vector<Array> owned;
     for (const Array& a : init) owned.push_back(copy(a));  // the loop's own input buffers
@@ -108,6 +114,7 @@ class TracedLoop {
   const std::vector<Array>& current() const { return current_; }
 
   void next() {
+    const CollectivesUnsaved unsaved;  // as in the constructor
     if (unrolled_) {
       std::vector<Array> carry(current_.begin(), current_.begin() + carried_count());
       current_ = carried_like(carry, body_(carry));
@@ -289,16 +296,47 @@ std::vector<Array> while_leaves(const std::function<Array(const std::vector<Arra
 
 namespace {
 
+// The collectives' results a scan's forward loop saves for its backward pass
+// (graph/saved_collectives.hpp): what the body's first call recorded. A later call that
+// records other collectives (a body run again each iteration, between processes) makes them
+// unusable: its values are zeros then, and the backward pass communicates again.
+struct SavedCollectives {
+  bool first = true;
+  bool usable = true;
+  std::vector<std::string> keys;
+  std::vector<Array> like;
+  size_t count() const { return usable ? keys.size() : 0; }
+};
+
 // A scan step as a loop body: the iteration index rides in the carry (first), so the recorded
 // body slices xs itself. Returns the index, the carry, the ys and, with `residuals`, the carry
-// the step began with (for the backward pass).
+// the step began with and the results of the body's collectives (for the backward pass).
 LoopFn counter_step(const ScanBody& body, const std::vector<Array>& xs, size_t nc, bool reverse, bool residuals,
-                    std::shared_ptr<size_t> ny) {
-  return [body, xs, nc, reverse, residuals, ny](const std::vector<Array>& c) {
+                    std::shared_ptr<size_t> ny, std::shared_ptr<SavedCollectives> saved = nullptr) {
+  return [body, xs, nc, reverse, residuals, ny, saved](const std::vector<Array>& c) {
     std::vector<Array> x;
     for (const Array& leaf : xs) x.push_back(leading_slice(leaf, c[0]));
     const std::vector<Array> user(c.begin() + 1, c.end());
+    std::optional<CollectiveRecorder> recorder;
+    if (saved) recorder.emplace();
     auto [carry, y] = body(user, x);
+    std::vector<Array> results;
+    if (saved) {
+      results = recorder->values();
+      const std::vector<std::string> keys = recorder->keys();
+      recorder.reset();
+      if (saved->first) {
+        saved->first = false;
+        saved->keys = keys;
+        saved->like = results;
+      } else if (keys != saved->keys) {
+        saved->usable = false;
+      }
+      if (!saved->usable) {
+        results.clear();
+        for (const Array& l : saved->like) results.push_back(zeros_like(l));
+      }
+    }
     if (carry.size() != nc)
       throw Error("scan: the body returned a carry of " + std::to_string(carry.size()) + " arrays for one of " +
                   std::to_string(nc) + "; the carry keeps its structure");
@@ -307,6 +345,7 @@ LoopFn counter_step(const ScanBody& body, const std::vector<Array>& xs, size_t n
     out.insert(out.end(), carry.begin(), carry.end());
     out.insert(out.end(), y.begin(), y.end());
     if (residuals) out.insert(out.end(), user.begin(), user.end());
+    out.insert(out.end(), results.begin(), results.end());
     return out;
   };
 }
@@ -460,7 +499,8 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   std::vector<Array> start{first_index(n, reverse, xs)};
   start.insert(start.end(), init.begin(), init.end());
   Stacker steps;
-  const LoopResult loop = run_loop("scan", counter_step(body, xs, nc, reverse, residuals, ny), start, n,
+  const auto saved = residuals ? std::make_shared<SavedCollectives>() : nullptr;
+  const LoopResult loop = run_loop("scan", counter_step(body, xs, nc, reverse, residuals, ny, saved), start, n,
                                    [&](int64_t, const std::vector<Array>& outs) { steps.keep(outs); });
   out.recorded = loop.recorded;
   out.carry.assign(loop.carry.begin() + 1, loop.carry.end());
@@ -480,19 +520,28 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
     backward->ct_ys.push_back(copy(zeros_like(y)));
     bxs.push_back(backward->ct_ys.back());
   }
+  // Each iteration's collective results, for the backward pass's run of the body's forward pass.
+  const size_t nr = saved ? saved->count() : 0;
+  for (size_t r = 0; r < nr; ++r) bxs.push_back(steps.stacked(*ny + nc + r, reverse));
   const size_t ncl = closure.size(), nyy = *ny;
-  const ScanBody step_vjp = [body, closure, init, nc, nx, ncl](const std::vector<Array>& c, const std::vector<Array>& x) {
+  const ScanBody step_vjp = [body, closure, init, nc, nx, ncl, nyy, saved](const std::vector<Array>& c,
+                                                                          const std::vector<Array>& x) {
     const std::vector<Array> primals(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(nc + nx));
+    const std::vector<Array> results(x.begin() + static_cast<std::ptrdiff_t>(nc + nx + nyy), x.end());
     const Linearized lin = vjp_leaves(
         [&](const std::vector<Array>& p) {
+          std::optional<CollectiveReplay> replay;
+          if (!results.empty()) replay.emplace(saved->keys, results);
           auto [carry, y] = body(std::vector<Array>(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(nc)),
                                  std::vector<Array>(p.begin() + static_cast<std::ptrdiff_t>(nc), p.end()));
+          replay.reset();
           carry.insert(carry.end(), y.begin(), y.end());
           return carry;
         },
         primals, closure);
     std::vector<Array> seeds(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(nc));
-    seeds.insert(seeds.end(), x.begin() + static_cast<std::ptrdiff_t>(nc + nx), x.end());
+    seeds.insert(seeds.end(), x.begin() + static_cast<std::ptrdiff_t>(nc + nx),
+                 x.begin() + static_cast<std::ptrdiff_t>(nc + nx + nyy));
     const std::vector<Array> g = lin.backward(seeds);
     std::vector<Array> carry, y;
     for (size_t i = 0; i < nc; ++i) carry.push_back(g[i].valid() ? g[i] : zeros_like(init[i]));

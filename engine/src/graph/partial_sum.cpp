@@ -10,6 +10,7 @@
 #include "graph/manual_context.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
+#include "graph/saved_collectives.hpp"
 #include "kernels/strided_copy.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/shard_map.hpp"
@@ -111,9 +112,23 @@ const exec::ShardedValue& resolve_partial(const Array& x) {
   const exec::CallSiteScope site(p->site.known() ? p->site : exec::current_call_site());
   const exec::RuleOverride rule(p->rule.empty() ? exec::current_rule() : p->rule);
   // Nothing to sum in an empty value: its (empty) pieces are already the value.
-  impl.value.shards = count == 0 ? s.shards
-                                 : all_reduce_over(rt, mesh_of(p->summands), p->axes, s.shards, count, s.dtype,
-                                                   collectives::Reduction::sum);
+  if (count == 0) {
+    impl.value.shards = s.shards;
+  } else {
+    // Inside a scan body whose backward pass runs it again: recorded, or handed back
+    // (saved_collectives.hpp).
+    const exec::ShardedValue summed{s.shape, s.dtype, s.sharding, {}};
+    const std::string key = saving_collectives() ? collective_key("all-reduce " + axes_text(p->axes), s, summed) : "";
+    if (std::optional<collectives::Buffers> saved = key.empty() ? std::nullopt : saved_result(key, summed)) {
+      impl.value.shards = std::move(*saved);
+    } else {
+      impl.value.shards = all_reduce_over(rt, mesh_of(p->summands), p->axes, s.shards, count, s.dtype,
+                                          collectives::Reduction::sum);
+      if (!key.empty())
+        record_result(key, make_array(impl.runtime, exec::ShardedValue{s.shape, s.dtype, s.sharding, impl.value.shards},
+                                      impl.committed, impl.varying));
+    }
+  }
   if (exec::logging() && !p->op.empty() && !impl.value.shards.empty() && impl.value.shards.front())
     exec::name_result(impl.value.shards.front().get(), p->op);  // later lines read it as the op's result
   impl.partial = nullptr;
