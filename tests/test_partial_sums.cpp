@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
@@ -421,4 +422,58 @@ TEST(PartialSums, ResidualAddedToPartialSumsIsOneAllReduce) {
               gb = put(vb, {12, 7}, mesh2, P("model"));
   expect_close(mv::jit([&](const Array& x, const Array& a, const Array& b) { return mv::grad(loss, 1)(x, a, b); })(gx, ga, gb),
                want_g.to_host<float>());
+}
+
+// FSDP's gradients, each wanted split along a different dimension (0, 1, 2, a vector), on 8 and
+// on 3 devices: their reduce-scatters are deferred to where the jit's results are taken and go as
+// one packed reduce-scatter (XLA's reduce-scatter combiner), with each device's pieces and the
+// values of the unsharded gradients.
+TEST(PartialSums, FsdpGradientsGoAsOnePackedReduceScatter) {
+  for (const int devices : {8, 3}) {
+    std::vector<int> ids;
+    for (int i = 0; i < devices; ++i) ids.push_back(i);
+    const mv::Mesh mesh = mv::make_mesh({devices}, {"fsdp"}, {}, ids);
+    const int64_t n = devices, batch = 2 * n;
+    const std::map<std::string, std::pair<mv::Shape, mv::PartitionSpec>> layout = {
+        {"a", {{2 * n, 3}, P("fsdp")}},
+        {"b", {{5, n}, P(mv::None, "fsdp")}},
+        {"c", {{2, 3, 2 * n}, P(mv::None, mv::None, "fsdp")}},
+        {"d", {{n}, P("fsdp")}}};
+    const mv::NamedSharding whole(mesh, P());
+    const auto loss = [whole](const mv::Params& p, const Array& xa, const Array& xb, const Array& xc) {
+      const auto use = [&](const std::string& name) { return mv::with_sharding_constraint(p.at(name), whole); };
+      const Array c = mv::reshape(use("c"), {6, -1});
+      return mv::sum(mv::tanh(mv::matmul(xa, use("a")))) + mv::sum(mv::tanh(mv::matmul(xb, use("b"))) * use("d")) +
+             mv::sum(mv::square(mv::matmul(xc, c)));
+    };
+    mv::Params host, placed;
+    uint32_t seed = 60;
+    for (const auto& [name, l] : layout) {
+      const auto v = random_floats(static_cast<size_t>(mv::shape_size(l.first)), seed++);
+      host.emplace(name, host_array(v, l.first));
+      placed.emplace(name, put(v, l.first, mesh, l.second));
+    }
+    const auto va = random_floats(static_cast<size_t>(batch * 2 * n), 70), vb = random_floats(static_cast<size_t>(batch * 5), 71),
+               vc = random_floats(static_cast<size_t>(batch * 6), 72);
+    const mv::Params want = mv::grad(loss)(host, host_array(va, {batch, 2 * n}), host_array(vb, {batch, 5}),
+                                           host_array(vc, {batch, 6}));
+    const Array xa = put(va, {batch, 2 * n}, mesh, P("fsdp")), xb = put(vb, {batch, 5}, mesh, P("fsdp")),
+                xc = put(vc, {batch, 6}, mesh, P("fsdp"));
+    const auto step = mv::jit(mv::grad(loss));
+    for (int call = 0; call < 2; ++call) {  // traced, then replayed
+      const mv::Params got = step(placed, xa, xb, xc);
+      for (const auto& [name, g] : got) {
+        SCOPED_TRACE(name + " on " + std::to_string(devices) + " devices");
+        EXPECT_EQ(g.sharding(), placed.at(name).sharding());
+        expect_close(g, want.at(name).to_host<float>(), 1e-4f);
+      }
+    }
+    const auto lowered = step.lower(placed, xa, xb, xc);
+    EXPECT_EQ(count(lowered, "reduce-scatter"), 1) << lowered.as_text();
+    EXPECT_EQ(count(lowered, "all-reduce"), 0) << lowered.as_text();
+    EXPECT_EQ(lines_with(lowered.as_text(), "reduce-scatter", "and 3 more values, combined"), 1) << lowered.as_text();
+    // Eagerly each gradient is taken where it is read: the same values.
+    const mv::Params eager = mv::grad(loss)(placed, xa, xb, xc);
+    for (const auto& [name, g] : eager) expect_close(g, want.at(name).to_host<float>(), 1e-4f);
+  }
 }

@@ -493,8 +493,10 @@ Array device_put_untaped(const Array& x, const Sharding& sharding, const detail:
   const detail::OpScope op_scope("reshard");  // profile hook
   // A partial value wanted split along one of its partial axes: a reduce-scatter, half the bytes
   // of an all-reduce and a slice.
-  if (const auto scattered = detail::scatter_partial(x, sharding))
+  if (const auto scattered = detail::scatter_partial(x, sharding)) {
+    if (scattered->sharding() == sharding && !detail::is_partial(*scattered)) return *scattered;  // deferred
     return device_put_untaped(*scattered, sharding, *scattered->impl(), rt);
+  }
   if (std::optional<exec::ShardedValue> made = detail::remade_on(x, sharding)) {
     made->sharding = sharding;
     return detail::make_array(a.runtime, std::move(*made), true, a.varying);

@@ -35,6 +35,11 @@ struct PartialSum {
   // p2, the residual gradient beside two partial input gradients, is one all-reduce of p1 + p2
   // plus x, and p + bias is all-reduce(p) + bias, the same bits as taking the sum first.
   Array addend;
+  // A reduce-scatter not yet run (>= 0): the value is the sum over `axes` (in the order the
+  // value's layout splits this dimension over them) scattered along this dimension of the
+  // summands, laid out as the Array's sharding says, which splits it (partial_sum.hpp,
+  // scatter_partial). Such a value is not partial to the ops that read it: they take it whole.
+  int scatter_dim = -1;
 };
 
 // What an Array is: a value on the devices of one runtime, and whether it was placed on purpose.

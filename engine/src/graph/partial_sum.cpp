@@ -41,7 +41,12 @@ bool shards_over_any(const Sharding& s, const std::vector<std::string>& axes) {
   return false;
 }
 
-bool is_partial(const Array& x) { return x.valid() && x.impl()->partial != nullptr; }
+bool is_partial(const Array& x) { return x.valid() && x.impl()->partial != nullptr && x.impl()->partial->scatter_dim < 0; }
+
+bool is_pending_scatter(const Array& x) {
+  return x.valid() && x.impl()->partial != nullptr && x.impl()->partial->scatter_dim >= 0;
+}
+
 
 const std::vector<std::string>& partial_axes(const Array& x) {
   static const std::vector<std::string> none;
@@ -111,6 +116,12 @@ const exec::ShardedValue& resolve_partial(const Array& x) {
   const uint64_t count = local_count(p->summands);
   const exec::CallSiteScope site(p->site.known() ? p->site : exec::current_call_site());
   const exec::RuleOverride rule(p->rule.empty() ? exec::current_rule() : p->rule);
+  if (p->scatter_dim >= 0) {
+    impl.value.shards = reduce_scatter_over(impl.runtime, mesh_of(p->summands), p->axes, s.shards,
+                                            s.sharding.shard_shape(s.shape), s.dtype, p->scatter_dim);
+    impl.partial = nullptr;
+    return impl.value;
+  }
   // Nothing to sum in an empty value: its (empty) pieces are already the value.
   if (count == 0) {
     impl.value.shards = s.shards;
@@ -138,6 +149,84 @@ const exec::ShardedValue& resolve_partial(const Array& x) {
 
 namespace {
 
+// A strided copy on `device` between two of its buffers, ordered after what wrote `from`.
+void copy_box(RuntimeState& rt, int device, const DeviceBuffer& from, const DeviceBuffer& to, const kernels::StridedCopy& box) {
+  Recording rec = rt.begin(device);
+  rec.wait_for(from.ready());
+  kernels::record_strided_copy(rt, rec, box, from, to);
+  const Fence f = rt.submit(std::move(rec));
+  const_cast<DeviceBuffer&>(from).used_by(f);
+  const_cast<DeviceBuffer&>(to).written_by(f);
+}
+
+// One reduce-scatter for `group` (deferred scatters over the same axes of one mesh, of one
+// dtype): each device packs, for each member of its group in rank order, that member's piece of
+// every value (the member's rows along the value's scatter dimension, a strided box), the packed
+// buffers are reduce-scattered, and each value's piece is copied out of what each device got.
+void resolve_scatters_packed(RuntimeState& rt, const std::vector<Array>& group) {
+  const PartialSum& lead = *group.front().impl()->partial;
+  const Array first = lead.summands;
+  const Mesh& mesh = mesh_of(first);
+  const std::vector<std::string> axes = lead.axes;
+  const DType dtype = first.dtype();
+  const uint32_t element = static_cast<uint32_t>(dtype_size(dtype));
+  int64_t members = 1;
+  for (const auto& a : axes) members *= mesh.axis_size(a);
+  struct Part {
+    const exec::ShardedValue* summands;
+    int64_t outer, rows, inner, offset;  // the piece: outer x rows x inner elements at `offset` in a chunk
+  };
+  std::vector<Part> parts;
+  int64_t chunk = 0;
+  for (const Array& x : group) {
+    const PartialSum& p = *x.impl()->partial;
+    const exec::ShardedValue& v = materialized(p.summands);
+    const Shape local = v.sharding.shard_shape(v.shape);
+    const size_t d = static_cast<size_t>(p.scatter_dim);
+    int64_t outer = 1, inner = 1;
+    for (size_t k = 0; k < d; ++k) outer *= local[k];
+    for (size_t k = d + 1; k < local.size(); ++k) inner *= local[k];
+    parts.push_back({&v, outer, local[d] / members, inner, chunk});
+    chunk += outer * (local[d] / members) * inner;
+  }
+  if (exec::logging())
+    exec::log_op("reduce-scatter combiner: " + std::to_string(group.size()) + " values over " + axes_text(axes) +
+                 " packed into one buffer of " + bytes_text(static_cast<uint64_t>(chunk * members) * element) +
+                 " per device");
+  collectives::Buffers packed;
+  for (int p = 0; p < mesh.size(); ++p) {
+    const int device = mesh.device_ids()[static_cast<size_t>(p)];
+    packed.push_back(rt.allocate(device, static_cast<uint64_t>(chunk * members) * element));
+    for (const Part& part : parts)
+      for (int64_t r = 0; r < members; ++r)
+        copy_box(rt, device, *part.summands->shards[static_cast<size_t>(p)], *packed.back(),
+                 {{part.outer, part.rows * part.inner},
+                  {members * part.rows * part.inner, 1},
+                  {part.rows * part.inner, 1},
+                  r * part.rows * part.inner,
+                  r * chunk + part.offset,
+                  element});
+  }
+  const exec::CallSiteScope site(lead.site.known() ? lead.site : exec::current_call_site());
+  const exec::RuleOverride rule((lead.rule.empty() ? exec::current_rule() : lead.rule) +
+                                " (and " + std::to_string(group.size() - 1) + " more values, combined)");
+  const collectives::Buffers scattered = reduce_scatter_over(group.front().impl()->runtime, mesh, axes, packed, Shape{chunk * members},
+                                                             dtype, 0);
+  for (size_t i = 0; i < group.size(); ++i) {
+    const ArrayImpl& impl = *group[i].impl();
+    const Part& part = parts[i];
+    const int64_t n = part.outer * part.rows * part.inner;
+    std::vector<std::shared_ptr<DeviceBuffer>> shards;
+    for (int p = 0; p < mesh.size(); ++p) {
+      const int device = mesh.device_ids()[static_cast<size_t>(p)];
+      shards.push_back(rt.allocate(device, static_cast<uint64_t>(n) * element));
+      copy_box(rt, device, *scattered[static_cast<size_t>(p)], *shards.back(), {{n}, {1}, {1}, part.offset, 0, element});
+    }
+    impl.value.shards = std::move(shards);
+    impl.partial = nullptr;
+  }
+}
+
 // One all-reduce for `group` (values partial over the same axes, of one dtype): each device
 // packs its summands into one buffer, the buffers are all-reduced, and each value's part is
 // copied out again.
@@ -159,13 +248,7 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
                  " packed into one buffer of " + bytes_text(total * dtype_size(dtype)) + " per device");
   const auto copy_run = [&](int device, const DeviceBuffer& from, int64_t from_offset, const DeviceBuffer& to,
                             int64_t to_offset, int64_t n) {
-    Recording rec = rt.begin(device);
-    rec.wait_for(from.ready());
-    kernels::record_strided_copy(rt, rec, {{n}, {1}, {1}, from_offset, to_offset, static_cast<uint32_t>(dtype_size(dtype))},
-                                 from, to);
-    const Fence f = rt.submit(std::move(rec));
-    const_cast<DeviceBuffer&>(from).used_by(f);
-    const_cast<DeviceBuffer&>(to).written_by(f);
+    copy_box(rt, device, from, to, {{n}, {1}, {1}, from_offset, to_offset, static_cast<uint32_t>(dtype_size(dtype))});
   };
   collectives::Buffers packed;
   for (int p = 0; p < mesh.size(); ++p) {
@@ -202,8 +285,20 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
 }  // namespace
 
 void resolve_together(const std::vector<Array>& values) {
-  std::vector<std::vector<Array>> groups;
+  std::vector<std::vector<Array>> groups, scatters;
   for (const Array& x : values) {
+    if (is_pending_scatter(x)) {
+      const PartialSum& p = *x.impl()->partial;
+      auto same = [&](const std::vector<Array>& g) {
+        const PartialSum& q = *g.front().impl()->partial;
+        return q.axes == p.axes && q.summands.dtype() == p.summands.dtype() && mesh_of(q.summands) == mesh_of(p.summands) &&
+               std::none_of(g.begin(), g.end(), [&](const Array& y) { return y.impl() == x.impl(); });
+      };
+      auto it = std::find_if(scatters.begin(), scatters.end(), same);
+      if (it == scatters.end()) scatters.push_back({x});
+      else it->push_back(x);
+      continue;
+    }
     if (!is_partial(x) || local_count(x) == 0) continue;
     const PartialSum& p = *x.impl()->partial;
     auto same = [&](const std::vector<Array>& g) {
@@ -219,9 +314,26 @@ void resolve_together(const std::vector<Array>& values) {
       it->push_back(x);
     }
   }
-  if (groups.empty()) return;
-  RuntimeState& rt = *groups.front().front().impl()->runtime;
+  if (groups.empty() && scatters.empty()) return;
+  RuntimeState& rt = *(groups.empty() ? scatters : groups).front().front().impl()->runtime;
   std::lock_guard lock(rt.mutex());
+  for (const auto& group : scatters) {
+    std::vector<Array> bucket;
+    uint64_t bytes = 0;
+    const auto flush = [&] {
+      if (bucket.size() == 1) materialized(bucket.front());
+      if (bucket.size() > 1) resolve_scatters_packed(rt, bucket);
+      bucket.clear();
+      bytes = 0;
+    };
+    for (const Array& x : group) {
+      const uint64_t b = local_count(x.impl()->partial->summands) * dtype_size(x.dtype());
+      if (!bucket.empty() && bytes + b > kCombineThresholdBytes) flush();
+      bucket.push_back(x);
+      bytes += b;
+    }
+    flush();
+  }
   for (const auto& group : groups) {
     // Buckets in the values' order, each up to the threshold (a larger value is a bucket alone).
     std::vector<Array> bucket;
@@ -294,6 +406,21 @@ std::optional<Array> scatter_partial(const Array& x, const Sharding& target) {
     std::lock_guard lock(rt->mutex());
     const Array s = summands_of(x);
     const PartialSum& made = *x.impl()->partial;
+    std::vector<SpecEntry> split = from->spec().entries();
+    split.resize(x.ndim());
+    split[d] = want;
+    const NamedSharding split_layout(mesh, PartitionSpec(split).trimmed());
+    const Sharding scattered_layout = Sharding(split_layout).is_equivalent_to(target, x.ndim()) ? target : Sharding(split_layout);
+    if (want.axes.size() == axes.size() && shape_size(local) > 0) {
+      // The scatter takes the whole sum: deferred, as a sum is, so that the values an optimizer
+      // reads (fsdp's gradients) go as one packed reduce-scatter (resolve_together).
+      auto impl = std::make_shared<ArrayImpl>(ArrayImpl{rt, exec::ShardedValue{x.shape(), x.dtype(), scattered_layout, {}},
+                                                        true, nullptr, x.impl()->varying});
+      PartialSum pending{want.axes, s, made.op, made.rule, made.site, Array()};
+      pending.scatter_dim = static_cast<int>(d);
+      impl->partial = std::make_shared<const PartialSum>(std::move(pending));
+      return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
+    }
     const exec::CallSiteScope site(made.site.known() ? made.site : exec::current_call_site());
     const exec::RuleOverride rule(made.rule.empty() ? exec::current_rule() : made.rule);
     const collectives::Buffers shards =

@@ -55,6 +55,10 @@ Array on_summands(const Array& x, const std::function<Array(const Array&)>& op, 
 // when target splits no such dimension.
 std::optional<Array> scatter_partial(const Array& x, const Sharding& target);
 
+// Whether x is a reduce-scatter not yet run (PartialSum::scatter_dim): scatter_partial defers
+// one that takes the whole sum, and resolve_together packs them.
+bool is_pending_scatter(const Array& x);
+
 // The reduce-scatter over `axes` of per-device summands (mesh position order) of local shape
 // `local`, scattered along dimension `dim`; results in mesh position order.
 collectives::Buffers reduce_scatter_over(const std::shared_ptr<RuntimeState>& rt, const Mesh& mesh,
