@@ -262,7 +262,8 @@ case "${1:-}" in
     # of the sanitizer run, as the Release run covers them: what only compiles (the clang header
     # check), benchmarks, the PyTorch comparison, the collective sweeps (the same code as the
     # process tests, at many sizes) and the two tests that run the tutorials and the inspector's
-    # scenarios at full size (7 minutes under ASan on 2 cores), and the GPT step's byte
+    # scenarios at full size (7 minutes under ASan on 2 cores), the samples' run (test_samples:
+    # the engine paths they take run under ASan in the engine's own tests), and the GPT step's byte
     # accounting in four modes (a minute under ASan; the partitioner's code runs in other tests),
     # and the two-node tests (the staged tier's code, which the process tests run under ASan).
     build build-asan -DMESHVK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -270,11 +271,11 @@ case "${1:-}" in
     (cd build-asan && LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp \
        ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=32} \
        UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2 \
-       -E '^(header_check_clang|gpt_vs_pytorch|test_tutorial_cases|test_inspector_tiles|test_gpt_communication)$|^processes_collective_sweep_|^processes_two_nodes_')
+       -E '^(header_check_clang|gpt_vs_pytorch|test_tutorial_cases|test_inspector_tiles|test_gpt_communication|test_samples)$|^processes_collective_sweep_|^processes_two_nodes_')
     # ThreadSanitizer is `./meshvk.sh tsan`, not part of this run: a third build of the whole
     # engine for one test, about 10 minutes on 2 cores, which kept CI near its limit. Run it
     # after changing anything threads share (the runtime, its communication thread, tapes).
-    fuzz "${MESHVK_FUZZ_SECONDS:-30}"
+    fuzz "${MESHVK_FUZZ_SECONDS:-20}"
     ;;
   fuzz)
     fuzz "${2:-60}"

@@ -19,9 +19,8 @@ int64_t head_dim(const GptConfig& cfg) {
 // cast is the identity.
 struct Forward {
   GptConfig cfg;  // by value: the scan's body keeps a copy (see gpt_logits)
-  ParamUse use;
-  // A parameter as the forward pass reads it: gathered (use), then cast.
-  Array param(const Array& p) const { return astype(use ? use(p) : p, cfg.compute); }
+  // A parameter as the forward pass reads it (gathered already: ParamUse), cast.
+  Array param(const Array& p) const { return astype(p, cfg.compute); }
   Array operand(const Array& x) const { return astype(x, cfg.compute); }
   // The caller's line goes on to einsum, so the program text names the line of the layer (not
   // this helper's) beside the collectives its contraction needs.
@@ -250,9 +249,18 @@ Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, 
   return shard_map(body, mesh, {spec, spec, spec}, spec)(q, k, v);
 }
 
-Array gpt_logits(const GptConfig& cfg, const Params& p, const Array& tokens,
+Array gpt_logits(const GptConfig& cfg, const Params& params, const Array& tokens,
                  const Attention& attention, const ParamUse& use) {
-  const Forward f{cfg, use};
+  const Forward f{cfg};
+  // The parameters as read: gathered at the start where `use` gathers (every one unrolled; with
+  // the layers in a scan, those outside the layers, the layers' inside the body).
+  Params p = params;
+  if (use) {
+    Params first;
+    for (const auto& [name, a] : params)
+      if (!cfg.scan_layers || name.rfind("h.", 0) != 0) first.emplace(name, a);
+    for (auto& [name, a] : use(first)) p.insert_or_assign(name, a);
+  }
   // wte[tokens] + wpe (in the compute dtype): positions broadcast over the batch; the residual
   // stream is float32.
   Array x = astype(gather(f.param(p.at("wte.weight")), tokens) + f.param(p.at("wpe.weight")),
@@ -265,8 +273,8 @@ Array gpt_logits(const GptConfig& cfg, const Params& p, const Array& tokens,
     // The body captures by value: where the loop cannot be replayed (between processes) the
     // backward pass calls it again after this function has returned.
     x = lax::scan(
-            [f, attention](const Array& h, const Params& layer) {
-              return std::make_pair(block(f, layer, h, attention), std::nullopt);
+            [f, attention, use](const Array& h, const Params& layer) {
+              return std::make_pair(block(f, use ? use(layer) : layer, h, attention), std::nullopt);
             },
             x, stacks)
             .first;

@@ -78,9 +78,12 @@ Array causal_attention(const Array& q, const Array& k, const Array& v);
 Array ring_attention(const Mesh& mesh, const std::string& axis, const Array& q, const Array& k,
                      const Array& v);
 
-// How a parameter is read where it is used (FSDP gathers it there); identity when empty. Layer
-// parameters go through it inside the layer (inside the scan's body), one layer at a time.
-using ParamUse = std::function<Array(const Array& param)>;
+// How parameters are read before they are used (FSDP gathers them, several at once, as one
+// packed all-gather); identity when empty. With the layers in a scan, a layer's parameters go
+// through it at the start of the scan's body, one layer at a time, and the others at the start;
+// unrolled, every parameter at the start (XLA's all-gather combiner would merge those gathers,
+// all independent of each other, into one as well).
+using ParamUse = std::function<Params(const Params& params)>;
 
 // Logits [batch, seq, vocab] (float32) of int32 tokens [batch, seq].
 Array gpt_logits(const GptConfig& cfg, const Params& params, const Array& tokens,

@@ -120,13 +120,14 @@ GptTrainStep::GptTrainStep(GptConfig cfg, GptLayout layout)
     : step_(Fn([cfg, layout, opt = gpt_optimizer(cfg)](const Params& params,
                                                        const optax::OptState& state,
                                                        const Array& tokens, const Array& targets) {
-              // FSDP: each parameter whole where it is used (a layer's inside the layer, so inside
-              // the scan's body one layer at a time); the constraint's gradient puts the
-              // parameter's gradient back in its split layout.
+              // FSDP: the parameters whole where they are read, gathered together (one packed
+              // all-gather: a layer's inside the scan's body, one layer at a time); the
+              // constraint's gradient puts each gradient back in its split layout (reduce-scatters,
+              // packed where the optimizer reads them).
               ParamUse use;
               if (layout.gather_params) {
                 const NamedSharding whole(*layout.mesh, P());
-                use = [whole](const Array& p) { return with_sharding_constraint(p, whole); };
+                use = [whole](const Params& p) { return with_sharding_constraint(p, ShardingTree(whole)); };
               }
               const auto loss = [&](const Params& p) {
                 return gpt_loss(cfg, p, tokens, targets, layout.attention, use);

@@ -528,6 +528,28 @@ Jitted<F> jit(F f, JitOptions options = {}, SourceLocation loc = SourceLocation:
 // A hard layout constraint inside jit (and a device_put outside it).
 Array with_sharding_constraint(const Array& x, const Sharding& sharding,
           SourceLocation loc = SourceLocation::current());
+namespace detail {
+std::vector<Array> constrain_leaves(const std::vector<Array>& leaves, const LeafShardings& placed, SourceLocation loc);
+}  // namespace detail
+
+// jax.lax.with_sharding_constraint over a pytree (Params, a registered struct, vectors, ...): a
+// sharding for every Array of x, or a tree shaped like x or a prefix of it (nullopt: as it is).
+// The leaves are moved together as device_put(pytree) moves them: those each gathered whole
+// along one split dimension over the same axes go as one packed all-gather (a layer's FSDP
+// weights gathered together where the layer starts).
+template <class T>
+  requires(detail::Tree<T>::leafy && !std::is_same_v<T, Array>)
+T with_sharding_constraint(const T& x, const ShardingTree& shardings, SourceLocation loc = SourceLocation::current()) {
+  std::vector<Array> leaves;
+  detail::Tree<T>::flatten(x, leaves);
+  detail::LeafShardings placed;
+  const std::string name = "with_sharding_constraint";
+  detail::Tree<T>::shardings(x, shardings, placed, detail::TreePlace{name, "the value"});
+  leaves = detail::constrain_leaves(leaves, placed, loc);
+  size_t pos = 0;
+  return detail::Tree<T>::unflatten(x, leaves, pos);
+}
+
 // Explicit mode: move x to another PartitionSpec over its own mesh (over use_mesh's mesh for an
 // array on one device), or to any sharding.
 Array reshard(const Array& x, const PartitionSpec& spec, SourceLocation loc = SourceLocation::current());

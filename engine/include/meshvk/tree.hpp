@@ -473,8 +473,18 @@ namespace meshvk {
 
 [[noreturn]] void device_put_tree_error(const std::string& what);
 
+namespace detail {
+// device_put of each leaf (nullopt: as it is); the moves that are each exactly an all-gather of
+// one split dimension over the same mesh axes, of one dtype, go as one packed all-gather.
+std::vector<Array> device_put_leaves(const std::vector<Array>& leaves, const LeafShardings& placed);
+}  // namespace detail
+
 // jax.device_put(pytree, shardings): every Array of x laid out as `shardings` says, a sharding
 // for all of them or a tree shaped like x or a prefix of it (nullopt leaves an Array as it is).
+// Leaves each moved by exactly an all-gather (split along one dimension to whole on the same
+// mesh) over the same axes and of one dtype are gathered together, packed into one all-gather
+// (XLA's all-gather combiner; FSDP's flat parameter): under jit and grad too, where their
+// gradients go back as reduce-scatters that are packed where they are read together.
 template <class T>
   requires(detail::Tree<T>::leafy && !std::is_same_v<T, Array>)
 T device_put(const T& x, const ShardingTree& shardings) {
@@ -484,8 +494,7 @@ T device_put(const T& x, const ShardingTree& shardings) {
   const std::string name = "device_put";
   detail::Tree<T>::shardings(x, shardings, placed, detail::TreePlace{name, "the value"});
   if (placed.size() != leaves.size()) device_put_tree_error("the shardings do not cover every Array of the value");
-  for (size_t i = 0; i < leaves.size(); ++i)
-    if (placed[i]) leaves[i] = device_put(leaves[i], *placed[i]);
+  leaves = detail::device_put_leaves(leaves, placed);
   size_t pos = 0;
   return detail::Tree<T>::unflatten(x, leaves, pos);
 }

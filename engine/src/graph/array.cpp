@@ -475,16 +475,23 @@ Array device_put(const Array& x, const Sharding& requested, SourceLocation loc) 
   std::lock_guard lock(rt.mutex());
   exec::check_devices(rt, sharding);
   const exec::RuleScope rule([] { return std::string("device_put"); });
-  const Array placed = device_put_untaped(x, sharding, a, rt);
-  return detail::on_tape(placed, {x}, [x](const Array& ct) {
+  return detail::device_put_on_tape(x, device_put_untaped(x, sharding, a, rt));
+}
+
+namespace detail {
+
+Array device_put_on_tape(const Array& x, const Array& placed) {
+  return on_tape(placed, {x}, [x](const Array& ct) {
     if (ct.sharding().is_equivalent_to(x.sharding(), x.ndim())) return std::vector<Array>{ct};
     // Back where the input was, and as free to move as it was.
     const Array back = device_put(ct, x.sharding());
     if (x.committed()) return std::vector<Array>{back};
     const auto& impl = *back.impl();
-    return std::vector<Array>{detail::make_array(impl.runtime, detail::materialized(back), false, impl.varying)};
+    return std::vector<Array>{make_array(impl.runtime, materialized(back), false, impl.varying)};
   });
 }
+
+}  // namespace detail
 
 // Tagged "reshard", the line exec::reshard prints, inside any other op too
 // (with_sharding_constraint, jit's reshard and out_shardings print a line of their own before it,

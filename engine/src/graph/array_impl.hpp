@@ -67,6 +67,10 @@ struct ArrayImpl {
   std::shared_ptr<const std::function<Array(const Sharding& replicated)>> remake;
 };
 
+// device_put's rule on the tapes: `placed` is x laid out anew; its cotangent goes back to x's
+// layout.
+Array device_put_on_tape(const Array& x, const Array& placed);
+
 // The value with its device buffers, running pending work first and summing a partial value
 // (partial_sum.hpp): the one accessor ops read data through.
 const exec::ShardedValue& materialized(const Array& x);

@@ -386,6 +386,20 @@ Array with_sharding_constraint(const Array& x, const Sharding& sharding, SourceL
   return device_put(x, sharding);
 }
 
+namespace detail {
+
+std::vector<Array> constrain_leaves(const std::vector<Array>& leaves, const LeafShardings& placed, SourceLocation loc) {
+  const UserCallSite call_site(loc);
+  if (placed.size() != leaves.size()) device_put_tree_error("the shardings do not cover every Array of the value");
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (placed[i] && leaves[i].valid() && !leaves[i].sharding().is_equivalent_to(*placed[i], leaves[i].ndim()))
+      exec::log_op("with_sharding_constraint: " + leaves[i].sharding().to_string() + " -> " + placed[i]->to_string());
+  const exec::RuleScope rule([] { return std::string("with_sharding_constraint"); });
+  return device_put_leaves(leaves, placed);
+}
+
+}  // namespace detail
+
 Array reshard(const Array& x, const PartitionSpec& spec, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const NamedSharding* n = x.sharding().named();

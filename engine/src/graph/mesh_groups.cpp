@@ -84,4 +84,13 @@ collectives::Buffers all_reduce_over(RuntimeState& rt, const Mesh& mesh, const s
   return out;
 }
 
+void copy_box(RuntimeState& rt, int device, const DeviceBuffer& from, const DeviceBuffer& to, const kernels::StridedCopy& box) {
+  Recording rec = rt.begin(device);
+  rec.wait_for(from.ready());
+  kernels::record_strided_copy(rt, rec, box, from, to);
+  const Fence f = rt.submit(std::move(rec));
+  const_cast<DeviceBuffer&>(from).used_by(f);
+  const_cast<DeviceBuffer&>(to).written_by(f);
+}
+
 }  // namespace meshvk::detail

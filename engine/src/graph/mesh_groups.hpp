@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "collectives/collectives.hpp"
+#include "kernels/strided_copy.hpp"
 #include "meshvk/mesh.hpp"
 
 namespace meshvk::detail {
@@ -27,5 +28,9 @@ std::string axes_text(const std::vector<std::string>& axes);  // "('x', 'y')"
 // HLO's replica_groups of the device ids: "{{0,4},{1,5},{2,6},{3,7}}".
 std::string replica_groups_text(const Mesh& mesh, const MeshGroups& groups);
 std::string bytes_text(uint64_t bytes);                       // "128 KiB"
+
+// A strided copy on `device` between two of its buffers, ordered after what wrote `from`: the
+// packing and unpacking of combined collectives.
+void copy_box(RuntimeState& rt, int device, const DeviceBuffer& from, const DeviceBuffer& to, const kernels::StridedCopy& box);
 
 }  // namespace meshvk::detail

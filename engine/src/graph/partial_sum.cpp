@@ -149,16 +149,6 @@ const exec::ShardedValue& resolve_partial(const Array& x) {
 
 namespace {
 
-// A strided copy on `device` between two of its buffers, ordered after what wrote `from`.
-void copy_box(RuntimeState& rt, int device, const DeviceBuffer& from, const DeviceBuffer& to, const kernels::StridedCopy& box) {
-  Recording rec = rt.begin(device);
-  rec.wait_for(from.ready());
-  kernels::record_strided_copy(rt, rec, box, from, to);
-  const Fence f = rt.submit(std::move(rec));
-  const_cast<DeviceBuffer&>(from).used_by(f);
-  const_cast<DeviceBuffer&>(to).written_by(f);
-}
-
 // One reduce-scatter for `group` (deferred scatters over the same axes of one mesh, of one
 // dtype): each device packs, for each member of its group in rank order, that member's piece of
 // every value (the member's rows along the value's scatter dimension, a strided box), the packed
