@@ -343,6 +343,9 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
   // function's next call only for the Array it handed out).
   for (const int i : argnums)
     if (value.impl() == inputs[i].impl()) value = args[i];
+  // A loss still partial (a mean over a split batch) is summed with the gradients where an
+  // optimizer takes theirs: one packed all-reduce, as XLA's combiner merges the two.
+  if (is_partial(value)) sum_with_gradients(value);
   return {value, grads};
 }
 

@@ -194,7 +194,7 @@ std::pair<Params, OptState> GradientTransformation::update(const Params& updates
   // into few all-reduces (XLA's combiner, DDP's buckets), before the transformation reads them.
   std::vector<Array> partial;
   for (const auto& [name, u] : updates) partial.push_back(u);
-  meshvk::detail::resolve_together(partial);
+  meshvk::detail::resolve_gradients(partial);
   return update_(updates, state, params);
 }
 

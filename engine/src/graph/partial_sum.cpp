@@ -344,6 +344,31 @@ void resolve_together(const std::vector<Array>& values) {
   }
 }
 
+namespace {
+
+thread_local std::vector<std::weak_ptr<const ArrayImpl>> with_gradients;
+
+}  // namespace
+
+void sum_with_gradients(const Array& value) {
+  std::erase_if(with_gradients, [](const auto& w) { return w.expired() || !w.lock()->partial; });
+  with_gradients.push_back(value.impl());
+}
+
+void resolve_gradients(const std::vector<Array>& gradients) {
+  std::vector<Array> values = gradients;
+  bool any = false;
+  for (const Array& g : gradients) any = any || is_partial(g);
+  // Only beside gradients that are summed here: else the value waits for its own reader.
+  if (any)
+    for (const auto& w : with_gradients)
+      if (const auto impl = w.lock(); impl && impl->partial && impl->partial->scatter_dim < 0 &&
+                                      impl->runtime == gradients.front().impl()->runtime)
+        values.push_back(Array(impl));
+  std::erase_if(with_gradients, [](const auto& w) { return w.expired() || !w.lock()->partial; });
+  resolve_together(values);
+}
+
 Array on_summands(const Array& x, const std::function<Array(const Array&)>& op, bool moves_only) {
   if (!is_partial(x)) return op(x);
   const Array& addend = addend_of(x);

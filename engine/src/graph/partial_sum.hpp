@@ -42,6 +42,12 @@ const exec::ShardedValue& resolve_partial(const Array& x);
 // and of one dtype together, packed into as few all-reduces as the byte threshold allows (XLA's
 // all-reduce combiner; PyTorch DDP's buckets): the gradients an optimizer reads, a jit's results.
 void resolve_together(const std::vector<Array>& values);
+// A value the next optax update's resolve_together sums too, if it is still partial then over
+// the same axes as gradients it packs (value_and_grad's value: the loss beside its gradients).
+// Held weakly, on this thread.
+void sum_with_gradients(const Array& value);
+// resolve_together for an optimizer's gradients: the values sum_with_gradients named go in too.
+void resolve_gradients(const std::vector<Array>& gradients);
 
 // A linear op of one operand (a transpose, broadcast, slice, reshape that moves no data, a sum):
 // `op` on x's summands, partial over x's axes; op(x) when x is not partial. `op` must not move
