@@ -274,74 +274,58 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
 
 }  // namespace
 
+namespace {
+
+// The values of one group in buckets of up to the threshold, in the values' order (a larger value
+// is a bucket alone): `packed` takes a bucket of several, a bucket of one is summed on its own.
+template <class Bytes, class Packed>
+void in_buckets(const std::vector<Array>& group, Bytes bytes_of, Packed packed) {
+  std::vector<Array> bucket;
+  uint64_t bytes = 0;
+  const auto flush = [&] {
+    if (bucket.size() == 1) materialized(bucket.front());
+    if (bucket.size() > 1) packed(bucket);
+    bucket.clear();
+    bytes = 0;
+  };
+  for (const Array& x : group) {
+    const uint64_t b = bytes_of(x);
+    if (!bucket.empty() && bytes + b > kCombineThresholdBytes) flush();
+    bucket.push_back(x);
+    bytes += b;
+  }
+  flush();
+}
+
+}  // namespace
+
 void resolve_together(const std::vector<Array>& values) {
+  // Values partial (or scattered) over the same axes of one mesh, of one dtype, each once.
   std::vector<std::vector<Array>> groups, scatters;
-  for (const Array& x : values) {
-    if (is_pending_scatter(x)) {
-      const PartialSum& p = *x.impl()->partial;
-      auto same = [&](const std::vector<Array>& g) {
-        const PartialSum& q = *g.front().impl()->partial;
-        return q.axes == p.axes && q.summands.dtype() == p.summands.dtype() && mesh_of(q.summands) == mesh_of(p.summands) &&
-               std::none_of(g.begin(), g.end(), [&](const Array& y) { return y.impl() == x.impl(); });
-      };
-      auto it = std::find_if(scatters.begin(), scatters.end(), same);
-      if (it == scatters.end()) scatters.push_back({x});
-      else it->push_back(x);
-      continue;
-    }
-    if (!is_partial(x) || local_count(x) == 0) continue;
+  const auto add = [](std::vector<std::vector<Array>>& into, const Array& x) {
     const PartialSum& p = *x.impl()->partial;
     auto same = [&](const std::vector<Array>& g) {
       const PartialSum& q = *g.front().impl()->partial;
-      return q.axes == p.axes && q.summands.dtype() == p.summands.dtype() &&
-             mesh_of(q.summands) == mesh_of(p.summands) &&
+      return q.axes == p.axes && q.summands.dtype() == p.summands.dtype() && mesh_of(q.summands) == mesh_of(p.summands) &&
              std::none_of(g.begin(), g.end(), [&](const Array& y) { return y.impl() == x.impl(); });
     };
-    auto it = std::find_if(groups.begin(), groups.end(), same);
-    if (it == groups.end()) {
-      groups.push_back({x});
-    } else {
-      it->push_back(x);
-    }
+    auto it = std::find_if(into.begin(), into.end(), same);
+    if (it == into.end()) into.push_back({x});
+    else it->push_back(x);
+  };
+  for (const Array& x : values) {
+    if (is_pending_scatter(x)) add(scatters, x);
+    else if (is_partial(x) && local_count(x) > 0) add(groups, x);
   }
   if (groups.empty() && scatters.empty()) return;
   RuntimeState& rt = *(groups.empty() ? scatters : groups).front().front().impl()->runtime;
   std::lock_guard lock(rt.mutex());
-  for (const auto& group : scatters) {
-    std::vector<Array> bucket;
-    uint64_t bytes = 0;
-    const auto flush = [&] {
-      if (bucket.size() == 1) materialized(bucket.front());
-      if (bucket.size() > 1) resolve_scatters_packed(rt, bucket);
-      bucket.clear();
-      bytes = 0;
-    };
-    for (const Array& x : group) {
-      const uint64_t b = local_count(x.impl()->partial->summands) * dtype_size(x.dtype());
-      if (!bucket.empty() && bytes + b > kCombineThresholdBytes) flush();
-      bucket.push_back(x);
-      bytes += b;
-    }
-    flush();
-  }
-  for (const auto& group : groups) {
-    // Buckets in the values' order, each up to the threshold (a larger value is a bucket alone).
-    std::vector<Array> bucket;
-    uint64_t bytes = 0;
-    const auto flush = [&] {
-      if (bucket.size() == 1) materialized(bucket.front());
-      if (bucket.size() > 1) resolve_packed(rt, bucket);
-      bucket.clear();
-      bytes = 0;
-    };
-    for (const Array& x : group) {
-      const uint64_t b = local_count(x) * dtype_size(x.dtype());
-      if (!bucket.empty() && bytes + b > kCombineThresholdBytes) flush();
-      bucket.push_back(x);
-      bytes += b;
-    }
-    flush();
-  }
+  for (const auto& group : scatters)
+    in_buckets(group, [](const Array& x) { return local_count(x.impl()->partial->summands) * dtype_size(x.dtype()); },
+               [&](const std::vector<Array>& bucket) { resolve_scatters_packed(rt, bucket); });
+  for (const auto& group : groups)
+    in_buckets(group, [](const Array& x) { return local_count(x) * dtype_size(x.dtype()); },
+               [&](const std::vector<Array>& bucket) { resolve_packed(rt, bucket); });
 }
 
 namespace {
