@@ -60,7 +60,8 @@ TreeParams make_params(const mv::Mesh& mesh, int64_t n) {
 
 Array loss_of(const mv::Params& p, const Array& xa, const Array& xb, const Array& xc) {
   const Array c = mv::reshape(p.at("c"), {6, -1});
-  return mv::sum(mv::tanh(mv::matmul(xa, p.at("a")))) + mv::sum(mv::tanh(mv::matmul(xb, p.at("b"))) * p.at("d")) +
+  return mv::sum(mv::tanh(mv::matmul(xa, p.at("a")))) +
+         mv::sum(mv::tanh(mv::matmul(xb, p.at("b"))) * p.at("d")) +
          mv::sum(mv::square(mv::matmul(xc, c))) + mv::sum(p.at("e") * p.at("e"));
 }
 
@@ -73,24 +74,30 @@ TEST(GatherCombiner, ATreeIsGatheredInOneAllGatherPerDtype) {
     const int64_t n = devices;
     TreeParams s = make_params(mesh, n);
     const auto vh = random_floats(static_cast<size_t>(2 * n * 4), 90);
-    const Array h16 = mv::astype(placed_array(vh, {2 * n, 4}, mv::NamedSharding(mesh, P("f"))), mv::DType::bfloat16);
+    const Array h16 = mv::astype(placed_array(vh, {2 * n, 4}, mv::NamedSharding(mesh, P("f"))),
+                                 mv::DType::bfloat16);
     s.placed.emplace("h16", h16);
     s.host.emplace("h16", mv::astype(host_array(vh, {2 * n, 4}), mv::DType::bfloat16));
     const mv::NamedSharding whole(mesh, P());
-    const auto gather = [whole](const mv::Params& p) { return mv::with_sharding_constraint(p, mv::ShardingTree(whole)); };
+    const auto gather = [whole](const mv::Params& p) {
+      return mv::with_sharding_constraint(p, mv::ShardingTree(whole));
+    };
     const auto jitted = mv::jit(gather);
-    for (const mv::Params& got : {gather(s.placed), jitted(s.placed), jitted(s.placed), mv::device_put(s.placed, mv::ShardingTree(whole))})
+    for (const mv::Params& got : {gather(s.placed), jitted(s.placed), jitted(s.placed),
+                                  mv::device_put(s.placed, mv::ShardingTree(whole))})
       for (const auto& [name, g] : got) {
         SCOPED_TRACE(name);
         EXPECT_TRUE(g.sharding().is_fully_replicated());
         EXPECT_EQ(g.shape(), s.host.at(name).shape());
-        expect_close(mv::astype(g, mv::DType::float32), mv::astype(s.host.at(name), mv::DType::float32).template to_host<float>(),
+        expect_close(mv::astype(g, mv::DType::float32),
+                     mv::astype(s.host.at(name), mv::DType::float32).template to_host<float>(),
                      0.f);
       }
     const auto lowered = jitted.lower(s.placed);
     EXPECT_EQ(count(lowered, "all-gather"), 2) << lowered.as_text();  // float32 and bfloat16
     EXPECT_EQ(count(lowered, "reshard"), 0) << lowered.as_text();
-    EXPECT_EQ(lines_with(lowered.as_text(), "all-gather combiner: 4 values over ('f',)"), 1) << lowered.as_text();
+    EXPECT_EQ(lines_with(lowered.as_text(), "all-gather combiner: 4 values over ('f',)"), 1)
+        << lowered.as_text();
   }
 }
 
@@ -103,19 +110,24 @@ TEST(GatherCombiner, GradientsOfATreeConstraint) {
     const int64_t n = devices, batch = 2 * n;
     const TreeParams s = make_params(mesh, n);
     const mv::NamedSharding whole(mesh, P());
-    const auto loss = [whole](const mv::Params& p, const Array& xa, const Array& xb, const Array& xc) {
+    const auto loss = [whole](const mv::Params& p, const Array& xa, const Array& xb,
+                              const Array& xc) {
       return loss_of(mv::with_sharding_constraint(p, mv::ShardingTree(whole)), xa, xb, xc);
     };
-    const auto va = random_floats(static_cast<size_t>(batch * 2 * n), 91), vb = random_floats(static_cast<size_t>(batch * 5), 92),
+    const auto va = random_floats(static_cast<size_t>(batch * 2 * n), 91),
+               vb = random_floats(static_cast<size_t>(batch * 5), 92),
                vc = random_floats(static_cast<size_t>(batch * 6), 93);
-    const mv::Params want = mv::grad([](const mv::Params& p, const Array& a, const Array& b, const Array& c) {
-      return loss_of(p, a, b, c);
-    })(s.host, host_array(va, {batch, 2 * n}), host_array(vb, {batch, 5}), host_array(vc, {batch, 6}));
+    const mv::Params want =
+        mv::grad([](const mv::Params& p, const Array& a, const Array& b, const Array& c) {
+          return loss_of(p, a, b, c);
+        })(s.host, host_array(va, {batch, 2 * n}), host_array(vb, {batch, 5}),
+           host_array(vc, {batch, 6}));
     const mv::NamedSharding rows(mesh, P("f"));
-    const Array xa = placed_array(va, {batch, 2 * n}, rows), xb = placed_array(vb, {batch, 5}, rows),
-                xc = placed_array(vc, {batch, 6}, rows);
+    const Array xa = placed_array(va, {batch, 2 * n}, rows),
+                xb = placed_array(vb, {batch, 5}, rows), xc = placed_array(vc, {batch, 6}, rows);
     const auto step = mv::jit(mv::grad(loss));
-    for (const mv::Params& got : {mv::grad(loss)(s.placed, xa, xb, xc), step(s.placed, xa, xb, xc), step(s.placed, xa, xb, xc)})
+    for (const mv::Params& got : {mv::grad(loss)(s.placed, xa, xb, xc), step(s.placed, xa, xb, xc),
+                                  step(s.placed, xa, xb, xc)})
       for (const auto& [name, g] : got) {
         SCOPED_TRACE(name);
         EXPECT_EQ(g.sharding(), s.placed.at(name).sharding());
@@ -140,7 +152,10 @@ TEST(GatherCombiner, ScanBodyGathersItsLayerOnce) {
   };
   const auto scanned = [layer](const mv::Params& stacks, const Array& h0) {
     auto [last, ys] = mv::lax::scan(
-        [layer](const Array& h, const mv::Params& w) { return std::make_pair(layer(h, w), std::nullopt); }, h0, stacks);
+        [layer](const Array& h, const mv::Params& w) {
+          return std::make_pair(layer(h, w), std::nullopt);
+        },
+        h0, stacks);
     return mv::sum(last * last);
   };
   const auto unrolled = [layer](const mv::Params& stacks, const Array& h0) {
@@ -152,13 +167,16 @@ TEST(GatherCombiner, ScanBodyGathersItsLayerOnce) {
     }
     return mv::sum(h * h);
   };
-  const std::map<std::string, mv::Shape> shapes = {{"w1", {layers, d, d}}, {"w2", {layers, d, d}}, {"b", {layers, d}}};
+  const std::map<std::string, mv::Shape> shapes = {
+      {"w1", {layers, d, d}}, {"w2", {layers, d, d}}, {"b", {layers, d}}};
   mv::Params stacks;
   uint32_t seed = 100;
   for (const auto& [name, shape] : shapes)
-    stacks.emplace(name, placed_array(random_floats(static_cast<size_t>(mv::shape_size(shape)), seed++, -0.4f, 0.4f), shape,
-                                      mv::NamedSharding(mesh, P(mv::None, "f"))));
-  const Array h0 = placed_array(random_floats(static_cast<size_t>(batch * d), 7), {batch, d}, mv::NamedSharding(mesh, P("f")));
+    stacks.emplace(name, placed_array(random_floats(static_cast<size_t>(mv::shape_size(shape)),
+                                                    seed++, -0.4f, 0.4f),
+                                      shape, mv::NamedSharding(mesh, P(mv::None, "f"))));
+  const Array h0 = placed_array(random_floats(static_cast<size_t>(batch * d), 7), {batch, d},
+                                mv::NamedSharding(mesh, P("f")));
   const mv::Params want = mv::grad(unrolled)(stacks, h0);
   const auto step = mv::jit(mv::grad(scanned));
   for (const mv::Params& got : {mv::grad(scanned)(stacks, h0), step(stacks, h0)})

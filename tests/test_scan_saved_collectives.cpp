@@ -22,13 +22,15 @@ namespace {
 // One layer: Megatron's MLP (w1 split by columns over `model`, w2 by rows: the second matmul is
 // partial over `model`, summed where tanh reads it), then an FSDP weight `wf` split over `model`
 // and gathered whole where it is used.
-Array layer(const Array& h, const Array& w1, const Array& w2, const Array& wf, const mv::Mesh& mesh) {
+Array layer(const Array& h, const Array& w1, const Array& w2, const Array& wf,
+            const mv::Mesh& mesh) {
   const Array mid = mv::tanh(mv::matmul(h, w1));
   const Array out = mv::tanh(mv::matmul(mid, w2) + h);
   return mv::tanh(mv::matmul(out, mv::with_sharding_constraint(wf, mv::NamedSharding(mesh, P()))));
 }
 
-Array scanned(const Array& h0, const Array& w1s, const Array& w2s, const Array& wfs, const mv::Mesh& mesh) {
+Array scanned(const Array& h0, const Array& w1s, const Array& w2s, const Array& wfs,
+              const mv::Mesh& mesh) {
   auto [last, ys] = mv::lax::scan(
       [&mesh](const Array& h, const std::vector<Array>& w) {
         const Array next = layer(h, w[0], w[1], w[2], mesh);
@@ -38,7 +40,8 @@ Array scanned(const Array& h0, const Array& w1s, const Array& w2s, const Array& 
   return mv::sum(last) + mv::sum(ys);
 }
 
-Array unrolled(const Array& h0, const Array& w1s, const Array& w2s, const Array& wfs, const mv::Mesh& mesh) {
+Array unrolled(const Array& h0, const Array& w1s, const Array& w2s, const Array& wfs,
+               const mv::Mesh& mesh) {
   Array h = h0;
   std::vector<Array> ys;
   for (int64_t i = 0; i < w1s.shape()[0]; ++i) {
@@ -48,7 +51,9 @@ Array unrolled(const Array& h0, const Array& w1s, const Array& w2s, const Array&
   return mv::sum(h) + mv::sum(mv::stack(ys, 0));
 }
 
-uint64_t bytes_sent(const mv::Lowered& lowered) { return lowered.cost_analysis().bytes_communicated(); }
+uint64_t bytes_sent(const mv::Lowered& lowered) {
+  return lowered.cost_analysis().bytes_communicated();
+}
 
 int count_lines(const std::string& text, const std::string& what) {
   int n = 0;
@@ -56,7 +61,8 @@ int count_lines(const std::string& text, const std::string& what) {
   return n;
 }
 
-void expect_same(const std::vector<Array>& got, const std::vector<Array>& want, const std::string& what) {
+void expect_same(const std::vector<Array>& got, const std::vector<Array>& want,
+                 const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE(what + ", gradient " + std::to_string(i));
@@ -76,19 +82,20 @@ void check(const Case& c) {
   const int64_t n = c.layers;
   const Array h0 = placed_array(random_floats(static_cast<size_t>(c.b * c.d), 1), {c.b, c.d},
                                 mv::NamedSharding(c.mesh, c.batch.empty() ? P() : P(c.batch)));
-  const Array w1s = placed_array(random_floats(static_cast<size_t>(n * c.d * c.h), 2, -0.4f, 0.4f), {n, c.d, c.h},
-                                 mv::NamedSharding(c.mesh, P(mv::None, mv::None, c.model)));
-  const Array w2s = placed_array(random_floats(static_cast<size_t>(n * c.h * c.d), 3, -0.4f, 0.4f), {n, c.h, c.d},
-                                 mv::NamedSharding(c.mesh, P(mv::None, c.model)));
-  const Array wfs = placed_array(random_floats(static_cast<size_t>(n * c.d * c.d), 4, -0.4f, 0.4f), {n, c.d, c.d},
-                                 mv::NamedSharding(c.mesh, P(mv::None, c.model)));
+  const Array w1s =
+      placed_array(random_floats(static_cast<size_t>(n * c.d * c.h), 2, -0.4f, 0.4f), {n, c.d, c.h},
+                   mv::NamedSharding(c.mesh, P(mv::None, mv::None, c.model)));
+  const Array w2s = placed_array(random_floats(static_cast<size_t>(n * c.h * c.d), 3, -0.4f, 0.4f),
+                                 {n, c.h, c.d}, mv::NamedSharding(c.mesh, P(mv::None, c.model)));
+  const Array wfs = placed_array(random_floats(static_cast<size_t>(n * c.d * c.d), 4, -0.4f, 0.4f),
+                                 {n, c.d, c.d}, mv::NamedSharding(c.mesh, P(mv::None, c.model)));
   const mv::Mesh mesh = c.mesh;
-  const auto scan_grad = mv::grad(
-      [mesh](const Array& a, const Array& b, const Array& w, const Array& f) { return scanned(a, b, w, f, mesh); },
-      std::vector<int>{0, 1, 2, 3});
-  const auto unrolled_grad = mv::grad(
-      [mesh](const Array& a, const Array& b, const Array& w, const Array& f) { return unrolled(a, b, w, f, mesh); },
-      std::vector<int>{0, 1, 2, 3});
+  const auto scan_grad = mv::grad([mesh](const Array& a, const Array& b, const Array& w,
+                                         const Array& f) { return scanned(a, b, w, f, mesh); },
+                                  std::vector<int>{0, 1, 2, 3});
+  const auto unrolled_grad = mv::grad([mesh](const Array& a, const Array& b, const Array& w,
+                                             const Array& f) { return unrolled(a, b, w, f, mesh); },
+                                      std::vector<int>{0, 1, 2, 3});
   const std::vector<Array> want = unrolled_grad(h0, w1s, w2s, wfs);
   expect_same(scan_grad(h0, w1s, w2s, wfs), want, "eager");
   const auto jitted_scan = mv::jit(scan_grad);
@@ -97,7 +104,8 @@ void check(const Case& c) {
   expect_same(jitted_scan(h0, w1s, w2s, wfs), want, "jit, replayed");
   // Each forward collective sent once per layer, as the unrolled loop sends it.
   const mv::Lowered lowered = jitted_scan.lower(h0, w1s, w2s, wfs);
-  EXPECT_EQ(bytes_sent(lowered), bytes_sent(jitted_unrolled.lower(h0, w1s, w2s, wfs))) << lowered.as_text();
+  EXPECT_EQ(bytes_sent(lowered), bytes_sent(jitted_unrolled.lower(h0, w1s, w2s, wfs)))
+      << lowered.as_text();
   // The backward pass's forward run of the body: the all-reduce and the all-gather handed back.
   EXPECT_GE(count_lines(lowered.as_text(), "saved for its backward pass"), 2) << lowered.as_text();
 }
@@ -121,9 +129,11 @@ TEST(ScanSavedCollectives, PpermuteInsideShardMapIsNotSentAgain) {
     const mv::Mesh mesh = mv::make_mesh({devices}, {"i"}, {}, ids);
     std::vector<std::pair<int, int>> ring;
     for (int i = 0; i < devices; ++i) ring.emplace_back(i, (i + 1) % devices);
-    const auto shift = mv::shard_map(
-        [ring](const Array& x) { return mv::ppermute(x, "i", ring); }, mesh, {P("i")}, P("i"));
-    const auto step = [shift](const Array& h, const Array& w) { return mv::tanh(shift(h) * w + h); };
+    const auto shift = mv::shard_map([ring](const Array& x) { return mv::ppermute(x, "i", ring); },
+                                     mesh, {P("i")}, P("i"));
+    const auto step = [shift](const Array& h, const Array& w) {
+      return mv::tanh(shift(h) * w + h);
+    };
     const auto scan_loss = [step](const Array& h0, const Array& ws) {
       auto [last, ys] = mv::lax::scan(
           [step](const Array& h, const Array& w) {
@@ -145,8 +155,8 @@ TEST(ScanSavedCollectives, PpermuteInsideShardMapIsNotSentAgain) {
     const int64_t rows = 2 * devices, cols = 5, layers = 4;
     const Array h0 = placed_array(random_floats(static_cast<size_t>(rows * cols), 11), {rows, cols},
                                   mv::NamedSharding(mesh, P("i")));
-    const Array ws = placed_array(random_floats(static_cast<size_t>(layers * rows * cols), 12), {layers, rows, cols},
-                                  mv::NamedSharding(mesh, P(mv::None, "i")));
+    const Array ws = placed_array(random_floats(static_cast<size_t>(layers * rows * cols), 12),
+                                  {layers, rows, cols}, mv::NamedSharding(mesh, P(mv::None, "i")));
     const auto g = mv::grad(scan_loss, std::vector<int>{0, 1});
     const auto gu = mv::grad(unrolled_loss, std::vector<int>{0, 1});
     const std::vector<Array> want = gu(h0, ws);
@@ -155,8 +165,9 @@ TEST(ScanSavedCollectives, PpermuteInsideShardMapIsNotSentAgain) {
     expect_same(jg(h0, ws), want, "jit");
     const mv::Lowered lowered = jg.lower(h0, ws);
     EXPECT_EQ(bytes_sent(lowered), bytes_sent(mv::jit(gu).lower(h0, ws))) << lowered.as_text();
-    EXPECT_EQ(count_lines(lowered.as_text(), "collective-permute (ppermute)"),
-              2 * count_lines(lowered.as_text(), "ppermute ('i',): the scan's forward pass's result"))
+    EXPECT_EQ(
+        count_lines(lowered.as_text(), "collective-permute (ppermute)"),
+        2 * count_lines(lowered.as_text(), "ppermute ('i',): the scan's forward pass's result"))
         << lowered.as_text();
   }
 }
@@ -170,7 +181,8 @@ TEST(ScanSavedCollectives, NestedScanOrCheckpointInTheBody) {
   const Body inner = [](const Array& h, const Array& w1, const Array& w2) {
     auto [last, none] = mv::lax::scan(
         [w1, w2](const Array& c, std::nullopt_t) {
-          return std::make_pair(mv::tanh(mv::matmul(mv::tanh(mv::matmul(c, w1)), w2) + c), std::nullopt);
+          return std::make_pair(mv::tanh(mv::matmul(mv::tanh(mv::matmul(c, w1)), w2) + c),
+                                std::nullopt);
         },
         h, std::nullopt, 3);
     return last;
@@ -199,18 +211,22 @@ TEST(ScanSavedCollectives, NestedScanOrCheckpointInTheBody) {
       return mv::sum(h * h) + mv::sum(mv::stack(ys, 0));
     };
     const int64_t n = 3, b = 4, d = 4, hid = 8;
-    const Array h0 = placed_array(random_floats(static_cast<size_t>(b * d), 21), {b, d}, mv::NamedSharding(mesh, P("data")));
-    const Array w1s = placed_array(random_floats(static_cast<size_t>(n * d * hid), 22, -0.5f, 0.5f), {n, d, hid},
-                                   mv::NamedSharding(mesh, P(mv::None, mv::None, "model")));
-    const Array w2s = placed_array(random_floats(static_cast<size_t>(n * hid * d), 23, -0.5f, 0.5f), {n, hid, d},
-                                   mv::NamedSharding(mesh, P(mv::None, "model")));
-    const std::vector<Array> want = mv::grad(unrolled_loss, std::vector<int>{0, 1, 2})(h0, w1s, w2s);
+    const Array h0 = placed_array(random_floats(static_cast<size_t>(b * d), 21), {b, d},
+                                  mv::NamedSharding(mesh, P("data")));
+    const Array w1s =
+        placed_array(random_floats(static_cast<size_t>(n * d * hid), 22, -0.5f, 0.5f), {n, d, hid},
+                     mv::NamedSharding(mesh, P(mv::None, mv::None, "model")));
+    const Array w2s = placed_array(random_floats(static_cast<size_t>(n * hid * d), 23, -0.5f, 0.5f),
+                                   {n, hid, d}, mv::NamedSharding(mesh, P(mv::None, "model")));
+    const std::vector<Array> want =
+        mv::grad(unrolled_loss, std::vector<int>{0, 1, 2})(h0, w1s, w2s);
     expect_same(mv::grad(scan_loss, std::vector<int>{0, 1, 2})(h0, w1s, w2s), want, "eager");
     expect_same(mv::jit(mv::grad(scan_loss, std::vector<int>{0, 1, 2}))(h0, w1s, w2s), want, "jit");
     // The checkpointed function's collectives: once in the forward pass, once more where its
     // gradient runs it again, as unrolled. The nested scan's are not the outer body's to save
     // (its loop replays them): the outer backward pass runs them again (README, Status).
-    const uint64_t scan_bytes = bytes_sent(mv::jit(mv::grad(scan_loss, std::vector<int>{0, 1, 2})).lower(h0, w1s, w2s));
+    const uint64_t scan_bytes =
+        bytes_sent(mv::jit(mv::grad(scan_loss, std::vector<int>{0, 1, 2})).lower(h0, w1s, w2s));
     const uint64_t unrolled_bytes =
         bytes_sent(mv::jit(mv::grad(unrolled_loss, std::vector<int>{0, 1, 2})).lower(h0, w1s, w2s));
     if (nested)

@@ -38,11 +38,13 @@ struct Gather {
 std::optional<Gather> plain_gather(const Array& x, const Sharding& target, size_t leaf) {
   const NamedSharding* from = x.sharding().named();
   const NamedSharding* to = target.named();
-  if (!from || !to || !(from->mesh() == to->mesh()) || !target.is_fully_replicated() || !x.committed() ||
-      is_partial(x) || is_pending_scatter(x) || x.size() == 0 || current_manual_mesh())
+  if (!from || !to || !(from->mesh() == to->mesh()) || !target.is_fully_replicated() ||
+      !x.committed() || is_partial(x) || is_pending_scatter(x) || x.size() == 0 ||
+      current_manual_mesh())
     return std::nullopt;
   const size_t bytes = dtype_size(x.dtype());
-  if (bytes != 4 && bytes != 2) return std::nullopt;  // the strided copies move 2- or 4-byte elements
+  if (bytes != 4 && bytes != 2)
+    return std::nullopt;  // the strided copies move 2- or 4-byte elements
   std::optional<Gather> g;
   for (size_t d = 0; d < from->spec().size() && d < x.ndim(); ++d) {
     const SpecEntry& e = from->spec()[d];
@@ -58,8 +60,8 @@ std::optional<Gather> plain_gather(const Array& x, const Sharding& target, size_
 // One all-gather for `group` (leaves of one dtype split over the same axes of one mesh): each
 // device packs its pieces, the packed value (split along its one dimension over those axes) is
 // gathered, and each device copies every member's piece of every leaf into the leaf's rows.
-void gather_packed(const std::vector<Array>& leaves, const LeafShardings& placed, const std::vector<Gather>& group,
-                   std::vector<Array>& out) {
+void gather_packed(const std::vector<Array>& leaves, const LeafShardings& placed,
+                   const std::vector<Gather>& group, std::vector<Array>& out) {
   const Array& first = leaves[group.front().leaf];
   const auto rt = first.impl()->runtime;
   RuntimeState& state = *rt;
@@ -74,21 +76,25 @@ void gather_packed(const std::vector<Array>& leaves, const LeafShardings& placed
     chunk += leaves[g.leaf].size() / members;
   }
   if (exec::logging())
-    exec::log_op("all-gather combiner: " + std::to_string(group.size()) + " values over " + axes_text(group.front().axes) +
-                 " packed into one buffer of " + bytes_text(static_cast<uint64_t>(chunk) * element) + " per device");
+    exec::log_op("all-gather combiner: " + std::to_string(group.size()) + " values over " +
+                 axes_text(group.front().axes) + " packed into one buffer of " +
+                 bytes_text(static_cast<uint64_t>(chunk) * element) + " per device");
   collectives::Buffers packed;
   for (int p = 0; p < mesh.size(); ++p) {
     const int device = mesh.device_ids()[static_cast<size_t>(p)];
     packed.push_back(state.allocate(device, static_cast<uint64_t>(chunk) * element));
     for (size_t i = 0; i < group.size(); ++i) {
       const int64_t n = leaves[group[i].leaf].size() / members;
-      copy_box(state, device, *materialized(leaves[group[i].leaf]).shards[static_cast<size_t>(p)], *packed.back(),
-               {{n}, {1}, {1}, 0, offsets[i], element});
+      copy_box(state, device, *materialized(leaves[group[i].leaf]).shards[static_cast<size_t>(p)],
+               *packed.back(), {{n}, {1}, {1}, 0, offsets[i], element});
     }
   }
-  const exec::ShardedValue pieces{Shape{chunk * members}, dtype, NamedSharding(mesh, PartitionSpec(std::vector<SpecEntry>{SpecEntry(group.front().axes)})),
-                                  std::move(packed)};
-  const exec::ShardedValue whole = reshard_saving(rt, pieces, NamedSharding(mesh, PartitionSpec()), false, true, {});
+  const exec::ShardedValue pieces{
+      Shape{chunk * members}, dtype,
+      NamedSharding(mesh, PartitionSpec(std::vector<SpecEntry>{SpecEntry(group.front().axes)})),
+      std::move(packed)};
+  const exec::ShardedValue whole =
+      reshard_saving(rt, pieces, NamedSharding(mesh, PartitionSpec()), false, true, {});
   for (size_t i = 0; i < group.size(); ++i) {
     const Array& x = leaves[group[i].leaf];
     const size_t d = static_cast<size_t>(group[i].dim);
@@ -102,22 +108,30 @@ void gather_packed(const std::vector<Array>& leaves, const LeafShardings& placed
       shards.push_back(state.allocate(device, static_cast<uint64_t>(x.size()) * element));
       for (int64_t r = 0; r < members; ++r)
         copy_box(state, device, *whole.shards[static_cast<size_t>(p)], *shards.back(),
-                 {{outer, rows * inner}, {rows * inner, 1}, {members * rows * inner, 1}, r * chunk + offsets[i],
-                  r * rows * inner, element});
+                 {{outer, rows * inner},
+                  {rows * inner, 1},
+                  {members * rows * inner, 1},
+                  r * chunk + offsets[i],
+                  r * rows * inner,
+                  element});
     }
-    out[group[i].leaf] = make_array(rt, exec::ShardedValue{x.shape(), dtype, *placed[group[i].leaf], std::move(shards)},
-                                    true, x.impl()->varying);
+    out[group[i].leaf] = make_array(
+        rt, exec::ShardedValue{x.shape(), dtype, *placed[group[i].leaf], std::move(shards)}, true,
+        x.impl()->varying);
   }
 }
 
 }  // namespace
 
-std::vector<Array> device_put_leaves(const std::vector<Array>& leaves, const LeafShardings& placed) {
-  if (placed.size() != leaves.size()) device_put_tree_error("the shardings do not cover every Array of the value");
+std::vector<Array> device_put_leaves(const std::vector<Array>& leaves,
+                                     const LeafShardings& placed) {
+  if (placed.size() != leaves.size())
+    device_put_tree_error("the shardings do not cover every Array of the value");
   std::vector<Array> out(leaves.size());
   std::vector<std::vector<Gather>> groups;
   for (size_t i = 0; i < leaves.size(); ++i) {
-    if (!placed[i] || !leaves[i].valid() || leaves[i].impl()->runtime != Runtime::current().state()) continue;
+    if (!placed[i] || !leaves[i].valid() || leaves[i].impl()->runtime != Runtime::current().state())
+      continue;
     std::optional<Gather> g = plain_gather(leaves[i], *placed[i], i);
     if (!g) continue;
     auto same = [&](const std::vector<Gather>& group) {
@@ -126,8 +140,10 @@ std::vector<Array> device_put_leaves(const std::vector<Array>& leaves, const Lea
              y.sharding().named()->mesh() == leaves[i].sharding().named()->mesh();
     };
     auto it = std::find_if(groups.begin(), groups.end(), same);
-    if (it == groups.end()) groups.push_back({*g});
-    else it->push_back(*g);
+    if (it == groups.end())
+      groups.push_back({*g});
+    else
+      it->push_back(*g);
   }
   if (!groups.empty()) {
     RuntimeState& rt = *leaves[groups.front().front().leaf].impl()->runtime;
@@ -143,7 +159,8 @@ std::vector<Array> device_put_leaves(const std::vector<Array>& leaves, const Lea
         bytes = 0;
       };
       for (const Gather& g : group) {
-        const uint64_t b = static_cast<uint64_t>(leaves[g.leaf].size()) * dtype_size(leaves[g.leaf].dtype());
+        const uint64_t b =
+            static_cast<uint64_t>(leaves[g.leaf].size()) * dtype_size(leaves[g.leaf].dtype());
         if (!bucket.empty() && bytes + b > kGatherThresholdBytes) flush();
         bucket.push_back(g);
         bytes += b;
@@ -152,9 +169,12 @@ std::vector<Array> device_put_leaves(const std::vector<Array>& leaves, const Lea
     }
   }
   for (size_t i = 0; i < leaves.size(); ++i) {
-    if (!placed[i]) out[i] = leaves[i];
-    else if (out[i].valid()) out[i] = device_put_on_tape(leaves[i], out[i]);
-    else out[i] = device_put(leaves[i], *placed[i]);
+    if (!placed[i])
+      out[i] = leaves[i];
+    else if (out[i].valid())
+      out[i] = device_put_on_tape(leaves[i], out[i]);
+    else
+      out[i] = device_put(leaves[i], *placed[i]);
   }
   return out;
 }

@@ -34,9 +34,15 @@ CollectiveRecorder::CollectiveRecorder() : state_(std::make_shared<State>()), ou
   state_->scope = Active{Mode::record, &state_->keys, &state_->values, nullptr, nullptr};
   active = &state_->scope;
 }
-CollectiveRecorder::~CollectiveRecorder() { active = static_cast<Active*>(outer_); }
-const std::vector<std::string>& CollectiveRecorder::keys() const { return state_->keys; }
-const std::vector<Array>& CollectiveRecorder::values() const { return state_->values; }
+CollectiveRecorder::~CollectiveRecorder() {
+  active = static_cast<Active*>(outer_);
+}
+const std::vector<std::string>& CollectiveRecorder::keys() const {
+  return state_->keys;
+}
+const std::vector<Array>& CollectiveRecorder::values() const {
+  return state_->values;
+}
 
 struct CollectiveReplay::State {
   std::vector<std::string> keys;
@@ -50,27 +56,39 @@ CollectiveReplay::CollectiveReplay(std::vector<std::string> keys, std::vector<Ar
     : state_(std::make_shared<State>()), outer_(active) {
   state_->keys = std::move(keys);
   state_->values = std::move(values);
-  state_->scope = Active{Mode::replay, &state_->keys, &state_->values, &state_->next, &state_->diverged};
+  state_->scope =
+      Active{Mode::replay, &state_->keys, &state_->values, &state_->next, &state_->diverged};
   active = &state_->scope;
 }
-CollectiveReplay::~CollectiveReplay() { active = static_cast<Active*>(outer_); }
-size_t CollectiveReplay::handed_back() const { return state_->diverged ? 0 : state_->next; }
+CollectiveReplay::~CollectiveReplay() {
+  active = static_cast<Active*>(outer_);
+}
+size_t CollectiveReplay::handed_back() const {
+  return state_->diverged ? 0 : state_->next;
+}
 
 CollectivesUnsaved::CollectivesUnsaved() : outer_(active) {
   thread_local Active off;
   active = &off;
 }
-CollectivesUnsaved::~CollectivesUnsaved() { active = static_cast<Active*>(outer_); }
-
-bool saving_collectives() { return active && active->mode != Mode::off; }
-
-std::string collective_key(const std::string& kind, const exec::ShardedValue& operand, const exec::ShardedValue& result) {
-  const exec::CallSite& site = exec::current_call_site();
-  return kind + " | " + layout_text(operand) + " -> " + layout_text(result) + " | " + exec::current_rule() + " | " +
-         (site.file ? site.file : "") + ":" + std::to_string(site.line);
+CollectivesUnsaved::~CollectivesUnsaved() {
+  active = static_cast<Active*>(outer_);
 }
 
-std::optional<collectives::Buffers> saved_result(const std::string& key, const exec::ShardedValue& result) {
+bool saving_collectives() {
+  return active && active->mode != Mode::off;
+}
+
+std::string collective_key(const std::string& kind, const exec::ShardedValue& operand,
+                           const exec::ShardedValue& result) {
+  const exec::CallSite& site = exec::current_call_site();
+  return kind + " | " + layout_text(operand) + " -> " + layout_text(result) + " | " +
+         exec::current_rule() + " | " + (site.file ? site.file : "") + ":" +
+         std::to_string(site.line);
+}
+
+std::optional<collectives::Buffers> saved_result(const std::string& key,
+                                                 const exec::ShardedValue& result) {
   if (!active || active->mode != Mode::replay || *active->diverged) return std::nullopt;
   const size_t k = *active->next;
   if (k >= active->keys->size() || (*active->keys)[k] != key) {
@@ -87,7 +105,8 @@ std::optional<collectives::Buffers> saved_result(const std::string& key, const e
   }
   ++*active->next;
   if (exec::logging())
-    exec::log_op(key.substr(0, key.find(" | ")) + ": the scan's forward pass's result, saved for its backward pass (nothing sent)");
+    exec::log_op(key.substr(0, key.find(" | ")) +
+                 ": the scan's forward pass's result, saved for its backward pass (nothing sent)");
   return v.shards;
 }
 
@@ -101,16 +120,19 @@ void record_result(const std::string& key, const Array& result) {
 
 namespace meshvk::detail {
 
-exec::ShardedValue reshard_saving(const std::shared_ptr<RuntimeState>& rt, const exec::ShardedValue& value,
-                                  const Sharding& target, bool on_every_process, bool committed,
+exec::ShardedValue reshard_saving(const std::shared_ptr<RuntimeState>& rt,
+                                  const exec::ShardedValue& value, const Sharding& target,
+                                  bool on_every_process, bool committed,
                                   const std::vector<std::string>& varying) {
   // A replicated value laid out anew on its own devices moves nothing between them.
-  const bool communicates = !(value.sharding.is_fully_replicated() &&
-                              value.sharding.device_ids() == target.device_ids());
-  if (!communicates || !saving_collectives()) return exec::reshard(*rt, value, target, on_every_process);
+  const bool communicates =
+      !(value.sharding.is_fully_replicated() && value.sharding.device_ids() == target.device_ids());
+  if (!communicates || !saving_collectives())
+    return exec::reshard(*rt, value, target, on_every_process);
   const exec::ShardedValue like{value.shape, value.dtype, target, {}};
   const std::string key = collective_key("reshard", value, like);
-  if (std::optional<collectives::Buffers> saved = saved_result(key, like)) return {value.shape, value.dtype, target, *saved};
+  if (std::optional<collectives::Buffers> saved = saved_result(key, like))
+    return {value.shape, value.dtype, target, *saved};
   exec::ShardedValue out = exec::reshard(*rt, value, target, on_every_process);
   record_result(key, make_array(rt, out, committed, varying));
   return out;

@@ -71,10 +71,12 @@ class CollectivesUnsaved {
 bool saving_collectives();
 // A collective's key: its kind, the operand's and the result's types and layouts, and the rule
 // and source line in force.
-std::string collective_key(const std::string& kind, const exec::ShardedValue& operand, const exec::ShardedValue& result);
+std::string collective_key(const std::string& kind, const exec::ShardedValue& operand,
+                           const exec::ShardedValue& result);
 // Under a replay: the recorded result's buffers for the collective of `key` whose result is
 // laid out as `result` (shape, dtype, sharding), if the next recorded one matches.
-std::optional<collectives::Buffers> saved_result(const std::string& key, const exec::ShardedValue& result);
+std::optional<collectives::Buffers> saved_result(const std::string& key,
+                                                 const exec::ShardedValue& result);
 // Under a recorder: records the collective's result.
 void record_result(const std::string& key, const Array& result);
 
@@ -84,8 +86,9 @@ namespace meshvk::detail {
 
 // exec::reshard, recorded or handed back as above where it moves data between devices. The
 // result, as an Array for the recording, is `committed` and `varying` as the caller makes it.
-exec::ShardedValue reshard_saving(const std::shared_ptr<RuntimeState>& rt, const exec::ShardedValue& value,
-                                  const Sharding& target, bool on_every_process, bool committed,
+exec::ShardedValue reshard_saving(const std::shared_ptr<RuntimeState>& rt,
+                                  const exec::ShardedValue& value, const Sharding& target,
+                                  bool on_every_process, bool committed,
                                   const std::vector<std::string>& varying);
 
 }  // namespace meshvk::detail
