@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/liveness.hpp"
+
 namespace meshvk::detail {
 
 // Throws Error naming `what` and Open MPI's message unless `rc` is MPI_SUCCESS (built with MPI).
@@ -45,6 +47,15 @@ class ProcessGroup {
   // that sees no progress checks, so that a dead peer ends the job at once.
   int dead_process() const;
 
+  // The heartbeat of every process and the rule for waiting on them (runtime/liveness.hpp).
+  Liveness& liveness() { return *liveness_; }
+  // /proc's state letter of process r where it runs on this node ('R', 'S', 'T' stopped, 'Z';
+  // 'X' when it is gone), '?' where it runs elsewhere or is not known. For Liveness::judge.
+  char state_of(int r) const;
+  static char state_of(int r, const void* group) {
+    return static_cast<const ProcessGroup*>(group)->state_of(r);
+  }
+
   // Every process reaches this point; `what` names it in errors.
   void barrier(const char* what = "a barrier of every process");
   // Every process's `bytes` bytes, in rank order. Each process first tells every other which
@@ -53,6 +64,8 @@ class ProcessGroup {
   // it and what it was doing.
   std::vector<uint8_t> allgather(const void* data, size_t bytes,
                                  const char* what = "an exchange between every process");
+  // `message` on standard error, "meshvk: process R: " first.
+  void note(const std::string& message);
   // Ends every process of the job with `message` on standard error (MPI_Abort).
   [[noreturn]] void abort(const std::string& message);
 
@@ -78,6 +91,7 @@ class ProcessGroup {
   std::vector<int> pids_;  // per process; only meaningful on one node
   int64_t clock_offset_ns_ = 0, clock_offset_uncertainty_ns_ = 0;
   uint64_t exchanges_ = 0;  // allgathers and barriers so far, the same count on every process
+  std::unique_ptr<Liveness> liveness_;
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
 };

@@ -1,0 +1,216 @@
+// Liveness between processes: the heartbeat's counters and the rule a waiting process applies
+// (runtime/liveness.hpp says which and why).
+#include "runtime/liveness.hpp"
+
+#include <algorithm>
+#include <ctime>
+
+#include "runtime/env.hpp"
+
+namespace meshvk::detail {
+
+namespace {
+
+constexpr uint64_t kNoteMs = 300;
+
+uint64_t process_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
+uint64_t ms(Liveness::Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+}
+
+}  // namespace
+
+Liveness::Liveness(int rank, int size) : rank_(rank), size_(size), peers_(static_cast<size_t>(size)) {
+  uint64_t timeout_ms = 120000;
+  try {
+    timeout_ms = env_unsigned("MESHVK_WAIT_TIMEOUT_MS", 1, 365ull * 24 * 3600 * 1000, "milliseconds")
+                     .value_or(timeout_ms);
+  } catch (...) {  // named where the runtime reads it
+  }
+  // Ten beats per timeout, at most 100 ms apart (a few small messages a second per peer).
+  period_ns_ = std::clamp<uint64_t>(timeout_ms * 100'000, 1'000'000, 100'000'000);
+}
+
+bool Liveness::due() {
+  const auto now = Clock::now();
+  std::lock_guard lock(mutex_);
+  const auto stall = std::chrono::nanoseconds(std::max<uint64_t>(1'000'000'000, 10 * period_ns_));
+  if (looked_ != Clock::time_point{} && now - looked_ > stall) excuse(now);
+  looked_ = now;
+  return last_beat_ == Clock::time_point{} || now - last_beat_ >= std::chrono::nanoseconds(period_ns_);
+}
+
+Liveness::Beat Liveness::beat(uint64_t timelines, uint64_t own_cpu_ns) {
+  const auto now = Clock::now();
+  std::lock_guard lock(mutex_);
+  const uint64_t cpu = process_cpu_ns();
+  const uint64_t excluded = own_cpu_ns + wait_cpu_ns_.load(std::memory_order_relaxed);
+  const uint64_t user = cpu > excluded ? cpu - excluded : 0;
+  const uint64_t program = progress_.load(std::memory_order_relaxed);
+  bool moved = last_beat_ == Clock::time_point{} || timelines != last_timelines_ ||
+               program != last_program_progress_;
+  if (!moved) {
+    // Computing outside meshvk's waits: a sixteenth of a core or more over the period, as the
+    // one-process wait counts a CPU adapter busy (a machine shared with other jobs still counts).
+    const auto elapsed = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_beat_).count());
+    moved = user > last_user_cpu_ && user - last_user_cpu_ >= elapsed / 16;
+  }
+  last_beat_ = now;
+  last_timelines_ = timelines;
+  last_program_progress_ = program;
+  last_user_cpu_ = user;
+  Peer& self = peers_[rank_];
+  if (!self.known) self = Peer{true, {}, now, now};
+  if (moved) {
+    ++own_progress_;
+    self.progress_at = now;
+  }
+  self.tick_at = now;
+  self.last = Beat{++tick_, own_progress_, waiting_.load(std::memory_order_relaxed) > 0 ? 1u : 0u};
+  return self.last;
+}
+
+namespace {
+uint64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+}  // namespace
+
+Liveness::Waiting::Waiting(Liveness* liveness) : liveness_(liveness) {
+  if (!liveness_) return;
+  liveness_->enter_wait();
+  cpu_ns_ = thread_cpu_ns();
+}
+
+Liveness::Waiting::~Waiting() {
+  if (!liveness_) return;
+  account();
+  liveness_->leave_wait();
+}
+
+void Liveness::Waiting::account() {
+  if (!liveness_) return;
+  const uint64_t now = thread_cpu_ns();
+  liveness_->waited_cpu(now - cpu_ns_);
+  cpu_ns_ = now;
+}
+
+void Liveness::excuse(Clock::time_point now) {
+  // This process was not scheduled (stopped, then resumed): what it missed is not the others'
+  // silence; every clock starts again.
+  for (Peer& p : peers_) p.tick_at = p.progress_at = now;
+}
+
+void Liveness::heard(int peer, const Beat& beat) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || beat.tick == 0) return;
+  const auto now = Clock::now();
+  std::lock_guard lock(mutex_);
+  Peer& p = peers_[peer];
+  if (beat.waiting == kEnded) {  // its runtime ended: nothing more to hear
+    p.known = false;
+    return;
+  }
+  if (!p.known) {
+    p = Peer{true, beat, now, now};
+    return;
+  }
+  if (beat.tick != p.last.tick) p.tick_at = now;
+  if (beat.progress != p.last.progress) p.progress_at = now;
+  p.last = beat;
+}
+
+void Liveness::forget(int peer) {
+  std::lock_guard lock(mutex_);
+  if (peer >= 0 && peer < size_) peers_[peer].known = false;
+}
+
+void Liveness::forget_all() {
+  std::lock_guard lock(mutex_);
+  for (Peer& p : peers_) p.known = false;
+  last_beat_ = looked_ = Clock::time_point{};
+}
+
+std::string Liveness::describe_locked(int r, Clock::time_point now, char state) const {
+  const std::string name = "process " + std::to_string(r);
+  if (state == 'T' || state == 't') return name + " is stopped (SIGSTOP or a debugger)";
+  if (state == 'X') return name + " died";
+  const Peer& p = peers_[r];
+  if (!p.known) return name + " sent no heartbeat (its runtime has not started or has ended)";
+  const uint64_t silent = ms(now - p.tick_at);
+  if (now - p.tick_at > std::chrono::nanoseconds(3 * period_ns_))
+    return name + " sent no heartbeat for " + std::to_string(silent) +
+           " ms: it was stopped (SIGSTOP) or died, or its node cannot be reached";
+  const std::string idle = " and has shown no progress for " + std::to_string(ms(now - p.progress_at)) + " ms";
+  return p.last.waiting ? name + " is alive" + idle +
+                              ", itself waiting inside meshvk (for its devices or another "
+                              "process): the processes wait for each other"
+                        : name + " is alive" + idle +
+                              " in the program's own code (no submissions, completions or "
+                              "computing): hung, sleeping, or in another part of the program";
+}
+
+std::string Liveness::describe(int r) {
+  std::lock_guard lock(mutex_);
+  return describe_locked(r, Clock::now(), '?');
+}
+
+Liveness::Verdict Liveness::judge(Watch& watch, const std::vector<int>& awaited, uint64_t timeout_ns,
+                                  char (*pid_state)(int, const void*), const void* context) {
+  const auto now = Clock::now();
+  const auto timeout = std::chrono::nanoseconds(timeout_ns);
+  std::lock_guard lock(mutex_);
+  const auto stall = std::chrono::nanoseconds(std::max<uint64_t>(1'000'000'000, 10 * period_ns_));
+  if ((looked_ != Clock::time_point{} && now - looked_ > stall) || now - watch.last > stall) {
+    excuse(now);
+    watch.start = now;
+  }
+  looked_ = watch.last = now;
+  std::vector<int> who = awaited;
+  if (who.empty())
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) who.push_back(r);
+  auto state = [&](int r) { return pid_state ? pid_state(r, context) : '?'; };
+  Verdict v;
+  // A process whose heartbeat stopped: stopped, dead, or cut off.
+  const auto note_after = std::chrono::nanoseconds(std::max<uint64_t>(kNoteMs * 1'000'000ull, 5 * period_ns_));
+  for (int r : who) {
+    Peer& p = peers_[r];
+    if (!p.known) continue;
+    if (now - p.tick_at >= timeout) {
+      v.lost = true;
+      v.headline = describe_locked(r, now, state(r));
+      return v;
+    }
+    if (now - p.tick_at >= note_after && note_after < timeout && p.noted_tick != p.last.tick) {
+      p.noted_tick = p.last.tick;
+      v.note += (v.note.empty() ? "" : "; ") + describe_locked(r, now, state(r)) +
+                "; waiting for it up to MESHVK_WAIT_TIMEOUT_MS=" + std::to_string(ms(timeout)) + " ms";
+    }
+  }
+  // Otherwise: until no process of the job has shown progress for the timeout.
+  if (now - watch.start < timeout) return v;
+  Clock::time_point last{};
+  bool any_peer = false;
+  for (int r = 0; r < size_; ++r) {
+    if (!peers_[r].known) continue;
+    any_peer = any_peer || r != rank_;
+    last = std::max(last, peers_[r].progress_at);
+  }
+  if (any_peer && now - last < timeout) return v;
+  v.lost = true;
+  v.headline = any_peer ? "no process of the job showed progress for " + std::to_string(ms(now - last)) + " ms"
+                        : "nothing came for " + std::to_string(ms(now - watch.start)) +
+                              " ms (no heartbeat to judge by)";
+  for (int r : who) v.peers += "; " + describe_locked(r, now, state(r));
+  return v;
+}
+
+}  // namespace meshvk::detail
