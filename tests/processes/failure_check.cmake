@@ -35,6 +35,9 @@ elseif(MODE STREQUAL "collective_exchange")
   # whichever times out first names the other.
   # Neither shows progress (each waits inside meshvk): the one named is alive and waiting itself.
   set(expected "meshvk: process (0: process 0 at to_host of float32[^\n]*process 1 sent nothing for it[^\n]*process 1 is alive[^\n]*itself waiting inside meshvk|1: timed out: [^\n]*all_reduce[^\n]*process 0 is alive[^\n]*itself waiting inside meshvk)")
+elseif(MODE STREQUAL "stop_wait")
+  # Named stopped by process 0 (by /proc on one node, by its heartbeat across nodes).
+  set(expected "meshvk: process 0: timed out: process 1 (is stopped \\(SIGSTOP|sent no heartbeat for [0-9]+ ms: it was stopped)[^\n]*all_reduce\\(ring\\)")
 elseif(MODE STREQUAL "diverge")
   set(expected "jit\\(step\\): process [01] traced a program whose transfers between processes differ")
 elseif(MODE STREQUAL "hang")
@@ -54,6 +57,11 @@ else()
 endif()
 if(NOT all MATCHES "${expected}")
   message(FATAL_ERROR "no message matching '${expected}' (exit ${rc}, ${seconds} s):\n${all}")
+endif()
+if(MODE STREQUAL "stop_wait" AND all MATCHES "meshvk: process 1: (timed out|process 0 of the job died)[^\n]*")
+  # Resumed by Open MPI's SIGCONT, process 1 must not blame process 0 for the time it was
+  # stopped (it may say that process 0 has ended, or that no heartbeat came since it resumed).
+  message(FATAL_ERROR "process 1, stopped, then resumed, blamed another: '${CMAKE_MATCH_0}':\n${all}")
 endif()
 if(seconds GREATER 120)
   message(FATAL_ERROR "the job took ${seconds} s to end")

@@ -11,6 +11,8 @@
 // process 1 computes for SLOW_SECONDS (3 by default) on the host (slow) or on its device
 // (slow_device: a chain of matmuls), longer than the tests' MESHVK_WAIT_TIMEOUT_MS, while
 // process 0 waits in that all-reduce; the job must complete (tests/processes/slow_check.cmake).
+// stop_wait: process 1 is stopped (SIGSTOP) while it waits in the third all-reduce; process 0
+// must name it, and process 1, resumed as the job ends, must not blame process 0.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -65,6 +67,21 @@ int main(int argc, char** argv) {
         }
         (void)x.to_host<float>();  // every piece from every process: an exchange of host data
       }
+      if (i == 2 && mode == "stop_wait") {
+        // Process 1 is stopped (SIGSTOP) half a second into its wait in the all-reduce, which
+        // process 0 joins 2 s later; resumed by Open MPI's SIGCONT when the job ends, it must
+        // not blame process 0 for the time it was stopped.
+        if (mv::process_index() == 1) {
+          std::fprintf(stderr, "process 1: stopping in its wait\n");
+          std::fflush(stderr);
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            ::kill(getpid(), SIGSTOP);
+          }).detach();
+        } else {
+          std::this_thread::sleep_for(std::chrono::seconds(2));
+        }
+      }
       if (i == 2 && mode.starts_with("slow") && mv::process_index() == 1) {
         const char* seconds_text = std::getenv("SLOW_SECONDS");
         const double seconds = seconds_text ? std::atof(seconds_text) : 3.0;
@@ -104,6 +121,7 @@ int main(int argc, char** argv) {
       if (i == 2 && mode == "link_down") {
         std::this_thread::sleep_for(std::chrono::seconds(1));
       } else if (i == 2 && !diverge && !mode.ends_with("_exchange") && !mode.starts_with("slow") &&
+                 mode != "stop_wait" &&
                  mv::process_index() == 1) {
         std::fprintf(stderr, "process 1: %s now\n", kill ? "dying" : "hanging");
         std::fflush(stderr);

@@ -107,6 +107,26 @@ void Liveness::excuse(Clock::time_point now) {
   // This process was not scheduled (stopped, then resumed): what it missed is not the others'
   // silence; every clock starts again.
   for (Peer& p : peers_) p.tick_at = p.progress_at = now;
+  resumed_at_ = now;
+}
+
+bool Liveness::look_locked(Watch& watch, Clock::time_point now) {
+  const auto stall = std::chrono::nanoseconds(std::max<uint64_t>(1'000'000'000, 10 * period_ns_));
+  bool excused = false;
+  if ((looked_ != Clock::time_point{} && now - looked_ > stall) || now - watch.last > stall) {
+    excuse(now);
+    watch.start = now;
+    excused = true;
+  }
+  looked_ = watch.last = now;
+  return excused;
+}
+
+bool Liveness::look(Watch& watch, uint64_t within_ns) {
+  const auto now = Clock::now();
+  std::lock_guard lock(mutex_);
+  look_locked(watch, now);
+  return resumed_at_ != Clock::time_point{} && now - resumed_at_ < std::chrono::nanoseconds(within_ns);
 }
 
 void Liveness::heard(int peer, const Beat& beat) {
@@ -167,12 +187,8 @@ Liveness::Verdict Liveness::judge(Watch& watch, const std::vector<int>& awaited,
   const auto now = Clock::now();
   const auto timeout = std::chrono::nanoseconds(timeout_ns);
   std::lock_guard lock(mutex_);
-  const auto stall = std::chrono::nanoseconds(std::max<uint64_t>(1'000'000'000, 10 * period_ns_));
-  if ((looked_ != Clock::time_point{} && now - looked_ > stall) || now - watch.last > stall) {
-    excuse(now);
-    watch.start = now;
-  }
-  looked_ = watch.last = now;
+  look_locked(watch, now);
+  const bool resumed = resumed_at_ != Clock::time_point{} && now - resumed_at_ < timeout;
   std::vector<int> who = awaited;
   if (who.empty())
     for (int r = 0; r < size_; ++r)
@@ -186,12 +202,14 @@ Liveness::Verdict Liveness::judge(Watch& watch, const std::vector<int>& awaited,
     if (!p.known) continue;
     if (now - p.tick_at >= timeout) {
       v.lost = true;
-      v.headline = describe_locked(r, now, state(r));
+      v.headline = describe_locked(r, now, state(r)) +
+                   (resumed ? " (counted from when this process was resumed after being stopped)" : "");
       return v;
     }
     if (now - p.tick_at >= note_after && note_after < timeout && p.noted_tick != p.last.tick) {
       p.noted_tick = p.last.tick;
       v.note += (v.note.empty() ? "" : "; ") + describe_locked(r, now, state(r)) +
+                (resumed ? " (counted from when this process was resumed after being stopped)" : "") +
                 "; waiting for it up to MESHVK_WAIT_TIMEOUT_MS=" + std::to_string(ms(timeout)) + " ms";
     }
   }

@@ -102,6 +102,11 @@ class Liveness {
                 char (*pid_state)(int, const void*), const void* context);
   // What the heartbeat says of process r now ("alive, itself waiting inside meshvk", ...).
   std::string describe(int r);
+  // A waiting loop's turn before it looks at anything else: a turn long after the last (this
+  // process was stopped, then resumed) excuses every other process and restarts the watch.
+  // Returns whether this process was resumed within `within_ns`, for the messages: a peer found
+  // gone just after most likely ended the job because of this one.
+  bool look(Watch& watch, uint64_t within_ns);
 
  private:
   struct Peer {
@@ -112,6 +117,7 @@ class Liveness {
   };
   std::string describe_locked(int r, Clock::time_point now, char state) const;
   void excuse(Clock::time_point now);
+  bool look_locked(Watch& watch, Clock::time_point now);  // true: excused now
   int rank_, size_;
   uint64_t period_ns_;
   std::atomic<uint64_t> progress_{0}, waiting_{0}, wait_cpu_ns_{0};
@@ -120,6 +126,7 @@ class Liveness {
            last_program_progress_ = 0;
   Clock::time_point last_beat_{};
   Clock::time_point looked_{};  // the last beat or judgement, by any thread
+  Clock::time_point resumed_at_{};  // the last excuse
   std::mutex mutex_;
   std::vector<Peer> peers_;  // every process, this one included (its own progress)
 };

@@ -226,8 +226,13 @@ void complete_exchange(ProcessGroup& group, std::vector<MPI_Request>& requests,
       return;
     }
     if (polls % 1000 == 999) {
+      const bool resumed = live.look(watch, timeout_ns);
       if (const int dead = group.dead_process(); dead >= 0)
-        group.abort(what + ": process " + std::to_string(dead) + " of the job died; ending the job");
+        group.abort(what + ": process " + std::to_string(dead) + " of the job " +
+                    (resumed ? "has ended, while this process was stopped (it most likely ended "
+                               "the job because of that)"
+                             : "died") +
+                    "; ending the job");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
     const auto now = std::chrono::steady_clock::now();

@@ -111,10 +111,16 @@ void RuntimeState::wait_across_processes(const Fence& f, const std::string& duri
       return;
     }
     if (s.remote) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const bool resumed = liveness_->look(watch, wait_timeout_ns_);
     const int dead = group.dead_process();
     std::string why;
     if (dead >= 0) {
-      why = "process " + std::to_string(dead) + " of the job died";
+      // Just resumed (stopped, then continued by Open MPI's SIGCONT as it ends the job): the
+      // other most likely ended the job because of this process, and is not to be blamed.
+      why = "process " + std::to_string(dead) + " of the job " +
+            (resumed ? "has ended, while this process was stopped (it most likely ended the job "
+                       "because of that)"
+                     : "died");
     } else {
       const auto now = std::chrono::steady_clock::now();
       if (now - judged < std::chrono::milliseconds(10)) continue;
