@@ -188,7 +188,8 @@ Liveness::Verdict Liveness::judge(Watch& watch, const std::vector<int>& awaited,
   const auto timeout = std::chrono::nanoseconds(timeout_ns);
   std::lock_guard lock(mutex_);
   look_locked(watch, now);
-  const bool resumed = resumed_at_ != Clock::time_point{} && now - resumed_at_ < timeout;
+  const bool resumed = resumed_at_ != Clock::time_point{} &&
+                       now - resumed_at_ < std::chrono::nanoseconds(kResumedNs);
   std::vector<int> who = awaited;
   if (who.empty())
     for (int r = 0; r < size_; ++r)

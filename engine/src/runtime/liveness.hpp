@@ -107,6 +107,9 @@ class Liveness {
   // Returns whether this process was resumed within `within_ns`, for the messages: a peer found
   // gone just after most likely ended the job because of this one.
   bool look(Watch& watch, uint64_t within_ns);
+  // How recent a resumption counts for the messages: Open MPI's SIGTERM follows its SIGCONT
+  // within about a second when it ends the job.
+  static constexpr uint64_t kResumedNs = 5'000'000'000;
 
  private:
   struct Peer {

@@ -226,7 +226,7 @@ void complete_exchange(ProcessGroup& group, std::vector<MPI_Request>& requests,
       return;
     }
     if (polls % 1000 == 999) {
-      const bool resumed = live.look(watch, timeout_ns);
+      const bool resumed = live.look(watch, Liveness::kResumedNs);
       if (const int dead = group.dead_process(); dead >= 0)
         group.abort(what + ": process " + std::to_string(dead) + " of the job " +
                     (resumed ? "has ended, while this process was stopped (it most likely ended "

@@ -111,7 +111,7 @@ void RuntimeState::wait_across_processes(const Fence& f, const std::string& duri
       return;
     }
     if (s.remote) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    const bool resumed = liveness_->look(watch, wait_timeout_ns_);
+    const bool resumed = liveness_->look(watch, Liveness::kResumedNs);
     const int dead = group.dead_process();
     std::string why;
     if (dead >= 0) {
