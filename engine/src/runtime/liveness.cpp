@@ -36,13 +36,19 @@ Liveness::Liveness(int rank, int size) : rank_(rank), size_(size), peers_(static
   period_ns_ = std::clamp<uint64_t>(timeout_ms * 100'000, 1'000'000, 100'000'000);
 }
 
+int64_t Liveness::stall_ns() const {
+  return static_cast<int64_t>(std::max<uint64_t>(1'000'000'000, 10 * period_ns_));
+}
+
 bool Liveness::due() {
-  const auto now = Clock::now();
-  std::lock_guard lock(mutex_);
-  const auto stall = std::chrono::nanoseconds(std::max<uint64_t>(1'000'000'000, 10 * period_ns_));
-  if (looked_ != Clock::time_point{} && now - looked_ > stall) excuse(now);
-  looked_ = now;
-  return last_beat_ == Clock::time_point{} || now - last_beat_ >= std::chrono::nanoseconds(period_ns_);
+  const int64_t now = ns(Clock::now());
+  const int64_t before = looked_.exchange(now, std::memory_order_relaxed);
+  if (before && now - before > stall_ns()) {
+    std::lock_guard lock(mutex_);
+    excuse(Clock::now());
+  }
+  const int64_t beat = last_beat_.load(std::memory_order_relaxed);
+  return !beat || now - beat >= static_cast<int64_t>(period_ns_);
 }
 
 Liveness::Beat Liveness::beat(uint64_t timelines, uint64_t own_cpu_ns) {
@@ -52,16 +58,16 @@ Liveness::Beat Liveness::beat(uint64_t timelines, uint64_t own_cpu_ns) {
   const uint64_t excluded = own_cpu_ns + wait_cpu_ns_.load(std::memory_order_relaxed);
   const uint64_t user = cpu > excluded ? cpu - excluded : 0;
   const uint64_t program = progress_.load(std::memory_order_relaxed);
-  bool moved = last_beat_ == Clock::time_point{} || timelines != last_timelines_ ||
+  const int64_t previous = last_beat_.load(std::memory_order_relaxed);
+  bool moved = !previous || timelines != last_timelines_ ||
                program != last_program_progress_;
   if (!moved) {
     // Computing outside meshvk's waits: a sixteenth of a core or more over the period, as the
     // one-process wait counts a CPU adapter busy (a machine shared with other jobs still counts).
-    const auto elapsed = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_beat_).count());
+    const auto elapsed = static_cast<uint64_t>(ns(now) - previous);
     moved = user > last_user_cpu_ && user - last_user_cpu_ >= elapsed / 16;
   }
-  last_beat_ = now;
+  last_beat_.store(ns(now), std::memory_order_relaxed);
   last_timelines_ = timelines;
   last_program_progress_ = program;
   last_user_cpu_ = user;
@@ -107,26 +113,31 @@ void Liveness::excuse(Clock::time_point now) {
   // This process was not scheduled (stopped, then resumed): what it missed is not the others'
   // silence; every clock starts again.
   for (Peer& p : peers_) p.tick_at = p.progress_at = now;
-  resumed_at_ = now;
+  resumed_at_.store(ns(now), std::memory_order_relaxed);
 }
 
 bool Liveness::look_locked(Watch& watch, Clock::time_point now) {
-  const auto stall = std::chrono::nanoseconds(std::max<uint64_t>(1'000'000'000, 10 * period_ns_));
-  bool excused = false;
-  if ((looked_ != Clock::time_point{} && now - looked_ > stall) || now - watch.last > stall) {
+  const int64_t before = looked_.exchange(ns(now), std::memory_order_relaxed);
+  const bool stalled = (before && ns(now) - before > stall_ns()) || ns(now) - ns(watch.last) > stall_ns();
+  if (stalled) {
     excuse(now);
     watch.start = now;
-    excused = true;
   }
-  looked_ = watch.last = now;
-  return excused;
+  watch.last = now;
+  return stalled;
 }
 
 bool Liveness::look(Watch& watch, uint64_t within_ns) {
   const auto now = Clock::now();
-  std::lock_guard lock(mutex_);
-  look_locked(watch, now);
-  return resumed_at_ != Clock::time_point{} && now - resumed_at_ < std::chrono::nanoseconds(within_ns);
+  const int64_t before = looked_.exchange(ns(now), std::memory_order_relaxed);
+  if ((before && ns(now) - before > stall_ns()) || ns(now) - ns(watch.last) > stall_ns()) {
+    std::lock_guard lock(mutex_);
+    excuse(now);
+    watch.start = now;
+  }
+  watch.last = now;
+  const int64_t resumed = resumed_at_.load(std::memory_order_relaxed);
+  return resumed && ns(now) - resumed < static_cast<int64_t>(within_ns);
 }
 
 void Liveness::heard(int peer, const Beat& beat) {
@@ -155,7 +166,8 @@ void Liveness::forget(int peer) {
 void Liveness::forget_all() {
   std::lock_guard lock(mutex_);
   for (Peer& p : peers_) p.known = false;
-  last_beat_ = looked_ = Clock::time_point{};
+  last_beat_.store(0, std::memory_order_relaxed);
+  looked_.store(0, std::memory_order_relaxed);
 }
 
 std::string Liveness::describe_locked(int r, Clock::time_point now, char state) const {
@@ -188,8 +200,8 @@ Liveness::Verdict Liveness::judge(Watch& watch, const std::vector<int>& awaited,
   const auto timeout = std::chrono::nanoseconds(timeout_ns);
   std::lock_guard lock(mutex_);
   look_locked(watch, now);
-  const bool resumed = resumed_at_ != Clock::time_point{} &&
-                       now - resumed_at_ < std::chrono::nanoseconds(kResumedNs);
+  const int64_t resumed_ns = resumed_at_.load(std::memory_order_relaxed);
+  const bool resumed = resumed_ns && ns(now) - resumed_ns < static_cast<int64_t>(kResumedNs);
   std::vector<int> who = awaited;
   if (who.empty())
     for (int r = 0; r < size_; ++r)

@@ -127,9 +127,15 @@ class Liveness {
   // The communication thread's own: the last beat's readings.
   uint64_t tick_ = 0, own_progress_ = 0, last_timelines_ = 0, last_user_cpu_ = 0,
            last_program_progress_ = 0;
-  Clock::time_point last_beat_{};
-  Clock::time_point looked_{};  // the last beat or judgement, by any thread
-  Clock::time_point resumed_at_{};  // the last excuse
+  // Clock readings in nanoseconds (0: never), read without the mutex on the hot paths (every
+  // turn of the communication thread and of a waiting loop).
+  static int64_t ns(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
+  int64_t stall_ns() const;     // a turn this long after the last: the process was not scheduled
+  std::atomic<int64_t> last_beat_{0};
+  std::atomic<int64_t> looked_{0};      // the last turn or judgement, by any thread
+  std::atomic<int64_t> resumed_at_{0};  // the last excuse
   std::mutex mutex_;
   std::vector<Peer> peers_;  // every process, this one included (its own progress)
 };
