@@ -145,7 +145,7 @@ void Liveness::heard(int peer, const Beat& beat) {
   const auto now = Clock::now();
   std::lock_guard lock(mutex_);
   Peer& p = peers_[peer];
-  if (beat.waiting == kEnded) {  // its runtime ended: nothing more to hear
+  if (beat.waiting == kEnded || beat.waiting == kEndingJob) {  // nothing more to hear
     p.known = false;
     return;
   }

@@ -43,6 +43,8 @@ class Liveness {
   };
   // Beat::waiting of a process whose runtime ended: nothing more is to be heard from it.
   static constexpr uint64_t kEnded = 2;
+  // Beat::waiting of a process that is ending the job (MPI_Abort) with a message of its own.
+  static constexpr uint64_t kEndingJob = 3;
 
   Liveness(int rank, int size);
 

@@ -1,6 +1,7 @@
 #include "runtime/process_group.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
@@ -228,11 +229,7 @@ void complete_exchange(ProcessGroup& group, std::vector<MPI_Request>& requests,
     if (polls % 1000 == 999) {
       const bool resumed = live.look(watch, Liveness::kResumedNs);
       if (const int dead = group.dead_process(); dead >= 0)
-        group.abort(what + ": process " + std::to_string(dead) + " of the job " +
-                    (resumed ? "has ended, while this process was stopped (it most likely ended "
-                               "the job because of that)"
-                             : "died") +
-                    "; ending the job");
+        group.abort(what + ": " + group.gone(dead, resumed) + "; ending the job");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
     const auto now = std::chrono::steady_clock::now();
@@ -323,6 +320,11 @@ std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes, con
 void ProcessGroup::abort(const std::string& message) {
   std::fprintf(stderr, "meshvk: process %d: %s\n", rank_, message.c_str());
   std::fflush(stderr);
+  if (static_cast<size_t>(rank_) < heartbeat_slots_.size() && heartbeat_slots_[rank_]) {
+    uint64_t* mine = heartbeat_slots_[rank_];
+    std::atomic_ref<uint64_t>(mine[2]).store(Liveness::kEndingJob, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(mine[0]).fetch_add(1, std::memory_order_release);
+  }
   // MPI_Abort asks mpirun to end every process; with the link to mpirun or to another node
   // gone it may never return (issue 27: mpirun and its remote daemon hung until the link came
   // back). The process ends itself after a grace period whatever Open MPI does.
@@ -442,6 +444,18 @@ std::string ProcessGroup::allocate_shared(uint64_t) {
 void ProcessGroup::note(const std::string& message) {
   std::fprintf(stderr, "meshvk: process %d: %s\n", rank_, message.c_str());
   std::fflush(stderr);
+}
+
+std::string ProcessGroup::gone(int r, bool resumed) const {
+  const std::string name = "process " + std::to_string(r);
+  if (resumed)
+    return name + " of the job has ended, while this process was stopped (it most likely ended "
+                  "the job because of that)";
+  if (static_cast<size_t>(r) < heartbeat_slots_.size() && heartbeat_slots_[r] &&
+      std::atomic_ref<uint64_t>(heartbeat_slots_[r][2]).load(std::memory_order_acquire) ==
+          Liveness::kEndingJob)
+    return name + " of the job has ended the job (its own message says why)";
+  return name + " of the job died";
 }
 
 char ProcessGroup::state_of(int r) const {

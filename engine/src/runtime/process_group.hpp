@@ -56,6 +56,15 @@ class ProcessGroup {
     return static_cast<const ProcessGroup*>(group)->state_of(r);
   }
 
+  // Where each process's heartbeat lives in the node's shared memory (the runtime's shared tier;
+  // empty otherwise): abort() marks this process's as ending the job, so that the others, finding
+  // it gone, say it ended the job rather than died.
+  void set_heartbeat_slots(std::vector<uint64_t*> slots) { heartbeat_slots_ = std::move(slots); }
+  // How a waiting process names process r, found gone: "process r of the job died", or that it
+  // ended the job (its heartbeat says so), or, when this process was just resumed after being
+  // stopped, that it ended while this one was stopped.
+  std::string gone(int r, bool resumed) const;
+
   // Every process reaches this point; `what` names it in errors.
   void barrier(const char* what = "a barrier of every process");
   // Every process's `bytes` bytes, in rank order. Each process first tells every other which
@@ -92,6 +101,7 @@ class ProcessGroup {
   int64_t clock_offset_ns_ = 0, clock_offset_uncertainty_ns_ = 0;
   uint64_t exchanges_ = 0;  // allgathers and barriers so far, the same count on every process
   std::unique_ptr<Liveness> liveness_;
+  std::vector<uint64_t*> heartbeat_slots_;  // per process: tick, progress, waiting
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
 };

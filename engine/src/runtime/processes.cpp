@@ -152,8 +152,12 @@ void RuntimeState::share_memory() {
     }
     return;
   }
-  for (int r = 0; r < processes_; ++r)
+  std::vector<uint64_t*> slots;
+  for (int r = 0; r < processes_; ++r) {
     tables_.push_back(reinterpret_cast<uint64_t*>(group.segment(r)));
+    slots.push_back(heartbeat_slot(group.segment(r)));
+  }
+  group.set_heartbeat_slots(std::move(slots));
   for (auto& adapter : adapters_) {
     segment_views_.emplace_back();
     for (int r = 0; r < processes_; ++r)
@@ -272,6 +276,7 @@ void RuntimeState::end_heartbeat() {
     std::atomic_ref<uint64_t>(mine[2]).store(Liveness::kEnded, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(mine[0]).fetch_add(1, std::memory_order_release);
   }
+  group->set_heartbeat_slots({});
   group->liveness().forget_all();
 }
 

@@ -117,10 +117,7 @@ void RuntimeState::wait_across_processes(const Fence& f, const std::string& duri
     if (dead >= 0) {
       // Just resumed (stopped, then continued by Open MPI's SIGCONT as it ends the job): the
       // other most likely ended the job because of this process, and is not to be blamed.
-      why = "process " + std::to_string(dead) + " of the job " +
-            (resumed ? "has ended, while this process was stopped (it most likely ended the job "
-                       "because of that)"
-                     : "died");
+      why = group.gone(dead, resumed);
     } else {
       const auto now = std::chrono::steady_clock::now();
       if (now - judged < std::chrono::milliseconds(10)) continue;
