@@ -2,7 +2,7 @@
 # x 4 devices, process_failure slow|slow_device, process 1 computes for 3 s (on the host, or on
 # its devices) before the third all-reduce while process 0 waits in it. The wait must go on, as
 # process 1 shows progress (runtime/liveness.hpp): every step runs, the job ends well, and no
-# meshvk message is printed. MPIEXEC=two_nodes.sh runs it over two simulated nodes.
+# meshvk message is printed (a note that a heartbeat came late, on a loaded machine, aside).
 # EXTRA_ENV ("NAME=value NAME=value") goes to the processes too (-x), e.g. the staged transport.
 #   cmake -DPROGRAM=path -DMODE=slow|slow_device [-DEXTRA_ENV=...] -DMPIEXEC=mpirun -P slow_check.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/mpirun_env.cmake)  # EXTRA_ENV, extra_x
@@ -29,7 +29,9 @@ execute_process(
 string(TIMESTAMP stop "%s")
 math(EXPR seconds "${stop} - ${start}")
 set(all "${out}\n${err}")
-if(NOT rc EQUAL 0 OR NOT all MATCHES "step 4: ${total}" OR all MATCHES "meshvk: process")
+# A note that a heartbeat came late (a loaded machine) is allowed; any other meshvk message is not.
+string(REGEX REPLACE "meshvk: process [0-9]+: [^\n]*waiting for it up to [^\n]*" "" unnoted "${all}")
+if(NOT rc EQUAL 0 OR NOT all MATCHES "step 4: ${total}" OR unnoted MATCHES "meshvk: process")
   message(FATAL_ERROR "the job with a step of 3 s and MESHVK_WAIT_TIMEOUT_MS=1000 did not end "
                       "well (exit ${rc}, ${seconds} s):\n${all}")
 endif()

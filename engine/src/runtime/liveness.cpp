@@ -11,7 +11,10 @@ namespace meshvk::detail {
 
 namespace {
 
-constexpr uint64_t kNoteMs = 300;
+constexpr uint64_t kNoteMs = 700;
+// A heartbeat missing this long at least ends the job (with a shorter MESHVK_WAIT_TIMEOUT_MS,
+// a loaded machine can starve a communication thread for a second).
+constexpr uint64_t kSilentFloorMs = 2000;
 
 uint64_t process_cpu_ns() {
   timespec t{};
@@ -42,6 +45,7 @@ int64_t Liveness::stall_ns() const {
 
 bool Liveness::due() {
   const int64_t now = ns(Clock::now());
+  listened_.store(now, std::memory_order_relaxed);
   const int64_t before = looked_.exchange(now, std::memory_order_relaxed);
   if (before && now - before > stall_ns()) {
     std::lock_guard lock(mutex_);
@@ -168,6 +172,7 @@ void Liveness::forget_all() {
   for (Peer& p : peers_) p.known = false;
   last_beat_.store(0, std::memory_order_relaxed);
   looked_.store(0, std::memory_order_relaxed);
+  listened_.store(0, std::memory_order_relaxed);
 }
 
 std::string Liveness::describe_locked(int r, Clock::time_point now, char state) const {
@@ -208,22 +213,27 @@ Liveness::Verdict Liveness::judge(Watch& watch, const std::vector<int>& awaited,
       if (r != rank_) who.push_back(r);
   auto state = [&](int r) { return pid_state ? pid_state(r, context) : '?'; };
   Verdict v;
-  // A process whose heartbeat stopped: stopped, dead, or cut off.
-  const auto note_after = std::chrono::nanoseconds(std::max<uint64_t>(kNoteMs * 1'000'000ull, 5 * period_ns_));
+  // A process whose heartbeat stopped: stopped, dead, or cut off. It ends the job only while
+  // this process's communication thread listens (else the rule below still does, in time); a
+  // note is given either way (that thread may be stuck on the very process that died).
+  const auto note_after = std::chrono::nanoseconds(std::max<uint64_t>(kNoteMs * 1'000'000ull, 7 * period_ns_));
+  const auto silent_after = std::max<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(kSilentFloorMs));
+  const int64_t listened = listened_.load(std::memory_order_relaxed);
+  const bool listening = listened && ns(now) - listened <= static_cast<int64_t>(3 * period_ns_);
   for (int r : who) {
     Peer& p = peers_[r];
     if (!p.known) continue;
-    if (now - p.tick_at >= timeout) {
+    if (listening && now - p.tick_at >= silent_after) {
       v.lost = true;
       v.headline = describe_locked(r, now, state(r)) +
                    (resumed ? " (counted from when this process was resumed after being stopped)" : "");
       return v;
     }
-    if (now - p.tick_at >= note_after && note_after < timeout && p.noted_tick != p.last.tick) {
+    if (now - p.tick_at >= note_after && note_after < silent_after && p.noted_tick != p.last.tick) {
       p.noted_tick = p.last.tick;
       v.note += (v.note.empty() ? "" : "; ") + describe_locked(r, now, state(r)) +
                 (resumed ? " (counted from when this process was resumed after being stopped)" : "") +
-                "; waiting for it up to MESHVK_WAIT_TIMEOUT_MS=" + std::to_string(ms(timeout)) + " ms";
+                "; waiting for it up to " + std::to_string(ms(silent_after)) + " ms (MESHVK_WAIT_TIMEOUT_MS)";
     }
   }
   // Otherwise: until no process of the job has shown progress for the timeout.

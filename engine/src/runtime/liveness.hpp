@@ -92,8 +92,8 @@ class Liveness {
     bool lost = false;     // end the job
     std::string headline;  // "no process of the job showed progress for 3012 ms", or the silent peer
     std::string peers;     // "; process 1 is alive ...", for each awaited process (may be empty)
-    // Before the job is lost: an awaited process whose heartbeat has been missing for five
-    // periods (half a second), said once per silence, so that a process Open MPI ends first (a rank
+    // Before the job is lost: an awaited process whose heartbeat has been missing for seven
+    // periods (0.7 s), said once per silence, so that a process Open MPI ends first (a rank
     // killed on another node ends the job through mpirun within seconds) names it too.
     std::string note;
   };
@@ -138,6 +138,10 @@ class Liveness {
   std::atomic<int64_t> last_beat_{0};
   std::atomic<int64_t> looked_{0};      // the last turn or judgement, by any thread
   std::atomic<int64_t> resumed_at_{0};  // the last excuse
+  // The communication thread's last turn: it hears the others' beats (reads their segments, or
+  // receives their messages), so while it is behind (starved on a loaded machine) their
+  // silence is not judged.
+  std::atomic<int64_t> listened_{0};
   std::mutex mutex_;
   std::vector<Peer> peers_;  // every process, this one included (its own progress)
 };

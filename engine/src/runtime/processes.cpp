@@ -253,6 +253,8 @@ void RuntimeState::heartbeat() {
   }
   ProcessGroup& group = *ProcessGroup::get();
   uint64_t* mine = heartbeat_slot(group.segment(process_));
+  // Ending the job (ProcessGroup::abort marked it): the mark stays for the others to read.
+  if (std::atomic_ref<uint64_t>(mine[2]).load(std::memory_order_relaxed) == Liveness::kEndingJob) return;
   std::atomic_ref<uint64_t>(mine[1]).store(beat.progress, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(mine[2]).store(beat.waiting, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(mine[0]).store(beat.tick, std::memory_order_release);
