@@ -7,10 +7,17 @@
 // to_host of an array spanning them): process 1 stops (SIGSTOP), reads an array of another
 // shape, or runs a collective instead; the job must end naming process 1 (or, for the
 // collective, whichever process timed out first naming the other). tests/processes/
-// failure_check.cmake checks each.
+// failure_check.cmake checks each. The slow modes fail nothing: before the third all-reduce
+// process 1 computes for SLOW_SECONDS (3 by default) on the host (slow) or on its device
+// (slow_device: a chain of matmuls), longer than the tests' MESHVK_WAIT_TIMEOUT_MS, while
+// process 0 waits in that all-reduce; the job must complete (tests/processes/slow_check.cmake).
+// stop_wait: process 1 is stopped (SIGSTOP) while it waits in the third all-reduce; process 0
+// must name it, and process 1, resumed as the job ends, must not blame process 0.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -60,11 +67,65 @@ int main(int argc, char** argv) {
         }
         (void)x.to_host<float>();  // every piece from every process: an exchange of host data
       }
+      if (i == 2 && mode == "stop_wait") {
+        // Process 1 is stopped (SIGSTOP) half a second into its wait in the all-reduce, which
+        // process 0 joins 2 s later; resumed by Open MPI's SIGCONT when the job ends, it must
+        // not blame process 0 for the time it was stopped.
+        if (mv::process_index() == 1) {
+          std::fprintf(stderr, "process 1: stopping in its wait\n");
+          std::fflush(stderr);
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            ::kill(getpid(), SIGSTOP);
+          }).detach();
+        } else {
+          std::this_thread::sleep_for(std::chrono::seconds(2));
+        }
+      }
+      if (i == 2 && mode.starts_with("slow") && mv::process_index() == 1) {
+        const char* seconds_text = std::getenv("SLOW_SECONDS");
+        const double seconds = seconds_text ? std::atof(seconds_text) : 3.0;
+        const auto start = std::chrono::steady_clock::now();
+        auto elapsed = [&] {
+          return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        };
+        if (mode == "slow") {
+          // User work outside meshvk: the host computes.
+          volatile double sink = 0;
+          while (elapsed() < seconds)
+            for (int k = 0; k < 100000; ++k) sink = sink + k * 1e-9;
+        } else {
+          // Work on the device (lavapipe: the process's threads): elementwise kernels on its
+          // own shards, timed once, then as many as fill the step, waited for once at the end.
+          auto pass = [](const mv::Array& v) {
+            auto r = v;
+            for (int k = 0; k < 20; ++k) r = r * 1.0001f;
+            return r;
+          };
+          auto local = mv::shard_map(pass, mesh, {mv::P("x")}, mv::P("x"));
+          (void)local(x);  // traced and compiled
+          rt.synchronize();
+          const double before = elapsed();
+          (void)local(x);
+          rt.synchronize();
+          const double one = std::max(elapsed() - before, 1e-3);
+          // Again while time is left (a calibration on a loaded machine may overestimate a pass).
+          auto y = x;
+          while (elapsed() < seconds) {
+            for (int k = 0; k < std::max(1, static_cast<int>((seconds - elapsed()) / one)); ++k) y = local(y);
+            rt.synchronize();
+          }
+        }
+        std::fprintf(stderr, "process 1: computed for %.1f s\n", elapsed());
+        std::fflush(stderr);
+      }
       // link_down: nothing fails here; both processes pause before step 2 while the harness
       // (tests/processes/two_nodes.sh) takes the link between them down on "step 1:".
       if (i == 2 && mode == "link_down") {
         std::this_thread::sleep_for(std::chrono::seconds(1));
-      } else if (i == 2 && !diverge && !mode.ends_with("_exchange") && mv::process_index() == 1) {
+      } else if (i == 2 && !diverge && !mode.ends_with("_exchange") && !mode.starts_with("slow") &&
+                 mode != "stop_wait" &&
+                 mv::process_index() == 1) {
         std::fprintf(stderr, "process 1: %s now\n", kill ? "dying" : "hanging");
         std::fflush(stderr);
         if (kill) std::raise(SIGKILL);

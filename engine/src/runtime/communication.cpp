@@ -9,6 +9,7 @@
 #include <chrono>
 #include <exception>
 
+#include "runtime/process_group.hpp"
 #include "runtime/runtime_state.hpp"
 
 namespace meshvk::detail {
@@ -32,6 +33,7 @@ bool RuntimeState::submittable(const Stream& s, const std::vector<uint64_t>& nee
 
 void RuntimeState::enqueue(Stream& s, VkCommandBuffer cb, std::vector<uint64_t> need,
                            uint64_t signal) {
+  if (liveness_) liveness_->progressed();  // the program submits work: a sign of life
   std::lock_guard lock(held_mutex_);
   if (s.held.empty() && submittable(s, need)) {
     queue_submit(s, cb, need, signal);
@@ -74,7 +76,10 @@ void RuntimeState::communicate() {
   uint64_t quiet_ns = 50'000;
   while (true) {
     try {
-      if (processes_ > 1) publish_progress();
+      if (processes_ > 1) {
+        heartbeat();
+        publish_progress();
+      }
       if (link_) {
         lock.unlock();
         const bool received = exchange_staged();
@@ -87,6 +92,7 @@ void RuntimeState::communicate() {
       if (!lock.owns_lock()) lock.lock();
       communication_error_ = e.what();
       for (auto& s : streams_) s->held.clear();
+      if (processes_ > 1) liveness_->forget_all();  // no heartbeat either
       return;
     }
     // The first remote value a held submission still waits for.
@@ -140,6 +146,9 @@ void RuntimeState::communicate() {
       lock.lock();
     } else if (idle && link_) {
       held_cv_.wait_for(lock, std::chrono::nanoseconds(quiet_ns));
+    } else if (idle && processes_ > 1) {
+      // The heartbeat goes on while nothing moves.
+      held_cv_.wait_for(lock, std::chrono::nanoseconds(liveness_->period_ns()));
     } else if (idle) {
       held_cv_.wait(lock);
     } else if (blocking) {
@@ -166,6 +175,7 @@ void RuntimeState::stop_communication() {
   held_cv_.notify_one();
   if (processes_ > 1) ring_own_doorbell();
   communication_.join();
+  end_heartbeat();
 }
 
 }  // namespace meshvk::detail

@@ -1,6 +1,7 @@
 #include "runtime/process_group.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
@@ -155,6 +156,7 @@ ProcessGroup& ProcessGroup::initialize(int expected_size, int expected_rank) {
     made->pids_.resize(made->size_);
     check_mpi(MPI_Allgather(&pid, 1, MPI_INT, made->pids_.data(), 1, MPI_INT, MPI_COMM_WORLD),
               "MPI_Allgather");
+    made->liveness_ = std::make_unique<Liveness>(made->rank_, made->size_);
     std::tie(made->clock_offset_ns_, made->clock_offset_uncertainty_ns_) =
         measure_clock_offset(made->mpi_->exchange, made->rank_, made->size_);
     // Checked before the group is kept: a refused initialize leaves is_initialized() false
@@ -203,9 +205,14 @@ std::string list_processes(const std::vector<int>& ranks) {
 void complete_exchange(ProcessGroup& group, std::vector<MPI_Request>& requests,
                        const std::vector<int>& peers, const std::vector<bool>& sends,
                        const std::string& what) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(host_timeout_ms());
+  // A process that has not sent (or taken) its message is waited for as long as the job shows
+  // signs of life (runtime/liveness.hpp), then named, and the job ends, as when a process died.
+  Liveness& live = group.liveness();
+  Liveness::Watch watch;
+  Liveness::Waiting waiting(&live);
+  const uint64_t timeout_ns = host_timeout_ms() * 1'000'000;
   std::vector<bool> done(requests.size(), false);
+  auto judged = std::chrono::steady_clock::now();
   for (int polls = 0;; ++polls) {
     bool all = true;
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -215,28 +222,39 @@ void complete_exchange(ProcessGroup& group, std::vector<MPI_Request>& requests,
       done[i] = finished != 0;
       all = all && done[i];
     }
-    if (all) return;
-    if (polls % 1000 == 999) {
-      if (const int dead = group.dead_process(); dead >= 0)
-        group.abort(what + ": process " + std::to_string(dead) + " of the job died; ending the job");
+    if (all) {
+      live.progressed();
+      return;
     }
-    if (std::chrono::steady_clock::now() > deadline) {
-      // Who sent nothing; else who has not taken what this process sent.
-      std::vector<int> silent, not_taking;
-      for (size_t i = 0; i < requests.size(); ++i) {
-        if (done[i]) continue;
-        auto& list = sends[i] ? not_taking : silent;
-        if (std::find(list.begin(), list.end(), peers[i]) == list.end()) list.push_back(peers[i]);
-      }
-      const std::string who =
-          !silent.empty()
-              ? list_processes(silent) + " sent nothing for it: stopped, hung, or in another part "
-                                         "of the program (another collective or exchange)"
-              : list_processes(not_taking) + " did not take this process's data";
-      group.abort(what + " did not complete within MESHVK_WAIT_TIMEOUT_MS=" +
-            std::to_string(host_timeout_ms()) + ": " + who + "; ending the job");
+    if (polls % 1000 == 999) {
+      const bool resumed = live.look(watch, Liveness::kResumedNs);
+      if (const int dead = group.dead_process(); dead >= 0)
+        group.abort(what + ": " + group.gone(dead, resumed) + "; ending the job");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    if (now - judged < std::chrono::milliseconds(10)) continue;
+    judged = now;
+    waiting.account();
+    // Who sent nothing; else who has not taken what this process sent.
+    std::vector<int> silent, not_taking;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (done[i]) continue;
+      auto& list = sends[i] ? not_taking : silent;
+      if (std::find(list.begin(), list.end(), peers[i]) == list.end()) list.push_back(peers[i]);
+    }
+    const Liveness::Verdict verdict =
+        live.judge(watch, silent.empty() ? not_taking : silent, timeout_ns, &ProcessGroup::state_of, &group);
+    if (!verdict.note.empty()) group.note(verdict.note);
+    if (!verdict.lost) continue;
+    const std::string who =
+        !silent.empty()
+            ? list_processes(silent) + " sent nothing for it: stopped, hung, or in another part "
+                                       "of the program (another collective or exchange)"
+            : list_processes(not_taking) + " did not take this process's data";
+    group.abort(what + " did not complete: " + who + "; " + verdict.headline +
+                " (MESHVK_WAIT_TIMEOUT_MS=" + std::to_string(host_timeout_ms()) + ")" +
+                verdict.peers + "; ending the job");
   }
 }
 
@@ -302,6 +320,11 @@ std::vector<uint8_t> ProcessGroup::allgather(const void* data, size_t bytes, con
 void ProcessGroup::abort(const std::string& message) {
   std::fprintf(stderr, "meshvk: process %d: %s\n", rank_, message.c_str());
   std::fflush(stderr);
+  if (static_cast<size_t>(rank_) < heartbeat_slots_.size() && heartbeat_slots_[rank_]) {
+    uint64_t* mine = heartbeat_slots_[rank_];
+    std::atomic_ref<uint64_t>(mine[2]).store(Liveness::kEndingJob, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(mine[0]).fetch_add(1, std::memory_order_release);
+  }
   // MPI_Abort asks mpirun to end every process; with the link to mpirun or to another node
   // gone it may never return (issue 27: mpirun and its remote daemon hung until the link came
   // back). The process ends itself after a grace period whatever Open MPI does.
@@ -417,6 +440,35 @@ std::string ProcessGroup::allocate_shared(uint64_t) {
 }
 
 #endif
+
+void ProcessGroup::note(const std::string& message) {
+  std::fprintf(stderr, "meshvk: process %d: %s\n", rank_, message.c_str());
+  std::fflush(stderr);
+}
+
+std::string ProcessGroup::gone(int r, bool resumed) const {
+  const std::string name = "process " + std::to_string(r);
+  if (resumed)
+    return name + " of the job has ended, while this process was stopped (it most likely ended "
+                  "the job because of that)";
+  if (static_cast<size_t>(r) < heartbeat_slots_.size() && heartbeat_slots_[r] &&
+      std::atomic_ref<uint64_t>(heartbeat_slots_[r][2]).load(std::memory_order_acquire) ==
+          Liveness::kEndingJob)
+    return name + " of the job has ended the job (its own message says why)";
+  return name + " of the job died";
+}
+
+char ProcessGroup::state_of(int r) const {
+  if (!single_node_ || r == rank_ || pids_.size() <= static_cast<size_t>(r)) return '?';
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pids_[r]);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return 'X';
+  char state = '?';
+  if (std::fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = '?';
+  std::fclose(f);
+  return state;
+}
 
 int ProcessGroup::dead_process() const {
   if (!single_node_) return -1;

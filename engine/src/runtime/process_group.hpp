@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/liveness.hpp"
+
 namespace meshvk::detail {
 
 // Throws Error naming `what` and Open MPI's message unless `rc` is MPI_SUCCESS (built with MPI).
@@ -45,6 +47,24 @@ class ProcessGroup {
   // that sees no progress checks, so that a dead peer ends the job at once.
   int dead_process() const;
 
+  // The heartbeat of every process and the rule for waiting on them (runtime/liveness.hpp).
+  Liveness& liveness() { return *liveness_; }
+  // /proc's state letter of process r where it runs on this node ('R', 'S', 'T' stopped, 'Z';
+  // 'X' when it is gone), '?' where it runs elsewhere or is not known. For Liveness::judge.
+  char state_of(int r) const;
+  static char state_of(int r, const void* group) {
+    return static_cast<const ProcessGroup*>(group)->state_of(r);
+  }
+
+  // Where each process's heartbeat lives in the node's shared memory (the runtime's shared tier;
+  // empty otherwise): abort() marks this process's as ending the job, so that the others, finding
+  // it gone, say it ended the job rather than died.
+  void set_heartbeat_slots(std::vector<uint64_t*> slots) { heartbeat_slots_ = std::move(slots); }
+  // How a waiting process names process r, found gone: "process r of the job died", or that it
+  // ended the job (its heartbeat says so), or, when this process was just resumed after being
+  // stopped, that it ended while this one was stopped.
+  std::string gone(int r, bool resumed) const;
+
   // Every process reaches this point; `what` names it in errors.
   void barrier(const char* what = "a barrier of every process");
   // Every process's `bytes` bytes, in rank order. Each process first tells every other which
@@ -53,6 +73,8 @@ class ProcessGroup {
   // it and what it was doing.
   std::vector<uint8_t> allgather(const void* data, size_t bytes,
                                  const char* what = "an exchange between every process");
+  // `message` on standard error, "meshvk: process R: " first.
+  void note(const std::string& message);
   // Ends every process of the job with `message` on standard error (MPI_Abort).
   [[noreturn]] void abort(const std::string& message);
 
@@ -78,6 +100,8 @@ class ProcessGroup {
   std::vector<int> pids_;  // per process; only meaningful on one node
   int64_t clock_offset_ns_ = 0, clock_offset_uncertainty_ns_ = 0;
   uint64_t exchanges_ = 0;  // allgathers and barriers so far, the same count on every process
+  std::unique_ptr<Liveness> liveness_;
+  std::vector<uint64_t*> heartbeat_slots_;  // per process: tick, progress, waiting
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
 };

@@ -30,6 +30,13 @@ namespace {
 // sleeps until then instead of polling.
 constexpr uint64_t kTableBytes = 64 << 10;
 constexpr uint64_t kDoorbellOffset = kTableBytes - 64;
+// Before the doorbell: the process's heartbeat (runtime/liveness.hpp), tick, progress and
+// waiting, each written atomically by its communication thread and read by the others'.
+constexpr uint64_t kHeartbeatOffset = kTableBytes - 128;
+
+uint64_t* heartbeat_slot(uint8_t* segment) {
+  return reinterpret_cast<uint64_t*>(segment + kHeartbeatOffset);
+}
 
 uint32_t* doorbell(uint8_t* segment) {
   return reinterpret_cast<uint32_t*>(segment + kDoorbellOffset);
@@ -70,6 +77,7 @@ void RuntimeState::join_processes(int local_devices) {
   if (!group || group->size() == 1) return;
   process_ = group->rank();
   processes_ = group->size();
+  liveness_ = &group->liveness();
   // Every process must hold as many devices: the mesh is process-major.
   const int32_t mine = local_devices;
   const std::vector<uint8_t> all = group->allgather(&mine, sizeof mine, "Runtime start: the devices of each process");
@@ -91,7 +99,7 @@ void RuntimeState::join_processes(int local_devices) {
 void RuntimeState::share_memory() {
   ProcessGroup& group = *ProcessGroup::get();
   ring_bytes_ = env_unsigned("MESHVK_PEER_RING_MIB", 1, 4096, "MiB").value_or(64) << 20;
-  if (uint64_t{static_cast<uint64_t>(num_timelines())} * 8 > kDoorbellOffset)
+  if (uint64_t{static_cast<uint64_t>(num_timelines())} * 8 > kHeartbeatOffset)
     throw Error("internal: too many timelines for the progress table");
   if (!group.single_node() && forced_between_ == BetweenProcesses::shared)
     throw Error(
@@ -144,8 +152,12 @@ void RuntimeState::share_memory() {
     }
     return;
   }
-  for (int r = 0; r < processes_; ++r)
+  std::vector<uint64_t*> slots;
+  for (int r = 0; r < processes_; ++r) {
     tables_.push_back(reinterpret_cast<uint64_t*>(group.segment(r)));
+    slots.push_back(heartbeat_slot(group.segment(r)));
+  }
+  group.set_heartbeat_slots(std::move(slots));
   for (auto& adapter : adapters_) {
     segment_views_.emplace_back();
     for (int r = 0; r < processes_; ++r)
@@ -222,6 +234,52 @@ void RuntimeState::publish_progress() {
     std::atomic_ref<uint32_t>(*bell).fetch_add(1, std::memory_order_release);
     futex_wake(bell);
   }
+}
+
+void RuntimeState::heartbeat() {
+  Liveness& live = *liveness_;
+  if (!live.due()) return;
+  // Local timeline values: they advance when this process's submissions complete.
+  uint64_t timelines = 0;
+  for (const auto& s : streams_)
+    if (!s->remote) timelines += s->semaphore.value();
+  timespec cpu{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+  const Liveness::Beat beat = live.beat(
+      timelines, static_cast<uint64_t>(cpu.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(cpu.tv_nsec));
+  if (link_) {
+    link_->send_heartbeat(beat.tick, beat.progress, beat.waiting);
+    return;
+  }
+  ProcessGroup& group = *ProcessGroup::get();
+  uint64_t* mine = heartbeat_slot(group.segment(process_));
+  // Ending the job (ProcessGroup::abort marked it): the mark stays for the others to read.
+  if (std::atomic_ref<uint64_t>(mine[2]).load(std::memory_order_relaxed) == Liveness::kEndingJob) return;
+  std::atomic_ref<uint64_t>(mine[1]).store(beat.progress, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(mine[2]).store(beat.waiting, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(mine[0]).store(beat.tick, std::memory_order_release);
+  for (int r = 0; r < processes_; ++r) {
+    if (r == process_) continue;
+    uint64_t* theirs = heartbeat_slot(group.segment(r));
+    Liveness::Beat heard;
+    heard.tick = std::atomic_ref<uint64_t>(theirs[0]).load(std::memory_order_acquire);
+    heard.progress = std::atomic_ref<uint64_t>(theirs[1]).load(std::memory_order_relaxed);
+    heard.waiting = std::atomic_ref<uint64_t>(theirs[2]).load(std::memory_order_relaxed);
+    live.heard(r, heard);
+  }
+}
+
+void RuntimeState::end_heartbeat() {
+  ProcessGroup* group = ProcessGroup::get();
+  if (!group || processes_ <= 1) return;
+  // Staged, the goodbye said it; shared, the segment says it.
+  if (!link_ && !tables_.empty()) {
+    uint64_t* mine = heartbeat_slot(group->segment(process_));
+    std::atomic_ref<uint64_t>(mine[2]).store(Liveness::kEnded, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(mine[0]).fetch_add(1, std::memory_order_release);
+  }
+  group->set_heartbeat_slots({});
+  group->liveness().forget_all();
 }
 
 void RuntimeState::ring_own_doorbell() {

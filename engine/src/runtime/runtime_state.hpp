@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "meshvk/runtime.hpp"
+#include "runtime/liveness.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/staged_link.hpp"
 #include "vk/device.hpp"
@@ -444,6 +445,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::optional<BetweenProcesses> forced_between_;  // MESHVK_PROCESS_TRANSPORT
   // Staged: the rings and the messages (before segment_views_, which import its memory).
   std::unique_ptr<StagedLink> link_;
+  Liveness* liveness_ = nullptr;  // the process group's, with several processes
   struct SendNote {
     uint64_t value;
     int dst_process;
@@ -466,6 +468,11 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   void wait_local_progress(uint64_t timeout_ns);  // until a local stream moves, at most that
   void wait_for_peers(uint64_t timeout_ns);       // until another process publishes, at most that
   void ring_own_doorbell();                       // wakes this process's communication thread
+  // The heartbeat (runtime/liveness.hpp): the communication thread publishes this process's
+  // beat each period (shared: in its segment, where it also reads the others'; staged: as
+  // messages), and says at its end that this process's runtime ended.
+  void heartbeat();
+  void end_heartbeat();
   std::vector<uint64_t> published_;             // per timeline; guarded by held_mutex_
   std::vector<uint64_t*> tables_;               // per process, in its segment
   bool host_holds() const { return adapters_.size() > 1 || processes_ > 1; }

@@ -17,7 +17,7 @@
 namespace meshvk::detail {
 
 namespace {
-enum Kind : uint64_t { kData = 1, kProgress = 2, kGoodbye = 3 };
+enum Kind : uint64_t { kData = 1, kProgress = 2, kGoodbye = 3, kHeartbeat = 4 };
 // Headers (data, progress, goodbye) on one tag, so they arrive in the order they were sent;
 // a data message's bytes follow its header on another, matched by source once the header is in.
 constexpr int kHeaderTag = 1, kPayloadTag = 2;
@@ -56,7 +56,7 @@ bool finalized() {
 }  // namespace
 
 StagedLink::StagedLink(ProcessGroup& group, int timelines, uint64_t ring_bytes)
-    : rank_(group.rank()), size_(group.size()), ring_bytes_(ring_bytes) {
+    : group_(&group), rank_(group.rank()), size_(group.size()), ring_bytes_(ring_bytes) {
   if (!group.threads_multiple())
     throw Error(
         "MESHVK_PROCESS_TRANSPORT=staged (or processes on several nodes) needs an Open MPI "
@@ -114,6 +114,13 @@ void StagedLink::send_progress(int dst, int timeline, uint64_t value) {
   post_header({kProgress, static_cast<uint64_t>(timeline), value, 0, 0}, dst);
 }
 
+void StagedLink::send_heartbeat(uint64_t tick, uint64_t progress, uint64_t waiting) {
+  // Not after the goodbye: a process that heard every goodbye takes no more messages.
+  if (said_goodbye_ || finalized()) return;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) post_header({kHeartbeat, 0, tick, progress, waiting}, r);
+}
+
 bool StagedLink::receive() {
   if (finalized()) return false;
   bool any = false;
@@ -129,6 +136,11 @@ bool StagedLink::receive() {
           "MPI_Recv");
     if (h.kind == kGoodbye) {
       ++goodbyes_;
+      group_->liveness().forget(src);
+      continue;
+    }
+    if (h.kind == kHeartbeat) {
+      group_->liveness().heard(src, {h.value, h.offset, h.bytes});
       continue;
     }
     if (h.kind == kData) {
@@ -178,12 +190,13 @@ bool StagedLink::done() {
 struct StagedLink::Comm {};
 struct StagedLink::Pending {};
 
-StagedLink::StagedLink(ProcessGroup&, int, uint64_t) : rank_(0), size_(1), ring_bytes_(0) {
+StagedLink::StagedLink(ProcessGroup& group, int, uint64_t) : group_(&group), rank_(0), size_(1), ring_bytes_(0) {
   throw Error("internal: the staged transport without Open MPI");
 }
 StagedLink::~StagedLink() = default;
 void StagedLink::send_data(int, int, uint64_t, uint64_t, uint64_t) {}
 void StagedLink::send_progress(int, int, uint64_t) {}
+void StagedLink::send_heartbeat(uint64_t, uint64_t, uint64_t) {}
 bool StagedLink::receive() {
   return false;
 }

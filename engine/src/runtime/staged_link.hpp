@@ -43,6 +43,9 @@ class StagedLink {
   void send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes);
   // Tells `dst` that `timeline` reached `value`.
   void send_progress(int dst, int timeline, uint64_t value);
+  // This process's heartbeat to every other (runtime/liveness.hpp); arriving ones go to the
+  // group's Liveness, and a goodbye tells it that nothing more comes from that process.
+  void send_heartbeat(uint64_t tick, uint64_t progress, uint64_t waiting);
   // Handles every message that arrived, in arrival order; true when there was any.
   bool receive();
   // Completes the sends MPI finished; true when none is left.
@@ -59,6 +62,7 @@ class StagedLink {
   struct Pending;
   void post(const void* data, uint64_t bytes, int dst, int tag);
   void post_header(const Header& h, int dst);
+  ProcessGroup* group_;
   int rank_, size_;
   uint64_t ring_bytes_;
   uint8_t* memory_ = nullptr;

@@ -96,22 +96,42 @@ void RuntimeState::wait(const Fence& f, const std::string& during) {
 void RuntimeState::wait_across_processes(const Fence& f, const std::string& during) {
   // What this process waits for may hang on another process that died or stopped: look at the
   // peers between slices, and end the whole job (every process would wait forever otherwise)
-  // with what was waited for, rather than return an error to a program that cannot go on.
+  // with what was waited for, rather than return an error to a program that cannot go on. The
+  // wait goes on while the job shows signs of life: MESHVK_WAIT_TIMEOUT_MS counts the time no
+  // process showed progress, or an awaited one sent no heartbeat (runtime/liveness.hpp).
   const Stream& s = *streams_[f.timeline];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_timeout_ns_);
+  ProcessGroup& group = *ProcessGroup::get();
+  Liveness::Watch watch;
+  Liveness::Waiting waiting(liveness_);
   constexpr uint64_t kSliceNs = 20'000'000;
+  auto judged = std::chrono::steady_clock::now();
   while (true) {
-    if (s.remote ? timeline_value(f.timeline) >= f.value : s.semaphore.wait(f.value, kSliceNs))
+    if (s.remote ? timeline_value(f.timeline) >= f.value : s.semaphore.wait(f.value, kSliceNs)) {
+      liveness_->progressed();
       return;
+    }
     if (s.remote) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    ProcessGroup& group = *ProcessGroup::get();
+    const bool resumed = liveness_->look(watch, Liveness::kResumedNs);
     const int dead = group.dead_process();
-    const bool late = std::chrono::steady_clock::now() > deadline;
-    if (dead < 0 && !late) continue;
-    const std::string why =
-        dead >= 0 ? "process " + std::to_string(dead) + " of the job died"
-                  : "timed out after " + std::to_string(wait_timeout_ns_ / 1000000) +
-                        " ms (MESHVK_WAIT_TIMEOUT_MS)";
+    std::string why;
+    if (dead >= 0) {
+      // Just resumed (stopped, then continued by Open MPI's SIGCONT as it ends the job): the
+      // other most likely ended the job because of this process, and is not to be blamed.
+      why = group.gone(dead, resumed);
+    } else {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - judged < std::chrono::milliseconds(10)) continue;
+      judged = now;
+      waiting.account();
+      const Liveness::Verdict verdict =
+          liveness_->judge(watch, {}, wait_timeout_ns_, &ProcessGroup::state_of, &group);
+      if (!verdict.note.empty()) group.note(verdict.note);
+      if (!verdict.lost) continue;
+      why = "timed out: " + verdict.headline + " (MESHVK_WAIT_TIMEOUT_MS=" +
+            std::to_string(wait_timeout_ns_ / 1000000) + ")";
+      group.abort(why + " while process " + std::to_string(process_) + " waited during " + during +
+                  ": " + explain_stall(f) + verdict.peers + "; ending the job");
+    }
     group.abort(why + " while process " + std::to_string(process_) + " waited during " + during +
                 ": " + explain_stall(f) + "; ending the job");
   }
