@@ -265,13 +265,15 @@ case "${1:-}" in
     # scenarios at full size (7 minutes under ASan on 2 cores), the samples' run (test_samples:
     # the engine paths they take run under ASan in the engine's own tests), and the GPT step's byte
     # accounting in four modes (a minute under ASan; the partitioner's code runs in other tests),
-    # and the two-node tests (the staged tier's code, which the process tests run under ASan).
+    # and the two-node tests (the staged tier's code, which the process tests run under ASan), the
+    # fsdp GPT step between processes, and the slow-step liveness tests (timed steps of 3 s
+    # against a 1 s timeout: the heartbeat's code runs under ASan in the failure tests).
     build build-asan -DMESHVK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DMESHVK_BUILD_BENCH=OFF
     (cd build-asan && LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp \
        ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=32} \
        UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2 \
-       -E '^(header_check_clang|gpt_vs_pytorch|test_tutorial_cases|test_inspector_tiles|test_gpt_communication|test_samples)$|^processes_collective_sweep_|^processes_two_nodes_|^processes_gpt_fsdp$')
+       -E '^(header_check_clang|gpt_vs_pytorch|test_tutorial_cases|test_inspector_tiles|test_gpt_communication|test_samples)$|^processes_collective_sweep_|^processes_two_nodes_|^processes_gpt_fsdp$|^processes_slow_step_')
     # ThreadSanitizer is `./meshvk.sh tsan`, not part of this run: a third build of the whole
     # engine for one test, about 10 minutes on 2 cores, which kept CI near its limit. Run it
     # after changing anything threads share (the runtime, its communication thread, tapes).
