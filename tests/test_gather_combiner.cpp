@@ -195,3 +195,21 @@ TEST(GatherCombiner, ScanBodyGathersItsLayerOnce) {
   EXPECT_EQ(gathers, static_cast<uint64_t>(layers)) << lowered.as_text();
   EXPECT_EQ(scatters, static_cast<uint64_t>(layers)) << lowered.as_text();
 }
+
+// A sharding tree that does not fit the value is an Error naming the constraint, and the runtime
+// goes on: the same tree then gathers.
+TEST(GatherCombiner, ATreeThatDoesNotFitIsAnError) {
+  const mv::Mesh mesh = line_mesh(3, "f");
+  const TreeParams s = make_params(mesh, 3);
+  const mv::NamedSharding whole(mesh, P());
+  try {
+    (void)mv::with_sharding_constraint(s.placed,
+                                       mv::ShardingTree::dict({{"a", whole}, {"zz", whole}}));
+    ADD_FAILURE() << "no error";
+  } catch (const mv::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("with_sharding_constraint"), std::string::npos)
+        << e.what();
+  }
+  const mv::Params got = mv::with_sharding_constraint(s.placed, mv::ShardingTree(whole));
+  for (const auto& [name, g] : got) expect_close(g, s.host.at(name).to_host<float>(), 0.f);
+}
