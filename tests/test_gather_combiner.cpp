@@ -235,3 +235,26 @@ TEST(GatherCombiner, LargeTreesGoInBucketsOf25MiB) {
   EXPECT_EQ(count(lowered, "all-gather"), 2) << lowered.as_text();
   EXPECT_EQ(lines_with(lowered.as_text(), "all-gather combiner: 2 values"), 1) << lowered.as_text();
 }
+
+// An empty leaf beside the others moves on its own; a tree of one leaf is a plain device_put.
+TEST(GatherCombiner, EmptyAndSingleLeaves) {
+  const mv::Mesh mesh = line_mesh(3, "f");
+  const mv::NamedSharding whole(mesh, P());
+  const auto va = random_floats(6 * 5, 3), vb = random_floats(3 * 2, 4);
+  mv::Params p;
+  p.emplace("a", placed_array(va, {6, 5}, mv::NamedSharding(mesh, P("f"))));
+  p.emplace("b", placed_array(vb, {3, 2}, mv::NamedSharding(mesh, P("f"))));
+  p.emplace("empty", placed_array({}, {0, 4}, mv::NamedSharding(mesh, P("f"))));
+  for (const mv::Params& got : {mv::with_sharding_constraint(p, mv::ShardingTree(whole)),
+                                mv::jit([whole](const mv::Params& q) {
+                                  return mv::with_sharding_constraint(q, mv::ShardingTree(whole));
+                                })(p)}) {
+    expect_close(got.at("a"), va, 0.f);
+    expect_close(got.at("b"), vb, 0.f);
+    EXPECT_EQ(got.at("empty").shape(), (mv::Shape{0, 4}));
+    EXPECT_TRUE(got.at("empty").sharding().is_fully_replicated());
+  }
+  mv::Params one;
+  one.emplace("b", p.at("b"));
+  expect_close(mv::with_sharding_constraint(one, mv::ShardingTree(whole)).at("b"), vb, 0.f);
+}
