@@ -116,10 +116,6 @@ void record_result(const std::string& key, const Array& result) {
   active->values->push_back(result);
 }
 
-}  // namespace meshvk::detail
-
-namespace meshvk::detail {
-
 exec::ShardedValue reshard_saving(const std::shared_ptr<RuntimeState>& rt,
                                   const exec::ShardedValue& value, const Sharding& target,
                                   bool on_every_process, bool committed,

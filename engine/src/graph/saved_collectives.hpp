@@ -80,10 +80,6 @@ std::optional<collectives::Buffers> saved_result(const std::string& key,
 // Under a recorder: records the collective's result.
 void record_result(const std::string& key, const Array& result);
 
-}  // namespace meshvk::detail
-
-namespace meshvk::detail {
-
 // exec::reshard, recorded or handed back as above where it moves data between devices. The
 // result, as an Array for the recording, is `committed` and `varying` as the caller makes it.
 exec::ShardedValue reshard_saving(const std::shared_ptr<RuntimeState>& rt,
