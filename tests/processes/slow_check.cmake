@@ -6,18 +6,7 @@
 # EXTRA_ENV ("NAME=value NAME=value") goes to the processes too (-x), e.g. the staged transport.
 #   cmake -DPROGRAM=path -DMODE=slow|slow_device [-DEXTRA_ENV=...] -DMPIEXEC=mpirun -P slow_check.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/mpirun_env.cmake)  # EXTRA_ENV, extra_x
-# NP processes (2 by default) of DEVICES devices (4; past 2 processes on 2 cores, oversubscribed).
-if(NOT NP)
-  set(NP 2)
-endif()
-if(NOT DEVICES)
-  set(DEVICES 4)
-endif()
-math(EXPR total "${NP} * ${DEVICES}")
-set(oversubscribe "")
-if(NP GREATER 2)
-  set(oversubscribe --oversubscribe)
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/process_count.cmake)  # NP, DEVICES, total, oversubscribe
 string(TIMESTAMP start "%s")
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env MESHVK_NUM_DEVICES=${DEVICES} LP_NUM_THREADS=1
