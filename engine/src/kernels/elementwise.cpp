@@ -1,6 +1,7 @@
 #include "kernels/elementwise.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -126,9 +127,9 @@ vec4 mv_mod(vec4 a, vec4 b) { return vec4(mv_mod(a.x, b.x), mv_mod(a.y, b.y), mv
 float mv_floordiv(float a, float b) {
   if (mv_is_zero(b)) return a / b;
   const float m = mv_fmod(a, b);
-  float div = (a - m) / b;
+  float div = MV_FDIV(a - m, b);
   if (!mv_is_zero(m) && (b < 0.0) != (m < 0.0)) div -= 1.0;
-  if (mv_is_zero(div)) return mv_copysign_zero(a / b);
+  if (mv_is_zero(div)) return mv_copysign_zero(MV_FDIV(a, b));
   float f = floor(div);
   if (div - f > 0.5) f += 1.0;
   return f;
@@ -273,7 +274,29 @@ bool library_only(EwOp op) { return op == EwOp::erf || op == EwOp::erfinv; }
 struct MathMode {
   bool fast_math = false;
   bool float64 = false;
+  bool flushes_subnormals = false;  // the adapter's float32 arithmetic (no DenormPreserve)
+  bool div64 = false;               // float32 division through mvk_div64 (mathlib/div64.inc)
 };
+
+// Whether float32 division goes through the math library's correctly rounded mvk_div64: on
+// adapters with the float64 variants whose own division may be inexact (every GPU: Vulkan
+// allows 2.5 ulp); lavapipe's (LLVM's fdiv) is IEEE's already. MESHVK_DIV64=1 or 0 forces it
+// either way (=1 needs the float64 variants), for tests on lavapipe.
+bool takes_div64(const vk::Adapter& adapter, bool float64) {
+  const char* forced = std::getenv("MESHVK_DIV64");
+  if (forced && *forced) {
+    const std::string f = forced;
+    if (f != "0" && f != "1") throw Error("MESHVK_DIV64=" + f + " is not 0 or 1");
+    return f == "1" && float64;
+  }
+  return float64 && !adapter.is_cpu();
+}
+
+// What the helpers' floor division divides with: declared here, defined with the library.
+std::string division_prelude(MathMode math) {
+  if (!math.div64) return "#define MV_FDIV(a, b) ((a) / (b))\n";
+  return "float mvk_div64(float a, float b);\n#define MV_FDIV(a, b) mvk_div64(a, b)\n";
+}
 
 // The library functions a program calls: under MESHVK_FAST_MATH=1 only those GLSL lacks.
 std::string library_functions(const EwProgram& p, MathMode math) {
@@ -286,7 +309,18 @@ std::string library_functions(const EwProgram& p, MathMode math) {
       // GLSL has no double exp, log, sin ...: the library's, also under MESHVK_FAST_MATH=1.
       if (const char* f = ew_library_function_f64(n.op)) names.push_back(f);
     }
-  return mathlib::glsl_functions(names);
+  if (math.div64) names.push_back("mvk_div64");  // the helpers' floor division calls it
+  std::string narrow;
+  // The float64 variants' one rounding to float (mathlib/*64.inc). An adapter that flushes
+  // float32 subnormals in arithmetic may keep them in a conversion from double (NVIDIA's does):
+  // flushed here as well, every float32 result is flushed alike, as x86's are with FTZ set.
+  if (math.float64 && !names.empty())
+    narrow = math.flushes_subnormals
+                 ? "float mvk_narrow64(double y) {\n"
+                   "  const uint b = floatBitsToUint(float(y));\n"
+                   "  return uintBitsToFloat((b & 0x7f800000u) == 0u ? b & 0x80000000u : b);\n}\n"
+                 : "float mvk_narrow64(double y) { return float(y); }\n";
+  return narrow + mathlib::glsl_functions(names);
 }
 
 // Whether the program calls the float64 variant of sin, cos or tan.
@@ -357,7 +391,9 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
     case EwOp::add: return "(" + a + " + " + b + ")";
     case EwOp::sub: return "(" + a + " - " + b + ")";
     case EwOp::mul: return "(" + a + " * " + b + ")";
-    case EwOp::div: return "(" + a + " / " + b + ")";
+    case EwOp::div:
+      return math.div64 && !math.fast_math && is_library_float(in) ? "mvk_div64(" + a + ", " + b + ")"
+                                                : "(" + a + " / " + b + ")";
     case EwOp::floordiv: return "mv_floordiv(" + a + ", " + b + ")";
     case EwOp::mod: return "mv_mod(" + a + ", " + b + ")";
     case EwOp::pow: return "mv_pow(" + a + ", " + b + ")";
@@ -441,7 +477,7 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 4) << " o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
+  g << division_prelude(math) << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
   g << "void main() {\n  const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;\n";
   g << "  for (uint u = 0u; u < " << per_invocation << "u; ++u) {\n";
   g << "    const uint i = (wg * " << per_invocation << "u + u) * " << kWorkgroup << "u + gl_LocalInvocationID.x;\n";
@@ -471,7 +507,7 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
   g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 1) << " o[]; };\n";
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
-  g << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
+  g << division_prelude(math) << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
   g << "void main() {\n  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * " << kWorkgroup
     << "u + gl_LocalInvocationID.x;\n  if (i >= pc.n) return;\n  uint rest = pc.base + i;\n";
   for (size_t d = shape.size(); d-- > 0;) {
@@ -515,7 +551,11 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   // 8 (2*sin(x)+1: 44 -> 40 x86 instructions per element, measured with callgrind; plain
   // arithmetic is slower at 8).
   const vk::Adapter& adapter = rt.device_for(rec.device).adapter();
-  const MathMode math{rt.fast_math(), rt.mathlib_float64(adapter)};
+  // Without DenormPreserve, whether float32 arithmetic flushes is the driver's choice: lavapipe
+  // keeps subnormals (LLVM's default) without claiming it; NVIDIA's flushes them.
+  const bool float64 = rt.mathlib_float64(adapter);
+  const MathMode math{rt.fast_math(), float64, !adapter.preserves_denorm32 && !adapter.is_cpu(),
+                      takes_div64(adapter, float64)};
   const int per_invocation = !adapter.is_cpu() ? 1 : calls_float64_trig(p, math) ? 8 : 4;
   const bool preserve_inf_nan = adapter.preserves_inf_nan32;
   const bool preserve_denorm = adapter.preserves_denorm32;

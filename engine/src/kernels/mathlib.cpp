@@ -52,6 +52,9 @@ const Entry kEntries[] = {
     {"mvk_tan64", 1,
 #include "kernels/mathlib/tan64.inc"
      , {"mvk_trig64"}},
+    {"mvk_div64", 2,
+#include "kernels/mathlib/div64.inc"
+     , {"mvk_trig64"}},
     {"mvk_exp64", 1,
 #include "kernels/mathlib/exp64.inc"
      , {"mvk_trig64"}},

@@ -112,6 +112,11 @@ inline double max(double a, float b) {
 inline double sqrt(double x) {
   return std::sqrt(x);
 }
+// A float64 variant's one rounding to float. The host's conversion follows MXCSR: with FTZ set
+// (as the tests set it to mimic an adapter that flushes) it flushes, as that adapter's does.
+inline float mvk_narrow64(double y) {
+  return static_cast<float>(y);
+}
 inline uint uaddCarry(uint a, uint b, uint& carry) {
   const uint s = a + b;
   carry = s < a ? 1u : 0u;
