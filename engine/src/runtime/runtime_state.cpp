@@ -69,12 +69,24 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   num_devices_ = n;
   pipelines_.resize(adapters_.size());
 
-  // Each adapter's share of this process's virtual devices, and of its queues.
+  // Each adapter's share of this process's virtual devices, and of its queues. MESHVK_QUEUES=N
+  // uses at most N of each adapter's queues (devices and transfer streams then share them).
+  // NVIDIA's take one by default: there a queue waiting on another queue's semaphore resumes
+  // about 170 us after the signal (each queue is a channel the GPU schedules in turn), which made
+  // every collective over 8 virtual devices cost 2.9 ms; on one queue it costs 0.25-0.4 ms
+  // (H200, driver 580, 2026-11-27, README).
+  const std::optional<uint64_t> queue_limit = env_unsigned("MESHVK_QUEUES", 1, 64, "queues");
+  auto queues_of = [&](const vk::Device& dev) {
+    constexpr uint32_t kNvidia = 0x10de;
+    const uint64_t limit =
+        queue_limit.value_or(dev.adapter().properties.vendorID == kNvidia ? 1 : dev.queue_count());
+    return static_cast<int>(std::min<uint64_t>(dev.queue_count(), limit));
+  };
   std::vector<std::vector<int>> members(adapters_.size());
   for (int d = 0; d < local_n; ++d) members[adapter_of_[d]].push_back(d);
   bool spare_everywhere = true;
   for (size_t a = 0; a < adapters_.size(); ++a)
-    spare_everywhere = spare_everywhere && adapters_[a]->queue_count() > members[a].size();
+    spare_everywhere = spare_everywhere && queues_of(*adapters_[a]) > static_cast<int>(members[a].size());
   const bool exportable = adapters_.size() > 1 && cross_adapter_ == CrossAdapter::shared;
   // Device d's place among its adapter's devices, and how many that adapter holds.
   auto local_of = [&](int d) {
@@ -89,11 +101,11 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
     const int a = adapter_of_[d];
     vk::Device& dev = *adapters_[a];
     streams_.push_back(
-        std::make_unique<Stream>(dev, dev.queue(local_of(d) % dev.queue_count()), d, false, a));
+        std::make_unique<Stream>(dev, dev.queue(local_of(d) % queues_of(dev)), d, false, a));
   }
   auto queue_of_transfers = [&](int d) -> vk::Queue& {
     vk::Device& dev = *adapters_[adapter_of_[d]];
-    const int queues = static_cast<int>(dev.queue_count());
+    const int queues = queues_of(dev);
     const int spare = queues - share_of(d);
     return dev.queue(spare > 0 ? share_of(d) + local_of(d) % spare : local_of(d) % queues);
   };
