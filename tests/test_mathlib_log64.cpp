@@ -140,3 +140,80 @@ TEST(MathlibLog64, SwitchOffRunsTheFloatFloatVariants) {
     EXPECT_EQ(mathlib_variants::device_differences(v.name, v.op, xs, v.ff), 0)
         << v.name << " of " << xs.size();
 }
+
+namespace {
+
+// The training step's activations and losses as nn:: writes them, composed on the host with
+// either variant's copy, one float rounding per op (the kernels mark every value precise).
+struct Composed {
+  const char* name;
+  mv::Array (*device)(const mv::Array& x, const mv::Array& y);
+  float (*host)(float x, float y, bool float64);
+};
+
+float pick(bool float64, float (*f64)(float), float (*ff)(float), float x) {
+  return float64 ? f64(x) : ff(x);
+}
+
+const Composed kComposed[] = {
+    {"gelu (erf)", [](const mv::Array& x, const mv::Array&) { return mv::nn::gelu(x, false); },
+     [](float x, float, bool f64) {
+       const float half_x = 0.5f * x;
+       return half_x * (1.0f + pick(f64, host::mvk_erf64, host::mvk_erf, x * 0.70710678f));
+     }},
+    {"gelu (tanh)", [](const mv::Array& x, const mv::Array&) { return mv::nn::gelu(x, true); },
+     [](float x, float, bool f64) {
+       const float half_x = 0.5f * x;
+       const float cube = 0.044715f * x * x * x;
+       const float inner = 0.7978845608028654f * (x + cube);
+       return half_x * (1.0f + pick(f64, host::mvk_tanh64, host::mvk_tanh, inner));
+     }},
+    {"silu", [](const mv::Array& x, const mv::Array&) { return mv::nn::silu(x); },
+     [](float x, float, bool f64) {
+       return x * pick(f64, host::mvk_logistic64, host::mvk_logistic, x);
+     }},
+    // log_softmax's last step and softmax's numerator: shifted - log(sum), exp(x - max).
+    {"x - log(y)", [](const mv::Array& x, const mv::Array& y) { return x - mv::log(y); },
+     [](float x, float y, bool f64) { return x - pick(f64, host::mvk_log64, host::mvk_log, y); }},
+    {"exp(x - y)", [](const mv::Array& x, const mv::Array& y) { return mv::exp(x - y); },
+     [](float x, float y, bool f64) { return pick(f64, host::mvk_exp64, host::mvk_exp, x - y); }},
+};
+
+}  // namespace
+
+// The GPT step's elementwise math (softmax's exp, log_softmax's log, GELU in both forms, the
+// logistic function) fused into one kernel with the arithmetic around it, eager and under jit:
+// the float64 variants by default, the float-float ones under MESHVK_MATHLIB_FLOAT64=0, bit for
+// bit as the host composes them (so each form tells the two apart on these inputs).
+TEST(MathlibLog64, FusedTrainingOpsRunTheVariantTheAdapterPicks) {
+  SKIP_UNDER_FAST_MATH();
+  std::vector<float> xs, ys;
+  for (int i = 0; i < (1 << 16); ++i) {
+    xs.push_back(-6.0f + 12.0f * static_cast<float>(i) / (1 << 16));
+    ys.push_back(std::ldexp(1.0f + static_cast<float>(i % 997) / 997.0f, i % 40 - 20));
+  }
+  for (const char* setting : {static_cast<const char*>(nullptr), "0"}) {
+    const ScopedEnv env("MESHVK_MATHLIB_FLOAT64", setting);
+    mv::Runtime runtime;
+    auto& rt = *runtime.state();
+    const bool float64 = rt.mathlib_float64(rt.device().adapter());
+    if (setting == nullptr && !float64) GTEST_SKIP() << "the adapter has no shaderFloat64";
+    const mv::Array x = host_array(xs), y = host_array(ys);
+    for (const Composed& c : kComposed) {
+      const auto eager = c.device(x, y).to_host<float>();
+      const auto jitted =
+          mv::jit([&c](const mv::Array& a, const mv::Array& b) { return c.device(a, b); })(x, y)
+              .to_host<float>();
+      int bad = 0, variants_differ = 0;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const float want = c.host(xs[i], ys[i], float64);
+        if (!same_bits(want, c.host(xs[i], ys[i], !float64))) ++variants_differ;
+        if ((!same_bits(eager[i], want) || !same_bits(jitted[i], want)) && ++bad <= 3)
+          ADD_FAILURE() << c.name << " at " << hex(xs[i]) << ", " << hex(ys[i]) << ": eager "
+                        << hex(eager[i]) << ", jit " << hex(jitted[i]) << ", host " << hex(want);
+      }
+      EXPECT_EQ(bad, 0) << c.name << (float64 ? " (float64)" : " (float-float)");
+      EXPECT_GT(variants_differ, 0) << c.name;
+    }
+  }
+}
