@@ -1,9 +1,9 @@
-// The math library's float64 variants of log, log2 and erf (engine/src/kernels/mathlib/log64.inc,
-// log2_64.inc, erf64.inc), which kernels run on adapters with shaderFloat64 (the cross-entropy's
-// log and the exact GELU's erf): the host copy nearly always correctly rounded against long
-// double libm, C's and numpy's special values, and the kernels bit-identical to the host copy of
-// the variant the runtime picks (float64 by default on lavapipe, float-float under
-// MESHVK_MATHLIB_FLOAT64=0).
+// The math library's float64 variants of log, log2, log1p and erf
+// (engine/src/kernels/mathlib/log64.inc, log2_64.inc, log1p64.inc, erf64.inc), which kernels run
+// on adapters with shaderFloat64 (the cross-entropy's log and the exact GELU's erf): the host copy
+// nearly always correctly rounded against long double libm, C's and numpy's special values, and
+// the kernels bit-identical to the host copy of the variant the runtime picks (float64 by default
+// on lavapipe, float-float under MESHVK_MATHLIB_FLOAT64=0).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -41,12 +41,15 @@ const Variant kVariants[] = {
     {"log", host::mvk_log64, host::mvk_log, [](long double x) { return std::log(x); }, mv::log},
     {"log2", host::mvk_log2_64, host::mvk_log2, [](long double x) { return std::log2(x); },
      mv::log2},
+    {"log1p", host::mvk_log1p64, host::mvk_log1p, [](long double x) { return std::log1p(x); },
+     mv::log1p},
     {"erf", host::mvk_erf64, host::mvk_erf, [](long double x) { return std::erf(x); }, mv::erf},
 };
 
 // Every step-th bit pattern, the specials, and the floats around the edges: log's reduction
 // switching k at sqrt(2) (times powers of two), 1 (results near 0), the subnormals and FLT_MAX;
-// erf's intervals (1, 2, 3), the clamp at 4 and the last float whose erf is below 1 (3.9155).
+// erf's intervals (1, 2, 3), the clamp at 4 and the last float whose erf is below 1 (3.9155);
+// log1p's x shortcut (2^-29), its k steps (1 + x at sqrt(2) and sqrt(2) / 2), -1 and 2^53.
 std::vector<float> sample(uint32_t step) {
   std::vector<float> xs;
   for (uint64_t u = 0; u < (1ull << 32); u += step)
@@ -54,8 +57,9 @@ std::vector<float> sample(uint32_t step) {
   for (const float s : {0.0f, -0.0f, kInf, -kInf, kNaN, 1e-45f, -1e-45f, 1.17549435e-38f,
                         1.17549421e-38f, 3.40282347e38f, -3.40282347e38f})
     xs.push_back(s);
-  for (const float p : {1.0f, 0.707106769f, 1.41421354f, 2.82842708f, 5.96046448e-8f, 1e-40f,
-                        3.40282347e38f, 1e-3f, 2.0f, 3.0f, 3.9155f, 4.0f}) {
+  for (const float p :
+       {1.0f, 0.707106769f, 1.41421354f, 2.82842708f, 5.96046448e-8f, 1e-40f, 3.40282347e38f, 1e-3f,
+        2.0f, 3.0f, 3.9155f, 4.0f, 1.86264515e-9f, 0.41421354f, 0.29289323f, 9.00719925e15f}) {
     float up = p, down = p;
     for (int i = 0; i < 256; ++i) {
       up = std::nextafter(up, kInf);
@@ -97,6 +101,14 @@ TEST(MathlibLog64, SpecialValuesAndSymmetry) {
   for (int k = -149; k < 128; ++k)
     ASSERT_TRUE(same_bits(host::mvk_log2_64(std::ldexp(1.0f, k)), static_cast<float>(k))) << k;
   EXPECT_TRUE(same_bits(host::mvk_log64(1e-45f), -103.278931f));
+  EXPECT_TRUE(same_bits(host::mvk_log1p64(-1.0f), -kInf));
+  EXPECT_TRUE(std::isnan(host::mvk_log1p64(-1.00000012f)));
+  EXPECT_TRUE(std::isnan(host::mvk_log1p64(-kInf)));
+  EXPECT_TRUE(same_bits(host::mvk_log1p64(kInf), kInf));
+  for (const float x : {0.0f, 1e-45f, 1e-40f, 1.17549435e-38f, 1e-20f, 1.8e-9f}) {
+    EXPECT_TRUE(same_bits(host::mvk_log1p64(x), x)) << hex(x);
+    EXPECT_TRUE(same_bits(host::mvk_log1p64(-x), -x)) << hex(x);
+  }
   EXPECT_TRUE(same_bits(host::mvk_erf64(kInf), 1.0f));
   EXPECT_TRUE(same_bits(host::mvk_erf64(-kInf), -1.0f));
   EXPECT_TRUE(same_bits(host::mvk_erf64(4.0f), 1.0f));

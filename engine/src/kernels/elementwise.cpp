@@ -228,7 +228,7 @@ std::string compare(EwOp op, const std::string& a, const std::string& b, int wid
 // The math library's function for a float32 op (mathlib.hpp), or nullptr where the op is exact
 // in GLSL or has no library function.
 // float64: the adapter runs the float64 variants of sin, cos, tan, arctan2, exp, tanh, the
-// logistic function, log, log2 and erf (runtime_state.hpp).
+// logistic function, log, log2, log1p and erf (runtime_state.hpp).
 const char* library_function(EwOp op, bool float64) {
   switch (op) {
     case EwOp::exp: return float64 ? "mvk_exp64" : "mvk_exp";
@@ -243,7 +243,7 @@ const char* library_function(EwOp op, bool float64) {
     case EwOp::erfinv: return "mvk_erfinv";
     case EwOp::expm1: return "mvk_expm1";
     case EwOp::log: return float64 ? "mvk_log64" : "mvk_log";
-    case EwOp::log1p: return "mvk_log1p";
+    case EwOp::log1p: return float64 ? "mvk_log1p64" : "mvk_log1p";
     case EwOp::tanh: return float64 ? "mvk_tanh64" : "mvk_tanh";
     case EwOp::sigmoid: return float64 ? "mvk_logistic64" : "mvk_logistic";
     case EwOp::sinh: return "mvk_sinh";

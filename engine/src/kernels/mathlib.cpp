@@ -67,6 +67,9 @@ const Entry kEntries[] = {
     {"mvk_log2_64", 1,
 #include "kernels/mathlib/log2_64.inc"
      , {"mvk_log64"}},
+    {"mvk_log1p64", 1,
+#include "kernels/mathlib/log1p64.inc"
+     , {"mvk_log64"}},
     {"mvk_erf64", 1,
 #include "kernels/mathlib/erf64.inc"
      , {"mvk_trig64"}},
