@@ -3,11 +3,11 @@
 // --device, the kernels' GLSL copy is run on the runtime's adapter in chunks of 2^24 inputs and
 // compared bit for bit with the host copy (--stride N: every Nth input only, for a smoke run).
 // Prints the max-ulp table README.md shows, with the largest error in fractions of an ulp and the
-// count of results not correctly rounded; --float64 sweeps the float64 variants of sin, cos, tan
-// and arctan2 instead (the device sweep compares with the variant the runtime picks for its
-// adapter). arctan2, having two arguments, is sampled, and only when named: --pairs N (default
-// 2^24) random pairs of mathlib_check::atan2_pair's four kinds, quotients near powers of two
-// among them. With --speed instead, the throughput of the library and of the driver's built-ins
+// count of results not correctly rounded; --float64 sweeps the float64 variants (sin, cos, tan,
+// exp, tanh, sigmoid, log, log2, erf and arctan2) instead (the device sweep compares with the
+// variant the runtime picks for its adapter). arctan2, having two arguments, is sampled, and
+// only when named: --pairs N (default 2^24) random pairs of mathlib_check::atan2_pair's four
+// kinds, quotients near powers of two among them. With --speed instead, the throughput of the library and of the driver's built-ins
 // (MESHVK_FAST_MATH=1), arctan2's too when named.
 #include <algorithm>
 #include <bit>
@@ -53,8 +53,8 @@ struct Worst {
   long double error = 0;     // the largest distance from the exact value, in ulps
 };
 
-// --float64: the float64 variants' host copies (sin, cos, tan, arctan2) instead of the default
-// ones.
+// --float64: the float64 variants' host copies (those with host_float64, and arctan2's) instead
+// of the default ones.
 bool float64 = false;
 
 // --pairs: how many (y, x) pairs arctan2 is sampled on.

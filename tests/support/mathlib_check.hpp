@@ -30,7 +30,7 @@ struct UnaryFunction {
   const char* name;                       // as meshvk names it ("exp")
   float (*host)(float);                   // the library's host copy
   long double (*reference)(long double);  // libm in long double, rounded to float afterwards
-  // The float64 variant's host copy (sin, cos, tan), which kernels on adapters with
+  // The float64 variant's host copy (exp, log, erf, sin, ...), which kernels on adapters with
   // shaderFloat64 run unless MESHVK_MATHLIB_FLOAT64=0; null where there is none.
   float (*host_float64)(float) = nullptr;
   // The host copy a kernel's bits match: the float64 variant's where the runtime uses it.
@@ -68,13 +68,14 @@ inline std::vector<UnaryFunction> unary_functions() {
       {"arcsin", host::mvk_asin, [](long double x) { return std::asin(x); }},
       {"arccos", host::mvk_acos, [](long double x) { return std::acos(x); }},
       {"arctan", host::mvk_atan, [](long double x) { return std::atan(x); }},
-      {"erf", host::mvk_erf, [](long double x) { return std::erf(x); }},
+      {"erf", host::mvk_erf, [](long double x) { return std::erf(x); }, host::mvk_erf64},
       {"erfinv", host::mvk_erfinv, ref_erfinv},
       {"expm1", host::mvk_expm1, [](long double x) { return std::expm1(x); }},
-      {"log", host::mvk_log, [](long double x) { return std::log(x); }},
+      {"log", host::mvk_log, [](long double x) { return std::log(x); }, host::mvk_log64},
       {"exp2", host::mvk_exp2, [](long double x) { return std::exp2(x); }},
-      {"log2", host::mvk_log2, [](long double x) { return std::log2(x); }},
-      {"log1p", host::mvk_log1p, [](long double x) { return std::log1p(x); }},
+      {"log2", host::mvk_log2, [](long double x) { return std::log2(x); }, host::mvk_log2_64},
+      {"log1p", host::mvk_log1p, [](long double x) { return std::log1p(x); },
+       host::mvk_log1p64},
       {"sqrt", host::mvk_sqrt, [](long double x) { return std::sqrt(x); }},
       {"rsqrt", host::mvk_rsqrt, [](long double x) { return 1.0L / std::sqrt(x); }},
       {"asinh", host::mvk_asinh, [](long double x) { return std::asinh(x); }},

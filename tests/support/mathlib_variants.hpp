@@ -1,7 +1,8 @@
 #pragma once
 // Checks shared by the tests of the math library's float64 variants (test_mathlib_float64.cpp:
-// sin, cos, tan; test_mathlib_exp64.cpp: exp, tanh, logistic): how close a host copy is to a
-// long double reference, and whether the kernels give the host copy's bits.
+// sin, cos, tan; test_mathlib_exp64.cpp: exp, tanh, logistic; test_mathlib_log64.cpp: log, log2,
+// erf): how close a host copy is to a long double reference, and whether the kernels give the
+// host copy's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -228,8 +228,8 @@ std::string compare(EwOp op, const std::string& a, const std::string& b, int wid
 
 // The math library's function for a float32 op (mathlib.hpp), or nullptr where the op is exact
 // in GLSL or has no library function.
-// float64: the adapter runs the float64 variants of sin, cos, tan, arctan2, exp, tanh and the
-// logistic function (runtime_state.hpp).
+// float64: the adapter runs the float64 variants of sin, cos, tan, arctan2, exp, tanh, the
+// logistic function, log, log2, log1p and erf (runtime_state.hpp).
 const char* library_function(EwOp op, bool float64) {
   switch (op) {
     case EwOp::exp: return float64 ? "mvk_exp64" : "mvk_exp";
@@ -240,17 +240,17 @@ const char* library_function(EwOp op, bool float64) {
     case EwOp::acos: return "mvk_acos";
     case EwOp::atan: return "mvk_atan";
     case EwOp::atan2: return float64 ? "mvk_atan2_64" : "mvk_atan2";
-    case EwOp::erf: return "mvk_erf";
+    case EwOp::erf: return float64 ? "mvk_erf64" : "mvk_erf";
     case EwOp::erfinv: return "mvk_erfinv";
     case EwOp::expm1: return "mvk_expm1";
-    case EwOp::log: return "mvk_log";
-    case EwOp::log1p: return "mvk_log1p";
+    case EwOp::log: return float64 ? "mvk_log64" : "mvk_log";
+    case EwOp::log1p: return float64 ? "mvk_log1p64" : "mvk_log1p";
     case EwOp::tanh: return float64 ? "mvk_tanh64" : "mvk_tanh";
     case EwOp::sigmoid: return float64 ? "mvk_logistic64" : "mvk_logistic";
     case EwOp::sinh: return "mvk_sinh";
     case EwOp::cosh: return "mvk_cosh";
     case EwOp::exp2: return "mvk_exp2";
-    case EwOp::log2: return "mvk_log2";
+    case EwOp::log2: return float64 ? "mvk_log2_64" : "mvk_log2";
     case EwOp::asinh: return "mvk_asinh";
     case EwOp::acosh: return "mvk_acosh";
     case EwOp::atanh: return "mvk_atanh";

@@ -64,6 +64,18 @@ const Entry kEntries[] = {
     {"mvk_logistic64", 1,
 #include "kernels/mathlib/logistic64.inc"
      , {"mvk_exp64"}},
+    {"mvk_log64", 1,
+#include "kernels/mathlib/log64.inc"
+     , {"mvk_trig64"}},
+    {"mvk_log2_64", 1,
+#include "kernels/mathlib/log2_64.inc"
+     , {"mvk_log64"}},
+    {"mvk_log1p64", 1,
+#include "kernels/mathlib/log1p64.inc"
+     , {"mvk_log64"}},
+    {"mvk_erf64", 1,
+#include "kernels/mathlib/erf64.inc"
+     , {"mvk_trig64"}},
     {"mvk_atan", 1,
 #include "kernels/mathlib/atan.inc"
      , {"mvk_common"}},

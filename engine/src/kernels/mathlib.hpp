@@ -52,8 +52,9 @@
 //   add it with its libm reference to unary_functions() in tests/support/mathlib_check.hpp and
 //   its public op to the tables in tests/test_mathlib.cpp and tests/exhaustive/. A float64
 //   variant goes into its function's unary_functions() entry (host_float64) and
-//   tests/test_mathlib_float64.cpp (arctan2's: kAtan2Variants in tests/test_mathlib_trig.cpp and
-//   --float64 arctan2 in tests/exhaustive/).
+//   tests/test_mathlib_float64.cpp (or test_mathlib_exp64.cpp, test_mathlib_log64.cpp beside
+//   their kin; arctan2's: kAtan2Variants in tests/test_mathlib_trig.cpp and --float64 arctan2 in
+//   tests/exhaustive/).
 #include <string>
 #include <vector>
 
