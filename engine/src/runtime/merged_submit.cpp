@@ -14,8 +14,8 @@ namespace meshvk::detail {
 
 bool RuntimeState::merges_replays() {
   // One adapter only: work across VkDevices is ordered through the host (communication thread).
-  if (host_holds() || !device().adapter().is_cpu() ||
-      !env_switch("MESHVK_MERGE_REPLAYS").value_or(true))
+  // GPUs only where asked for (MESHVK_MERGE_REPLAYS=1) until measured there.
+  if (host_holds() || !env_switch("MESHVK_MERGE_REPLAYS").value_or(device().adapter().is_cpu()))
     return false;
   for (const auto& s : streams_)
     if (s->queue.handle != streams_.front()->queue.handle) return false;
