@@ -21,7 +21,7 @@
 //   operand), isnan, isinf, ternaries, if/for. No sqrt, exp, ldexp ... built-ins (inexact or
 //   undefined at the edges). common.inc has the float-float helpers (mvk_two_sum, mvk_two_prod,
 //   mvk_div, mvk_scale2).
-// - Float64 variants (mvk_<name>64, mvk_atan2_64 for atan2, for adapters with shaderFloat64; elementwise.cpp picks them
+// - Float64 variants (mvk_<name>64, mvk_atan2_64 for atan2, for adapters with shaderFloat64; elementwise_math.cpp picks them
 //   per adapter, runtime_state.hpp's mathlib_float64) may also use double with + - * , abs,
 //   comparisons and conversions (double(float), double(int), float(double): Vulkan rounds
 //   conversions correctly, as it does + - *), packDouble2x32 / unpackDouble2x32 with a uvec2
@@ -48,7 +48,7 @@
 // - Public functions are named mvk_<name>(float) (or (float, float)) and handle NaN, +-inf, +-0
 //   and subnormal inputs like C's libm; helpers shared by several files live in common.inc.
 // - Register a new file in mathlib/functions.inc (host, dependency order) and in the table in
-//   mathlib.cpp (its GLSL dependencies); map its EwOp in elementwise.cpp (library_function);
+//   mathlib.cpp (its GLSL dependencies); map its EwOp in elementwise_math.cpp (library_function);
 //   add it with its libm reference to unary_functions() in tests/support/mathlib_check.hpp and
 //   its public op to the tables in tests/test_mathlib.cpp and tests/exhaustive/. A float64
 //   variant goes into its function's unary_functions() entry (host_float64) and
