@@ -29,13 +29,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-struct Variant {
-  const char* name;
-  float (*f64)(float);
-  float (*ff)(float);
-  long double (*reference)(long double);
-  mv::Array (*op)(const mv::Array&);
-};
+using mathlib_variants::Variant;
 
 const Variant kVariants[] = {
     {"log", host::mvk_log64, host::mvk_log, [](long double x) { return std::log(x); }, mv::log},
@@ -51,39 +45,18 @@ const Variant kVariants[] = {
 // erf's intervals (1, 2, 3), the clamp at 4 and the last float whose erf is below 1 (3.9155);
 // log1p's x shortcut (2^-29), its k steps (1 + x at sqrt(2) and sqrt(2) / 2), -1 and 2^53.
 std::vector<float> sample(uint32_t step) {
-  std::vector<float> xs;
-  for (uint64_t u = 0; u < (1ull << 32); u += step)
-    xs.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
-  for (const float s : {0.0f, -0.0f, kInf, -kInf, kNaN, 1e-45f, -1e-45f, 1.17549435e-38f,
-                        1.17549421e-38f, 3.40282347e38f, -3.40282347e38f})
-    xs.push_back(s);
-  for (const float p :
-       {1.0f, 0.707106769f, 1.41421354f, 2.82842708f, 5.96046448e-8f, 1e-40f, 3.40282347e38f, 1e-3f,
-        2.0f, 3.0f, 3.9155f, 4.0f, 1.86264515e-9f, 0.41421354f, 0.29289323f, 9.00719925e15f}) {
-    float up = p, down = p;
-    for (int i = 0; i < 256; ++i) {
-      up = std::nextafter(up, kInf);
-      down = std::nextafter(down, 0.0f);
-      for (const float v : {up, down, -up, -down}) xs.push_back(v);
-    }
-  }
-  return xs;
+  return mathlib_variants::sample(
+      step,
+      {0.0f, -0.0f, kInf, -kInf, kNaN, 1e-45f, -1e-45f, 1.17549435e-38f, 1.17549421e-38f,
+       3.40282347e38f, -3.40282347e38f},
+      {1.0f, 0.707106769f, 1.41421354f, 2.82842708f, 5.96046448e-8f, 1e-40f, 3.40282347e38f, 1e-3f,
+       2.0f, 3.0f, 3.9155f, 4.0f, 1.86264515e-9f, 0.41421354f, 0.29289323f, 9.00719925e15f});
 }
 
 }  // namespace
 
-// One rounding of a double accurate to about 2^-51: within 0.5 + 2^-20 ulp of the exact value,
-// so correctly rounded but for values that close to a rounding boundary (the float-float
-// variants these replace are up to 1 ulp off: README's table).
 TEST(MathlibLog64, HostCopyNearlyCorrectlyRounded) {
-  const std::vector<float> xs = sample(4093);
-  for (const Variant& v : kVariants) {
-    const mathlib_variants::Rounding r =
-        mathlib_variants::rounding_of(v.name, v.f64, v.reference, xs);
-    EXPECT_LE(r.worst, 0.5L + 0x1p-20L)
-        << v.name << "(" << hex(r.worst_x) << ") = " << hex(v.f64(r.worst_x));
-    EXPECT_LE(r.not_rounded, 2) << v.name;
-  }
+  mathlib_variants::expect_host_copies_nearly_correctly_rounded(kVariants, sample(4093));
 }
 
 TEST(MathlibLog64, SpecialValuesAndSymmetry) {
@@ -126,31 +99,14 @@ TEST(MathlibLog64, SpecialValuesAndSymmetry) {
   }
 }
 
-// The default runtime on an adapter with shaderFloat64 (lavapipe has it) runs the float64
-// variants, in both kinds of elementwise kernel, bit for bit as the host copy.
 TEST(MathlibLog64, DeviceBitIdenticalToHostFloat64Copy) {
   SKIP_UNDER_FAST_MATH();
-  const ScopedEnv unset("MESHVK_MATHLIB_FLOAT64", nullptr);
-  mv::Runtime runtime;
-  auto& rt = *runtime.state();
-  if (!rt.device().adapter().float64) GTEST_SKIP() << "the adapter has no shaderFloat64";
-  ASSERT_TRUE(rt.mathlib_float64(rt.device().adapter()));
-  const std::vector<float> xs = sample(8191);
-  for (const Variant& v : kVariants)
-    EXPECT_EQ(mathlib_variants::device_differences(v.name, v.op, xs, v.f64), 0)
-        << v.name << " of " << xs.size();
+  mathlib_variants::expect_kernels_run_float64_copies(kVariants, sample(8191));
 }
 
-// MESHVK_MATHLIB_FLOAT64=0 keeps the float-float variants, bit for bit as their host copy.
 TEST(MathlibLog64, SwitchOffRunsTheFloatFloatVariants) {
   SKIP_UNDER_FAST_MATH();
-  const ScopedEnv off("MESHVK_MATHLIB_FLOAT64", "0");
-  mv::Runtime rt;
-  ASSERT_FALSE(rt.state()->mathlib_float64(rt.state()->device().adapter()));
-  const std::vector<float> xs = sample(8191);
-  for (const Variant& v : kVariants)
-    EXPECT_EQ(mathlib_variants::device_differences(v.name, v.op, xs, v.ff), 0)
-        << v.name << " of " << xs.size();
+  mathlib_variants::expect_switch_off_runs_float_float(kVariants, sample(8191));
 }
 
 namespace {
