@@ -193,6 +193,27 @@ TEST(Runtime, MalformedMemoryPerDeviceIsAnError) {
   expect_runtime_usable();
 }
 
+// MESHVK_QUEUES caps the queues each adapter's streams use: 1 puts every device on one queue
+// (NVIDIA's default) and so leaves no queue for transfer streams; malformed values are Errors.
+TEST(Runtime, QueueCapSharesOneQueue) {
+  for (const char* bad : {"0", "65", "-1", "two", "1.5"}) {
+    const ScopedEnv value("MESHVK_QUEUES", bad);
+    expect_error([] { mv::Runtime rt({.num_devices = 2}); },
+                 std::string("MESHVK_QUEUES=") + bad + " is not a number of queues");
+  }
+  const ScopedEnv one("MESHVK_QUEUES", "1");
+  mv::Runtime rt({.num_devices = 3});
+  for (const auto& d : rt.devices()) {
+    EXPECT_EQ(d.queue_index, 0) << d.id;
+    EXPECT_LT(d.transfer_queue_index, 0) << d.id;
+  }
+  const int n = static_cast<int>(rt.devices().size());
+  const auto x = mv::device_put(mv::arange(static_cast<float>(4 * n)),
+                                mv::NamedSharding(mv::make_mesh({n}, {"x"}), mv::P("x")));
+  EXPECT_EQ(mv::sum(x).to_host<float>()[0], static_cast<float>(2 * n * (4 * n - 1)));
+  expect_runtime_usable();
+}
+
 TEST(Runtime, MeshMustMatchDeviceCount) {
   EXPECT_THROW(mv::make_mesh({2, 2}, {"x", "y"}), mv::Error);
   try {
