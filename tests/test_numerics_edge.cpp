@@ -188,6 +188,18 @@ TEST(NumericsEdge, DivisionIsCorrectlyRoundedBitForBit) {
     expect_bitwise("divide", xs, ys, quotient, [](float a, float b) { return a / b; });
     expect_bitwise("floor_divide", xs, ys, floor, np_floor_divide);
   }
+  // A malformed switch is an Error naming it, and the runtime goes on.
+  setenv("MESHVK_DIV64", "2", 1);
+  std::string message;
+  try {
+    (void)(floats({1.0f, 2.0f}) / floats({3.0f, 5.0f})).to_host<float>();
+  } catch (const mv::Error& e) {
+    message = e.what();
+  }
+  unsetenv("MESHVK_DIV64");
+  EXPECT_NE(message.find("MESHVK_DIV64=2 is not 0 or 1"), std::string::npos) << message;
+  EXPECT_EQ((floats({1.0f, 2.0f}) / floats({4.0f, 8.0f})).to_host<float>(),
+            (std::vector<float>{0.25f, 0.25f}));
 }
 
 TEST(NumericsEdge, FloatRemainderStridedAndWithScalars) {
