@@ -1,21 +1,22 @@
 // The blocked matmul kernel (lavapipe): see docs/LAVAPIPE.md. One workgroup is one SIMD row of L
 // lanes (L = 8 at 256-bit vectors, 16 at 512; kernels/simd.hpp); it owns `rows` rows of C and
 // L * col_vecs vec4 columns; lane l owns vec4 columns l, l + L, ... so the lanes' fetches of a
-// row of B are adjacent. A and B are packed first (matmul_parts.hpp: A in groups of L rows, B in
-// panels as wide as a workgroup's columns) and read through RGBA32 texel buffers (much faster
-// than storage buffers there); there is no shared memory and no barrier.
+// row of B are adjacent. B is packed first into panels as wide as a workgroup's columns, A into
+// groups of L rows where that pays (matmul_parts.hpp, record_blocked), and both are read through
+// RGBA32 texel buffers (much faster than storage buffers there); there is no shared memory and
+// no barrier.
 //
 // What made it fast on lavapipe (LLVM 15), measured with meshvk-bench:
 // - Lane l fetches row l of each group of L rows of A and subgroupShuffle hands the values to the
 //   other lanes: one texel fetch (a call into a sampler function, ~45 instructions) per L rows
 //   instead of one per row. (subgroupBroadcast compiles to a loop over the lanes; slower.)
-// - The packed layouts: the L rows of A a fetch reads are adjacent instead of a stored row apart,
-//   and a workgroup's B streams through one contiguous panel instead of starting a new page on
-//   every row of k (1.5-1.8x at 8 lanes).
+// - The packed layouts: a workgroup's B streams through one contiguous panel instead of starting
+//   a new page on every row of k, and (8 lanes) the L rows of A a fetch reads are adjacent instead
+//   of a stored row apart.
 // - The accumulators do not fit in registers and live on the stack, so each is loaded and
 //   stored once per 4 * ksteps k, not once per multiply-add: the code walks rows outermost and
 //   applies all k of a step to one accumulator before moving on.
-// - 8 lanes: 16 rows x 4 vec4 columns per lane; 16 lanes: 32 rows x 2 vec4 columns x 2 k-steps.
+// - 8 lanes: 16 rows x 4 vec4 columns per lane; 16 lanes: 32 rows x 2 vec4 columns.
 //   Larger blocks spill more and overflow the instruction cache.
 #include <algorithm>
 #include <cstdio>
@@ -44,11 +45,13 @@ struct BlockShape {
   int col_vecs = 4;
   int ksteps = 1;                                 // vec4 steps along k per loop iteration
   bool shuffle = true;                            // share rows of A through subgroup shuffles
+  bool a_packed = true, b_packed = true;          // else read as stored (row-major, vec4-aligned)
   int panel() const { return col_vecs * lanes; }  // vec4 columns per workgroup
 };
 
 struct BlockedParams {
-  uint32_t m, n, k4;                   // rows of this chunk, columns, k / 4 rounded up
+  uint32_t m, n, k4, n4;               // rows of this chunk, columns, k / 4 and n / 4 rounded up
+  uint32_t a_ld, b_ld;                 // in vec4s, for operands read as stored
   uint32_t a_first, a_batch;           // in vec4s
   uint32_t b_first, b_batch, b_panel;  // in vec4s
   uint32_t c_first, c_batch, c_ld;     // in elements
@@ -66,11 +69,11 @@ class BlockedKernelWriter {
     prologue();
     g_ << "  int q = 0;\n  int qa = 0;\n  int bk = 0;\n";
     g_ << "  for (; q + " << s_.ksteps << " <= int(p.k4); q += " << s_.ksteps
-       << ", qa += " << s_.ksteps * s_.lanes << ") {\n";
+       << ", qa += " << s_.ksteps * astep() << ") {\n";
     step(s_.ksteps);
     g_ << "  }\n";
     if (s_.ksteps > 1) {
-      g_ << "  for (; q < int(p.k4); ++q, qa += " << s_.lanes << ") {\n";
+      g_ << "  for (; q < int(p.k4); ++q, qa += " << astep() << ") {\n";
       step(1);
       g_ << "  }\n";
     }
@@ -87,6 +90,7 @@ class BlockedKernelWriter {
               : "ivec4(texelFetch(" + tex + ", " + index + "))";
   }
   static std::string n(int v) { return std::to_string(v); }
+  int astep() const { return s_.a_packed ? s_.lanes : 1; }
   // Fetched rows of A: groups of L rows (one per lane) when shuffling, else every row.
   int a_fetches() const { return s_.shuffle ? s_.rows / s_.lanes : s_.rows; }
 
@@ -99,7 +103,8 @@ class BlockedKernelWriter {
        << "layout(binding = 1) uniform " << sampler << " B;\n"
        << "layout(std430, binding = 2) writeonly buffer C { " << (vec4_store_ ? vec() : scalar())
        << " c[]; };\n"
-       << "layout(push_constant) uniform Params { uint m, n, k4, a_first, a_batch, b_first, "
+       << "layout(push_constant) uniform Params { uint m, n, k4, n4, a_ld, b_ld, a_first, a_batch, "
+          "b_first, "
           "b_batch, b_panel, c_first, c_batch, c_ld, tiles_m, tiles_n, groups; } p;\n";
   }
 
@@ -116,11 +121,18 @@ class BlockedKernelWriter {
     g_ << "  const uint row0 = tm * " << s_.rows << "u;\n";
     g_ << "  const uint col0 = tn * " << s_.panel() << "u + lane;\n";
     g_ << "  const uint abase = p.a_first + bi * p.a_batch;\n";
-    g_ << "  const uint bbase = p.b_first + bi * p.b_batch + tn * p.b_panel + lane;\n";
+    if (s_.b_packed)
+      g_ << "  const uint bbase = p.b_first + bi * p.b_batch + tn * p.b_panel + lane;\n";
+    else
+      g_ << "  const uint bbase = p.b_first + bi * p.b_batch;\n";
     // Rows and columns past m and n are zero padding of the packed operands; their results are
     // not stored.
     for (int r = 0; r < a_fetches(); ++r) {
-      if (s_.shuffle)
+      if (!s_.a_packed) {
+        const std::string row =
+            s_.shuffle ? "row0 + " + n(s_.lanes * r) + "u + lane" : "row0 + " + n(r) + "u";
+        g_ << "  const int ai" << r << " = int(abase + min(" << row << ", p.m - 1u) * p.a_ld);\n";
+      } else if (s_.shuffle)
         g_ << "  const int ai" << r << " = int(abase + (row0 / " << L << " + " << r
            << "u) * p.k4 * " << L << " + lane);\n";
       else
@@ -128,7 +140,11 @@ class BlockedKernelWriter {
            << ") * p.k4 * " << L << " + (row0 + " << r << "u) % " << L << ");\n";
     }
     for (int c = 0; c < s_.col_vecs; ++c)
-      g_ << "  const int bi" << c << " = int(bbase + " << s_.lanes * c << "u);\n";
+      if (s_.b_packed)
+        g_ << "  const int bi" << c << " = int(bbase + " << s_.lanes * c << "u);\n";
+      else
+        g_ << "  const int bi" << c << " = int(bbase + min(col0 + " << s_.lanes * c
+           << "u, p.n4 - 1u));\n";
     for (int r = 0; r < s_.rows; ++r)
       for (int c = 0; c < s_.col_vecs; ++c)
         g_ << "  " << (f_ ? "precise " : "") << vec() << " acc" << r << "_" << c << " = " << vec()
@@ -150,13 +166,16 @@ class BlockedKernelWriter {
     for (int j = 0; j < steps; ++j)
       for (int r = 0; r < a_fetches(); ++r)
         g_ << "    const " << vec() << " a" << j << "_" << r << " = "
-           << fetch("A", "ai" + n(r) + " + qa + " + n(j * s_.lanes)) << ";\n";
+           << fetch("A", "ai" + n(r) + " + qa + " + n(j * astep())) << ";\n";
     for (int j = 0; j < steps; ++j)
       for (int t = 0; t < 4; ++t) {
         for (int c = 0; c < s_.col_vecs; ++c)
           g_ << "    const " << vec() << " b" << j << t << "_" << c << " = "
              << fetch("B", "bi" + n(c) + " + bk") << ";\n";
-        g_ << "    bk += " << s_.panel() << ";\n";
+        if (s_.b_packed)
+          g_ << "    bk += " << s_.panel() << ";\n";
+        else
+          g_ << "    bk += int(p.b_ld);\n";
       }
     for (int r = 0; r < s_.rows; ++r) {
       g_ << "    {\n";
@@ -213,7 +232,6 @@ BlockShape block_shape_for(RuntimeState& rt, const MatmulShape& s) {
   if (b.lanes == 16) {
     b.rows = 32;
     b.col_vecs = 2;
-    b.ksteps = 2;
   }
   // Small problems take smaller blocks so rows and columns past the edges cost less.
   if (s.m <= b.lanes) b.rows = b.lanes;
@@ -253,33 +271,49 @@ BlockShape block_shape_for(RuntimeState& rt, const MatmulShape& s) {
 
 void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, const DeviceBuffer& a,
                     const DeviceBuffer& b, const DeviceBuffer& c) {
-  const BlockShape shape = block_shape_for(rt, s);
-  const int64_t k4 = (s.k + 3) / 4;
+  BlockShape shape = block_shape_for(rt, s);
+  const int64_t k4 = (s.k + 3) / 4, n4 = (s.n + 3) / 4;
   // Packed sizes: whole blocks of rows (and whole groups of L rows), whole panels of columns.
   const int64_t rows_pad = std::lcm<int64_t>(shape.rows, shape.lanes);
   const int64_t m_out = (s.m + rows_pad - 1) / rows_pad * rows_pad;
   const int64_t panel = shape.panel();
-  const int64_t n4_out = ((s.n + 3) / 4 + panel - 1) / panel * panel;
+  const int64_t n4_out = (n4 + panel - 1) / panel * panel;
   const int64_t a_batches = s.a_batch_stride == 0 ? 1 : s.batch;
   const int64_t b_batches = s.b_batch_stride == 0 ? 1 : s.batch;
-  const auto a_packed =
-      pack_operand(rt, rec, a, {0, s.a_batch_stride, s.trans_a ? s.m : s.k}, s.trans_a, a_batches,
-                   s.m, s.k, m_out, k4, {Packing::row_groups, shape.lanes}, s);
-  const auto b_packed =
-      pack_operand(rt, rec, b, {0, s.b_batch_stride, s.trans_b ? s.k : s.n}, s.trans_b, b_batches,
-                   s.k, s.n, 4 * k4, n4_out, {Packing::column_panels, panel}, s);
-  const int64_t a_batch = s.a_batch_stride == 0 ? 0 : m_out * k4;       // vec4s
-  const int64_t b_batch = s.b_batch_stride == 0 ? 0 : 4 * k4 * n4_out;  // vec4s
+  // Operands the kernel cannot read as stored (transposed, or rows not whole vec4s) are packed;
+  // B always is. A is packed at 8 lanes only: at 16 the pack cost more than it saved (N = 1024
+  // and 2048, one lavapipe thread: 53-59% of OpenBLAS read as stored, 47-52% packed), at 8 it
+  // was the other way round (44-47% packed, 23-29% as stored with B packed).
+  shape.a_packed = shape.lanes == 8 || s.trans_a || s.k % 4 != 0 || s.a_batch_stride % 4 != 0;
+  shape.b_packed = true;
+  std::shared_ptr<DeviceBuffer> a_buf, b_buf;
+  const DeviceBuffer* pa = &a;
+  const DeviceBuffer* pb = &b;
+  int64_t a_batch = s.a_batch_stride / 4, b_batch = s.b_batch_stride / 4;  // vec4s
+  const int64_t a_ld = k4, b_ld = n4;
+  if (shape.a_packed) {
+    a_buf = pack_operand(rt, rec, a, {0, s.a_batch_stride, s.trans_a ? s.m : s.k}, s.trans_a,
+                         a_batches, s.m, s.k, m_out, k4, {Packing::row_groups, shape.lanes}, s);
+    pa = a_buf.get();
+    a_batch = s.a_batch_stride == 0 ? 0 : m_out * k4;
+  }
+  if (shape.b_packed) {
+    b_buf = pack_operand(rt, rec, b, {0, s.b_batch_stride, s.trans_b ? s.k : s.n}, s.trans_b,
+                         b_batches, s.k, s.n, 4 * k4, n4_out, {Packing::column_panels, panel}, s);
+    pb = b_buf.get();
+    b_batch = s.b_batch_stride == 0 ? 0 : 4 * k4 * n4_out;
+  }
 
   const bool vec4_store = s.n % 4 == 0;
   // The text depends on a handful of choices: written once each, not on every eager call.
   static std::mutex written_mutex;
-  static std::map<std::tuple<int, int, int, int, bool, DType, bool>, std::string> written;
+  static std::map<std::tuple<int, int, int, int, bool, bool, bool, DType, bool>, std::string>
+      written;
   std::string glsl;
   {
     std::lock_guard lock(written_mutex);
     auto& text = written[{shape.lanes, shape.rows, shape.col_vecs, shape.ksteps, shape.shuffle,
-                          s.dtype, vec4_store}];
+                          shape.a_packed, shape.b_packed, s.dtype, vec4_store}];
     if (text.empty()) text = BlockedKernelWriter(shape, s.dtype, vec4_store).glsl();
     glsl = text;
   }
@@ -287,13 +321,17 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
       s.dtype == DType::float32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
 
   auto a_span = [&](const Chunk& ch) {
-    const int64_t rows_end = (ch.row0 + ch.rows + rows_pad - 1) / rows_pad * rows_pad;
-    return Span{4 * (ch.batch0 * a_batch + ch.row0 * k4),
-                4 * ((ch.batch0 + ch.batches - 1) * a_batch + rows_end * k4)};
+    // Packed, the padding rows of the last block are there to read; as stored, they read row
+    // m - 1 instead.
+    const int64_t rows_end = shape.a_packed
+                                 ? (ch.row0 + ch.rows + rows_pad - 1) / rows_pad * rows_pad
+                                 : ch.row0 + ch.rows;
+    return Span{4 * (ch.batch0 * a_batch + ch.row0 * a_ld),
+                4 * ((ch.batch0 + ch.batches - 1) * a_batch + rows_end * a_ld)};
   };
   auto b_span = [&](const Chunk& ch) {
-    return Span{4 * ch.batch0 * b_batch,
-                4 * ((ch.batch0 + ch.batches - 1) * b_batch + 4 * k4 * n4_out)};
+    return Span{4 * ch.batch0 * b_batch, 4 * ((ch.batch0 + ch.batches - 1) * b_batch +
+                                              4 * k4 * (shape.b_packed ? n4_out : n4))};
   };
   auto c_span = [&](const Chunk& ch) {
     const int64_t first = (ch.batch0 * s.m + ch.row0) * s.n;
@@ -310,13 +348,16 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
       [&] { return too_large(rt, s, "blocked"); }, rows_pad);
 
   for (const Chunk& ch : chunks) {
-    const Window wa = window(rt, *a_packed, a_span(ch), texel, 16);
-    const Window wb = window(rt, *b_packed, b_span(ch), texel, 16);
+    const Window wa = window(rt, *pa, a_span(ch), texel, 16);
+    const Window wb = window(rt, *pb, b_span(ch), texel, 16);
     const Window wc = window(rt, c, c_span(ch), VK_FORMAT_UNDEFINED, vec4_store ? 16 : 4);
     BlockedParams p{};
     p.m = static_cast<uint32_t>(ch.rows);
     p.n = static_cast<uint32_t>(s.n);
     p.k4 = static_cast<uint32_t>(k4);
+    p.n4 = static_cast<uint32_t>(n4);
+    p.a_ld = static_cast<uint32_t>(a_ld);
+    p.b_ld = static_cast<uint32_t>(b_ld);
     p.a_first = wa.first;
     p.a_batch = static_cast<uint32_t>(a_batch);
     p.b_first = wb.first;

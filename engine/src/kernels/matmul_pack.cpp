@@ -1,14 +1,16 @@
 // Packing the blocked kernel's operands (the layouts are described in matmul_parts.hpp).
 //
-// Every operand goes through here, transposed or not, so the kernel reads one layout and has no
-// edge cases: padding is zeros. The pack must run near copy speed or it eats the kernel's gain
-// for N ~ 1024, so each invocation moves a run of vec4s (its index arithmetic, integer divisions
-// that x86 has no SIMD instruction for, paid once per run) and the lanes of a SIMD row sit on
-// adjacent stored vec4s where the layout allows.
+// B always goes through here, and A wherever the kernel does not read it as stored (transposed,
+// rows not whole vec4s, or 8 lanes: matmul_blocked.cpp), so the kernel's reads of packed operands
+// have no edge cases: padding is zeros. The pack must run near copy speed or it eats the kernel's
+// gain for N ~ 1024, so a workgroup is one SIMD row and each invocation moves a run of vec4s (its
+// index arithmetic, integer divisions that x86 has no SIMD instruction for, paid once per run) and
+// the lanes of a SIMD row sit on adjacent stored vec4s where the layout allows.
 #include <algorithm>
 #include <sstream>
 
 #include "kernels/matmul_parts.hpp"
+#include "kernels/simd.hpp"
 
 namespace meshvk::kernels::matmul_parts {
 
@@ -28,16 +30,19 @@ struct PackParams {
   uint32_t runs;                       // runs per lane line
 };
 
-constexpr int kRun = 16;  // vec4s (row_groups) or rows (column_panels) per invocation
+// Per invocation: vec4s along a row (transposed sources), else rows. 16 and 64 measured the same.
+constexpr int kRun = 64;
 
-std::string pack_glsl(Packing packing, bool trans, bool vec4) {
+std::string pack_glsl(Packing packing, bool trans, bool vec4, uint32_t lanes) {
   const bool groups = packing.kind == Packing::row_groups;
   const std::string u = std::to_string(packing.unit) + "u";
   // Transposed vec4 sources are moved as 4 x 4 blocks: 4 rows of op(X) per step.
   const bool blocks = trans && vec4;
   std::ostringstream g;
   g << "#version 450\n"
-       "layout(local_size_x = 64) in;\n"
+       "layout(local_size_x = "
+    << lanes
+    << ") in;\n"
        "layout(binding = 0) uniform usamplerBuffer src;\n"
        "layout(std430, binding = 1) writeonly buffer Out { uvec4 o[]; };\n"
        "layout(push_constant) uniform Params { uint count, rows, cols4, rows_valid, cols_valid, "
@@ -88,30 +93,35 @@ std::string pack_glsl(Packing packing, bool trans, bool vec4) {
          "}\n";
   }
   g << "void main() {\n"
-       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
+       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * "
+    << lanes
+    << "u + "
        "gl_LocalInvocationID.x;\n"
        "  if (i >= p.count) return;\n";
   const std::string step = blocks ? "4u" : "1u";
-  if (groups) {
-    // Lanes on neighbouring rows (their packed vec4s are adjacent), each a run along k.
+  const std::string move =
+      blocks ? "    move_block(b, r, c4);\n" : "    o[at(b, r, c4)] = load(b, r, c4);\n";
+  if (trans) {
+    // Lanes on neighbouring rows of op(X), which are neighbours in a stored row of X; each lane
+    // a run along op(X)'s row.
     g << "  const uint lines = p.rows / " << step << ";\n"
       << "  const uint r = (i % lines) * " << step << ";\n"
       << "  const uint t = i / lines;\n"
       << "  const uint c0 = (t % p.runs) * " << kRun << "u;\n"
       << "  const uint b = t / p.runs;\n"
       << "  const uint c1 = min(c0 + " << kRun << "u, p.cols4);\n"
-      << "  for (uint c4 = c0; c4 < c1; ++c4)\n";
-    g << (blocks ? "    move_block(b, r, c4);\n" : "    o[at(b, r, c4)] = load(b, r, c4);\n");
+      << "  for (uint c4 = c0; c4 < c1; ++c4)\n"
+      << move;
   } else {
-    // Lanes on neighbouring vec4 columns (adjacent in the source and in the panel), each a run
-    // down the rows.
+    // Lanes on neighbouring vec4s of a stored row, each a run down the rows (consecutive packed
+    // vec4s within a group of rows or a panel's column).
     g << "  const uint c4 = i % p.cols4;\n"
       << "  const uint t = i / p.cols4;\n"
       << "  const uint r0 = (t % p.runs) * " << kRun << "u;\n"
       << "  const uint b = t / p.runs;\n"
       << "  const uint r1 = min(r0 + " << kRun << "u, p.rows);\n"
-      << "  for (uint r = r0; r < r1; r += " << step << ")\n";
-    g << (blocks ? "    move_block(b, r, c4);\n" : "    o[at(b, r, c4)] = load(b, r, c4);\n");
+      << "  for (uint r = r0; r < r1; ++r)\n"
+      << move;
   }
   g << "}\n";
   return g.str();
@@ -124,6 +134,7 @@ std::shared_ptr<DeviceBuffer> pack_operand(RuntimeState& rt, Recording& rec, con
                                            int64_t cols, int64_t rows_out, int64_t cols4,
                                            Packing packing, const MatmulShape& shape) {
   const bool groups = packing.kind == Packing::row_groups;
+  const uint32_t lanes = simd_of(rt).lanes;
   const int64_t per_batch = rows_out * cols4;  // vec4s
   auto out = rt.allocate(rec.device, static_cast<uint64_t>(batches * per_batch) * 16);
   rec.keep_alive.push_back(out);
@@ -162,11 +173,11 @@ std::shared_ptr<DeviceBuffer> pack_operand(RuntimeState& rt, Recording& rec, con
   const bool blocks = trans && vec4;
   auto runs = [&](const Chunk& c) {
     const Rect x = rect(c);
-    return groups ? (x.cols4 + kRun - 1) / kRun : (x.rows + kRun - 1) / kRun;
+    return trans ? (x.cols4 + kRun - 1) / kRun : (x.rows + kRun - 1) / kRun;
   };
   auto invocations = [&](const Chunk& c) {
     const Rect x = rect(c);
-    return c.batches * runs(c) * (groups ? x.rows / (blocks ? 4 : 1) : x.cols4);
+    return c.batches * runs(c) * (trans ? x.rows / (blocks ? 4 : 1) : x.cols4);
   };
   const auto chunks = split_work(
       batches, majors, 1,
@@ -175,7 +186,7 @@ std::shared_ptr<DeviceBuffer> pack_operand(RuntimeState& rt, Recording& rec, con
                invocations(c) < (int64_t{1} << 31);
       },
       [&] { return too_large(rt, shape, "pack"); });
-  const std::string glsl = pack_glsl(packing, trans, vec4);
+  const std::string glsl = pack_glsl(packing, trans, vec4, lanes);
   const VkFormat format = vec4 ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32_UINT;
   for (const Chunk& c : chunks) {
     const Rect x = rect(c);
@@ -195,7 +206,7 @@ std::shared_ptr<DeviceBuffer> pack_operand(RuntimeState& rt, Recording& rec, con
                        static_cast<uint32_t>(runs(c))};
     const Binding bindings[] = {src.binding, dst.binding};
     dispatch(rt, rec, {groups ? "matmul_pack_rows" : "matmul_pack_panels", glsl}, bindings, &p,
-             sizeof p, groups_for(rt, (p.count + 63) / 64));
+             sizeof p, groups_for(rt, (p.count + lanes - 1) / lanes));
   }
   barrier(rec.cb);
   return out;
