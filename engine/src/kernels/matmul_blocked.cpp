@@ -43,15 +43,15 @@ struct BlockShape {
   int lanes = 8;
   int rows = 16;
   int col_vecs = 4;
-  int ksteps = 1;                                 // vec4 steps along k per loop iteration
-  bool shuffle = true;                            // share rows of A through subgroup shuffles
-  bool a_packed = true, b_packed = true;          // else read as stored (row-major, vec4-aligned)
+  int ksteps = 1;        // vec4 steps along k per loop iteration
+  bool shuffle = true;   // share rows of A through subgroup shuffles
+  bool a_packed = true;  // else A is read as stored (row-major, rows of whole vec4s)
   int panel() const { return col_vecs * lanes; }  // vec4 columns per workgroup
 };
 
 struct BlockedParams {
-  uint32_t m, n, k4, n4;               // rows of this chunk, columns, k / 4 and n / 4 rounded up
-  uint32_t a_ld, b_ld;                 // in vec4s, for operands read as stored
+  uint32_t m, n, k4;                   // rows of this chunk, columns, k / 4 rounded up
+  uint32_t a_ld;                       // in vec4s, for A read as stored
   uint32_t a_first, a_batch;           // in vec4s
   uint32_t b_first, b_batch, b_panel;  // in vec4s
   uint32_t c_first, c_batch, c_ld;     // in elements
@@ -103,7 +103,7 @@ class BlockedKernelWriter {
        << "layout(binding = 1) uniform " << sampler << " B;\n"
        << "layout(std430, binding = 2) writeonly buffer C { " << (vec4_store_ ? vec() : scalar())
        << " c[]; };\n"
-       << "layout(push_constant) uniform Params { uint m, n, k4, n4, a_ld, b_ld, a_first, a_batch, "
+       << "layout(push_constant) uniform Params { uint m, n, k4, a_ld, a_first, a_batch, "
           "b_first, "
           "b_batch, b_panel, c_first, c_batch, c_ld, tiles_m, tiles_n, groups; } p;\n";
   }
@@ -121,12 +121,9 @@ class BlockedKernelWriter {
     g_ << "  const uint row0 = tm * " << s_.rows << "u;\n";
     g_ << "  const uint col0 = tn * " << s_.panel() << "u + lane;\n";
     g_ << "  const uint abase = p.a_first + bi * p.a_batch;\n";
-    if (s_.b_packed)
-      g_ << "  const uint bbase = p.b_first + bi * p.b_batch + tn * p.b_panel + lane;\n";
-    else
-      g_ << "  const uint bbase = p.b_first + bi * p.b_batch;\n";
-    // Rows and columns past m and n are zero padding of the packed operands; their results are
-    // not stored.
+    g_ << "  const uint bbase = p.b_first + bi * p.b_batch + tn * p.b_panel + lane;\n";
+    // Rows and columns past m and n are zero padding of the packed operands (rows of A read as
+    // stored: row m - 1 again); their results are not stored.
     for (int r = 0; r < a_fetches(); ++r) {
       if (!s_.a_packed) {
         const std::string row =
@@ -140,11 +137,7 @@ class BlockedKernelWriter {
            << ") * p.k4 * " << L << " + (row0 + " << r << "u) % " << L << ");\n";
     }
     for (int c = 0; c < s_.col_vecs; ++c)
-      if (s_.b_packed)
-        g_ << "  const int bi" << c << " = int(bbase + " << s_.lanes * c << "u);\n";
-      else
-        g_ << "  const int bi" << c << " = int(bbase + min(col0 + " << s_.lanes * c
-           << "u, p.n4 - 1u));\n";
+      g_ << "  const int bi" << c << " = int(bbase + " << s_.lanes * c << "u);\n";
     for (int r = 0; r < s_.rows; ++r)
       for (int c = 0; c < s_.col_vecs; ++c)
         g_ << "  " << (f_ ? "precise " : "") << vec() << " acc" << r << "_" << c << " = " << vec()
@@ -172,10 +165,7 @@ class BlockedKernelWriter {
         for (int c = 0; c < s_.col_vecs; ++c)
           g_ << "    const " << vec() << " b" << j << t << "_" << c << " = "
              << fetch("B", "bi" + n(c) + " + bk") << ";\n";
-        if (s_.b_packed)
-          g_ << "    bk += " << s_.panel() << ";\n";
-        else
-          g_ << "    bk += int(p.b_ld);\n";
+        g_ << "    bk += " << s_.panel() << ";\n";
       }
     for (int r = 0; r < s_.rows; ++r) {
       g_ << "    {\n";
@@ -280,40 +270,35 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
   const int64_t n4_out = (n4 + panel - 1) / panel * panel;
   const int64_t a_batches = s.a_batch_stride == 0 ? 1 : s.batch;
   const int64_t b_batches = s.b_batch_stride == 0 ? 1 : s.batch;
-  // Operands the kernel cannot read as stored (transposed, or rows not whole vec4s) are packed;
-  // B always is. A is packed at 8 lanes only: at 16 the pack cost more than it saved (N = 1024
-  // and 2048, one lavapipe thread: 53-59% of OpenBLAS read as stored, 47-52% packed), at 8 it
-  // was the other way round (44-47% packed, 23-29% as stored with B packed).
+  // B is always packed; A where the kernel cannot read it as stored (transposed, or rows not
+  // whole vec4s), and at 8 lanes: there packing A paid (N = 1024 and 2048, one lavapipe thread:
+  // 44-47% of OpenBLAS packed, 23-29% as stored), at 16 the pack cost more than it saved (54-59%
+  // as stored, 47-53% packed; docs/LAVAPIPE.md).
   shape.a_packed = shape.lanes == 8 || s.trans_a || s.k % 4 != 0 || s.a_batch_stride % 4 != 0;
-  shape.b_packed = true;
-  std::shared_ptr<DeviceBuffer> a_buf, b_buf;
+  std::shared_ptr<DeviceBuffer> a_buf;
   const DeviceBuffer* pa = &a;
-  const DeviceBuffer* pb = &b;
-  int64_t a_batch = s.a_batch_stride / 4, b_batch = s.b_batch_stride / 4;  // vec4s
-  const int64_t a_ld = k4, b_ld = n4;
+  int64_t a_batch = s.a_batch_stride / 4;  // vec4s
+  const int64_t a_ld = k4;
   if (shape.a_packed) {
     a_buf = pack_operand(rt, rec, a, {0, s.a_batch_stride, s.trans_a ? s.m : s.k}, s.trans_a,
                          a_batches, s.m, s.k, m_out, k4, {Packing::row_groups, shape.lanes}, s);
     pa = a_buf.get();
     a_batch = s.a_batch_stride == 0 ? 0 : m_out * k4;
   }
-  if (shape.b_packed) {
-    b_buf = pack_operand(rt, rec, b, {0, s.b_batch_stride, s.trans_b ? s.k : s.n}, s.trans_b,
-                         b_batches, s.k, s.n, 4 * k4, n4_out, {Packing::column_panels, panel}, s);
-    pb = b_buf.get();
-    b_batch = s.b_batch_stride == 0 ? 0 : 4 * k4 * n4_out;
-  }
+  const auto b_buf =
+      pack_operand(rt, rec, b, {0, s.b_batch_stride, s.trans_b ? s.k : s.n}, s.trans_b, b_batches,
+                   s.k, s.n, 4 * k4, n4_out, {Packing::column_panels, panel}, s);
+  const int64_t b_batch = s.b_batch_stride == 0 ? 0 : 4 * k4 * n4_out;
 
   const bool vec4_store = s.n % 4 == 0;
   // The text depends on a handful of choices: written once each, not on every eager call.
   static std::mutex written_mutex;
-  static std::map<std::tuple<int, int, int, int, bool, bool, bool, DType, bool>, std::string>
-      written;
+  static std::map<std::tuple<int, int, int, int, bool, bool, DType, bool>, std::string> written;
   std::string glsl;
   {
     std::lock_guard lock(written_mutex);
     auto& text = written[{shape.lanes, shape.rows, shape.col_vecs, shape.ksteps, shape.shuffle,
-                          shape.a_packed, shape.b_packed, s.dtype, vec4_store}];
+                          shape.a_packed, s.dtype, vec4_store}];
     if (text.empty()) text = BlockedKernelWriter(shape, s.dtype, vec4_store).glsl();
     glsl = text;
   }
@@ -330,8 +315,8 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
                 4 * ((ch.batch0 + ch.batches - 1) * a_batch + rows_end * a_ld)};
   };
   auto b_span = [&](const Chunk& ch) {
-    return Span{4 * ch.batch0 * b_batch, 4 * ((ch.batch0 + ch.batches - 1) * b_batch +
-                                              4 * k4 * (shape.b_packed ? n4_out : n4))};
+    return Span{4 * ch.batch0 * b_batch,
+                4 * ((ch.batch0 + ch.batches - 1) * b_batch + 4 * k4 * n4_out)};
   };
   auto c_span = [&](const Chunk& ch) {
     const int64_t first = (ch.batch0 * s.m + ch.row0) * s.n;
@@ -349,15 +334,13 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
 
   for (const Chunk& ch : chunks) {
     const Window wa = window(rt, *pa, a_span(ch), texel, 16);
-    const Window wb = window(rt, *pb, b_span(ch), texel, 16);
+    const Window wb = window(rt, *b_buf, b_span(ch), texel, 16);
     const Window wc = window(rt, c, c_span(ch), VK_FORMAT_UNDEFINED, vec4_store ? 16 : 4);
     BlockedParams p{};
     p.m = static_cast<uint32_t>(ch.rows);
     p.n = static_cast<uint32_t>(s.n);
     p.k4 = static_cast<uint32_t>(k4);
-    p.n4 = static_cast<uint32_t>(n4);
     p.a_ld = static_cast<uint32_t>(a_ld);
-    p.b_ld = static_cast<uint32_t>(b_ld);
     p.a_first = wa.first;
     p.a_batch = static_cast<uint32_t>(a_batch);
     p.b_first = wb.first;
