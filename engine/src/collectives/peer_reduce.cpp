@@ -8,7 +8,6 @@
 
 #include "collectives/transport.hpp"
 #include "kernels/launch.hpp"
-#include "kernels/simd.hpp"
 #include "meshvk/error.hpp"
 
 namespace meshvk::collectives {
@@ -65,10 +64,12 @@ Piece piece_of(const DeviceBuffer& b, uint64_t start) {
 
 // The fold kernel. It computes what the elementwise kernels compute for the same fold (the same
 // GLSL operations in the same order, under the same float controls), so its bits are theirs; its
-// layout is its own: on lavapipe one SIMD row per workgroup (8 or 16 invocations,
-// kernels/simd.hpp) with many vec4 per invocation read 3.5x faster than the elementwise kernels' 64 x 4 (8 inputs, 8 MiB each,
+// layout is its own: on lavapipe one SIMD row per workgroup (8 invocations) with many vec4 per
+// invocation read 3.5x faster than the elementwise kernels' 64 x 4 (8 inputs, 8 MiB each,
 // measured), and 1024 vec4 cost 10-25% less CPU than 256 or 64 (fewer workgroups to set up);
-// GPUs get 64 invocations of one vec4 each.
+// GPUs get 64 invocations of one vec4 each. At lavapipe's 16 lanes (LP_NATIVE_VECTOR_WIDTH=512)
+// 8 invocations, half a SIMD row, still measured as fast as 16 or faster (64 MiB all-reduce over
+// 8 devices: 39-50 ms against 53-76 ms, 2026-11-27, load ~1.3), so the shape stays.
 struct FoldShape {
   uint32_t workgroup, per_invocation;
 };
@@ -76,10 +77,9 @@ struct FoldShape {
 FoldShape fold_shape(RuntimeState& rt, uint64_t items) {
   if (!rt.device().adapter().is_cpu()) return {64, 1};
   // At least 32 workgroups, to share out over the adapter's threads even for small pieces.
-  const uint32_t lanes = kernels::simd_of(rt).lanes;
   uint32_t p = 1024;
-  while (p > 1 && items < uint64_t{lanes} * p * 32) p /= 4;
-  return {lanes, p};
+  while (p > 1 && items < uint64_t{8} * p * 32) p /= 4;
+  return {8, p};
 }
 
 const char* glsl_type(DType dtype, bool vector) {

@@ -1,6 +1,6 @@
 #pragma once
 // The SIMD width a CPU adapter runs shaders at, for kernels laid out as one SIMD row per
-// workgroup (the blocked matmul, the collectives' fold kernels).
+// workgroup (the blocked matmul and its packs).
 #include <cstdint>
 
 #include "runtime/runtime_state.hpp"
