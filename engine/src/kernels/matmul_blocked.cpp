@@ -271,10 +271,13 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
   const int64_t a_batches = s.a_batch_stride == 0 ? 1 : s.batch;
   const int64_t b_batches = s.b_batch_stride == 0 ? 1 : s.batch;
   // B is always packed; A where the kernel cannot read it as stored (transposed, or rows not
-  // whole vec4s), and at 8 lanes: there packing A paid (N = 1024 and 2048, one lavapipe thread:
-  // 44-47% of OpenBLAS packed, 23-29% as stored), at 16 the pack cost more than it saved (54-59%
-  // as stored, 47-53% packed; docs/LAVAPIPE.md).
-  shape.a_packed = shape.lanes == 8 || s.trans_a || s.k % 4 != 0 || s.a_batch_stride % 4 != 0;
+  // whole vec4s), at 8 lanes, and at 16 lanes when its stored rows are 8 KiB or longer. At 8
+  // lanes packing A paid at N = 1024 and 2048 (one lavapipe thread: 44-47% of OpenBLAS packed,
+  // 23-29% as stored). At 16 it did not at N = 1024 (two threads: 42-53% packed, 53-56% as
+  // stored) but did from 2048 on, where the stored rows' stride costs more (2048: 62-63% against
+  // 53-59%; 4096 in `meshvk-bench peers`: 773-786 ms against 908-1013 ms; docs/LAVAPIPE.md).
+  shape.a_packed =
+      shape.lanes == 8 || s.k >= 2048 || s.trans_a || s.k % 4 != 0 || s.a_batch_stride % 4 != 0;
   std::shared_ptr<DeviceBuffer> a_buf;
   const DeviceBuffer* pa = &a;
   int64_t a_batch = s.a_batch_stride / 4;  // vec4s
