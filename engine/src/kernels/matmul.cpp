@@ -1,7 +1,8 @@
 // Matmul kernels. Two paths, chosen per adapter (MESHVK_MATMUL_KERNEL overrides):
 // - blocked (lavapipe, matmul_blocked.cpp): a register-blocked kernel generated as GLSL, one
-//   SIMD row per workgroup, reading A and B through RGBA32 texel buffers after packing them into
-//   zero-padded layouts that its lanes read contiguously (matmul_pack.cpp, matmul_parts.hpp).
+//   SIMD row per workgroup, reading A and B through RGBA32 texel buffers after packing B (and A
+//   where that pays) into zero-padded layouts that its lanes read contiguously (matmul_pack.cpp,
+//   matmul_parts.hpp).
 // - tiled (GPUs): 64 x 64 shared-memory tiles, any layout in its index math. No cooperative
 //   matrices yet.
 // Both split the work by batch entries and row blocks so that no binding exceeds the adapter's

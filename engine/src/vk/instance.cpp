@@ -57,7 +57,7 @@ static void pin_loaded_modules() {
 #endif
 
 // lavapipe (llvmpipe) runs shaders at LP_NATIVE_VECTOR_WIDTH bits, 256 by default even on
-// AVX-512 CPUs; at 512 the matmul runs ~1.5x faster (docs/LAVAPIPE.md). The driver reads the
+// AVX-512 CPUs; at 512 the matmul runs ~1.3x faster (docs/LAVAPIPE.md). The driver reads the
 // variable once per process, when the first instance loads it, so it is set here, before this
 // process's first loader call, once: later runtimes share what the first one chose, and a
 // process that created a Vulkan instance before meshvk keeps what the driver read then (the
