@@ -205,6 +205,17 @@ TEST(WaitTimeout, OtherSettingsThatAreNotWhatTheyTakeAreErrors) {
           << e.what();
     }
   }
+  {
+    // Read by every runtime's instance, before the driver is loaded.
+    const ScopedEnv bad("MESHVK_LAVAPIPE_LANES", "32");
+    try {
+      mv::Runtime rt({.num_devices = 1});
+      ADD_FAILURE() << "MESHVK_LAVAPIPE_LANES=32 was accepted";
+    } catch (const mv::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MESHVK_LAVAPIPE_LANES=32"), std::string::npos)
+          << e.what();
+    }
+  }
   // The shared runtime still works.
   EXPECT_EQ((mv::arange(4.f) * 2.0f).to_host<float>(), (std::vector<float>{0, 2, 4, 6}));
 }

@@ -1,7 +1,9 @@
 #include "vk/instance.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #if defined(MESHVK_PIN_DRIVER_MODULES)
 #include <dlfcn.h>
 #include <link.h>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "meshvk/error.hpp"
 #include "vk/check.hpp"
 
 namespace meshvk::vk {
@@ -53,7 +56,37 @@ static void pin_loaded_modules() {
 }
 #endif
 
+// lavapipe (llvmpipe) runs shaders at LP_NATIVE_VECTOR_WIDTH bits, 256 by default even on
+// AVX-512 CPUs; at 512 the matmul runs ~1.3x faster (docs/LAVAPIPE.md). The driver reads the
+// variable once per process, when the first instance loads it, so it is set here, before this
+// process's first loader call, once: later runtimes share what the first one chose, and a
+// process that created a Vulkan instance before meshvk keeps what the driver read then (the
+// kernels ask the adapter its subgroup size, so they are right either way). setenv is
+// process-wide and not safe against getenv on other threads: programs that read the environment
+// on other threads while creating their first runtime should set LP_NATIVE_VECTOR_WIDTH or
+// MESHVK_LAVAPIPE_LANES themselves. Other drivers ignore the variable; child processes inherit
+// it.
+static void choose_lavapipe_lanes() {
+  const char* env = std::getenv("MESHVK_LAVAPIPE_LANES");
+  const std::string lanes = env ? env : "";
+  if (!lanes.empty() && lanes != "auto" && lanes != "8" && lanes != "16")
+    throw Error("MESHVK_LAVAPIPE_LANES=" + lanes +
+                " is not a lane count; use 8 (lavapipe's default 256-bit vectors), 16 (512-bit) "
+                "or auto (16 where the CPU has AVX-512F)");
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    // The user's own setting always wins.
+    if (std::getenv("LP_NATIVE_VECTOR_WIDTH") || lanes == "8") return;
+    bool wide = lanes == "16";
+#if defined(__x86_64__) || defined(__i386__)
+    wide = wide || __builtin_cpu_supports("avx512f");
+#endif
+    if (wide) setenv("LP_NATIVE_VECTOR_WIDTH", "512", 0);
+  });
+}
+
 Instance::Instance(bool validation) {
+  choose_lavapipe_lanes();
   const char* layer = "VK_LAYER_KHRONOS_validation";
   validation = validation && has_layer(layer) && has_instance_extension(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
 
