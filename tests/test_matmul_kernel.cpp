@@ -195,6 +195,8 @@ TEST(MatmulKernel, RectangularAndTransposed) {
       check(shape(20, 64, 7, mv::DType::float32, ta, tb), rng);
       check(shape(36, 40, 9, mv::DType::float32, ta, tb), rng);
       check(shape(12, 8, 16, mv::DType::int32, ta, tb, 3), rng);
+      // A long k (at 16 lanes A is packed from k = 2048 on), rows and columns past a lane group.
+      check(shape(19, 2052, 23, mv::DType::float32, ta, tb), rng);
     }
 }
 
