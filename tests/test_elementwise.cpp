@@ -2,9 +2,11 @@
 // typing, int32 floor semantics, NaN/Inf, awkward sizes, sharded operands and fusion.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include "meshvk/meshvk.hpp"
@@ -251,4 +253,111 @@ TEST(Elementwise, LargeArraysBeyondOneBinding) {
   EXPECT_EQ(v[0], 1.f);
   EXPECT_EQ(v[33'554'433], 33'554'433 * 0.5f + 1.f);
   EXPECT_EQ(v.back(), 39'999'999 * 0.5f + 1.f);
+}
+
+namespace {
+
+// The element of a row-major `shape` at `flat` in the output, read from an input of `in_shape`
+// broadcast to it (numpy's rules: trailing axes aligned, size-1 axes repeated).
+size_t broadcast_index(const mv::Shape& shape, const mv::Shape& in_shape, size_t flat) {
+  size_t index = 0, stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    const size_t c = flat % static_cast<size_t>(shape[d]);
+    flat /= static_cast<size_t>(shape[d]);
+    const size_t lead = shape.size() - in_shape.size();
+    if (d < lead) continue;
+    const auto n = static_cast<size_t>(in_shape[d - lead]);
+    if (n != 1) index += c * stride;
+    stride *= n;
+  }
+  return index;
+}
+
+struct BroadcastCase {
+  mv::Shape a, b;
+};
+
+}  // namespace
+
+// Inputs broadcast along rows (a bias, a mean over the last axis, a middle axis of 1) are read a
+// vec4 at a time where the last axis is a multiple of 4, and element by element otherwise; both
+// must give numpy's result bit for bit, for every dtype, on one device and on sharded pieces whose
+// replicated inputs start inside the piece (offsets that are and are not multiples of 4).
+TEST(Elementwise, RowBroadcastsMatchNumpyBitForBit) {
+  const std::vector<BroadcastCase> cases = {
+      {{16, 64, 128}, {128}},  {{16, 64, 128}, {16, 64, 1}}, {{5, 3, 12}, {5, 1, 12}}, {{5, 3, 12}, {1, 3, 1}},
+      {{7, 4}, {4}},           {{7, 4}, {7, 1}},             {{3, 5}, {5}},            {{3, 6}, {3, 1}},
+      {{2, 3, 8}, {3, 8}},     {{9, 20}, {1, 20}},           {{4, 1, 8}, {4, 6, 1}},   {{1, 4}, {3, 1}},
+      {{6, 16}, {6, 16}},      {{33, 36}, {36}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE("a " + mv::shape_to_string(c.a) + " b " + mv::shape_to_string(c.b));
+    const mv::Shape shape = mv::broadcast_shapes(c.a, c.b);
+    const size_t n = static_cast<size_t>(mv::shape_size(shape));
+    const auto va = random_floats(static_cast<size_t>(mv::shape_size(c.a)), 31, -4, 4);
+    const auto vb = random_floats(static_cast<size_t>(mv::shape_size(c.b)), 32, -4, 4);
+    const mv::Array a = mv::array(va, c.a), b = mv::array(vb, c.b);
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float x = va[broadcast_index(shape, c.a, i)], y = vb[broadcast_index(shape, c.b, i)];
+      const float t = x - y;
+      want[i] = t * x;
+    }
+    const auto got = ((a - b) * mv::broadcast_to(a, shape)).to_host<float>();
+    ASSERT_EQ(got.size(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "element " << i;
+
+    // int32 and bfloat16 read the same ways (4-byte and 2-byte texels).
+    std::vector<int32_t> ia(va.size()), ib(vb.size());
+    for (size_t i = 0; i < va.size(); ++i) ia[i] = static_cast<int32_t>(va[i] * 1000);
+    for (size_t i = 0; i < vb.size(); ++i) ib[i] = static_cast<int32_t>(vb[i] * 1000);
+    const auto gi = (mv::array(ia, c.a) * 3 - mv::array(ib, c.b)).to_host<int32_t>();
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(gi[i], ia[broadcast_index(shape, c.a, i)] * 3 - ib[broadcast_index(shape, c.b, i)]) << "element " << i;
+    const auto ha = mv::astype(a, mv::DType::bfloat16), hb = mv::astype(b, mv::DType::bfloat16);
+    const auto gh = mv::astype(ha + hb, mv::DType::float32).to_host<float>();
+    for (size_t i = 0; i < n; ++i) {
+      const float x = static_cast<float>(mv::bfloat16(va[broadcast_index(shape, c.a, i)]));
+      const float y = static_cast<float>(mv::bfloat16(vb[broadcast_index(shape, c.b, i)]));
+      ASSERT_EQ(gh[i], static_cast<float>(mv::bfloat16(x + y))) << "element " << i;
+    }
+  }
+}
+
+TEST(Elementwise, RowBroadcastsOnShardedPiecesMatchNumpy) {
+  // A replicated bias and row vector added to outputs split along their last axis: each device's
+  // piece reads the bias from inside it (offsets 4, 8, 12, ...), on meshes of 2, 3 and 4; pieces
+  // of 3 and 6 columns take the element-by-element kernel.
+  for (const int64_t cols : {48, 12, 24}) {
+    for (const int devices : {4, 3, 2}) {
+      if (cols % devices != 0) continue;
+      SCOPED_TRACE("cols " + std::to_string(cols) + " devices " + std::to_string(devices));
+      std::vector<int> ids(static_cast<size_t>(devices));
+      std::iota(ids.begin(), ids.end(), 0);
+      const auto mesh = mv::make_mesh({devices}, {"x"}, {}, ids);
+      const auto vx = random_floats(static_cast<size_t>(10 * cols), 41, -3, 3);
+      const auto vb = random_floats(static_cast<size_t>(cols), 42, -3, 3);
+      const auto vr = random_floats(10, 43, -3, 3);
+      const auto x = mv::device_put(std::span<const float>(vx), {10, cols}, mv::NamedSharding(mesh, P(mv::None, "x")));
+      const auto got = ((x + mv::array(vb, {cols})) * mv::array(vr, {10, 1})).to_host<float>();
+      for (int64_t i = 0; i < 10; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const float t = vx[static_cast<size_t>(i * cols + j)] + vb[static_cast<size_t>(j)];
+          ASSERT_EQ(got[static_cast<size_t>(i * cols + j)], t * vr[static_cast<size_t>(i)]) << i << ", " << j;
+        }
+    }
+  }
+}
+
+TEST(Elementwise, RowBroadcastBeyondOneBinding) {
+  // 262,401 x 128 floats (past lavapipe's 128 MiB binding): the second chunk finds its rows from
+  // its first element, not from 0.
+  const int64_t rows = 262'401;
+  const auto x = mv::arange(static_cast<float>(rows * 128)).reshape({rows, 128});
+  const auto r = (x - mv::arange(128.f)) + mv::arange(static_cast<float>(rows)).reshape({rows, 1}) * 0.5f;
+  const auto v = r.to_host<float>();
+  for (const int64_t i : {int64_t{0}, int64_t{1}, int64_t{262'143}, int64_t{262'144}, rows - 1})
+    for (const int64_t j : {int64_t{0}, int64_t{3}, int64_t{127}})
+      ASSERT_EQ(v[static_cast<size_t>(i * 128 + j)], static_cast<float>(i * 128 + j) - static_cast<float>(j) + static_cast<float>(i) * 0.5f)
+          << i << ", " << j;
 }

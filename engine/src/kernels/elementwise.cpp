@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "kernels/cost.hpp"
@@ -358,12 +359,48 @@ std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm, DType o
   return s + "layout(local_size_x = " + std::to_string(kWorkgroup) + ") in;\n";
 }
 
-// Vector kernels: every input is read in the output's own layout (or is one element), so each
-// invocation loads whole vec4 texels, which lavapipe reads fastest. In both kinds of kernel every
-// value is `precise` (NoContraction): x * y + z rounds twice, as numpy does, on every adapter (GPU
+// How a vector kernel reads an input, one vec4 (four adjacent output elements) at a time.
+enum class VectorRead {
+  same,   // in the output's own layout: the texel at the output's index
+  one,    // one element for all (pc.off)
+  row,    // broadcast or strided rows read whole: the output's last dimension is the input's
+          // contiguous one (stride 1), the offset and every other stride multiples of 4
+  splat,  // stride 0 along the last dimension: one element per row, the same for its four
+};
+
+// Which VectorRead each input takes where the output's last dimension is a multiple of 4, or
+// nothing where some input needs the scalar kernel (a transpose, an unaligned row).
+std::optional<std::vector<VectorRead>> vector_reads(std::span<const EwInput> inputs, const Shape& shape) {
+  std::vector<VectorRead> reads;
+  const bool rows = !shape.empty() && shape.back() % 4 == 0;
+  for (const EwInput& in : inputs) {
+    if (in.mode == EwInput::Mode::same) {
+      reads.push_back(VectorRead::same);
+    } else if (in.mode == EwInput::Mode::scalar) {
+      reads.push_back(VectorRead::one);
+    } else if (!rows) {
+      return std::nullopt;
+    } else if (in.strides.back() == 0) {
+      reads.push_back(VectorRead::splat);
+    } else if (in.strides.back() == 1 && in.offset % 4 == 0 &&
+               std::all_of(in.strides.begin(), in.strides.end() - 1, [](int64_t s) { return s % 4 == 0; })) {
+      reads.push_back(VectorRead::row);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return reads;
+}
+
+// Vector kernels: each invocation loads whole vec4 texels, which lavapipe reads fastest; inputs
+// broadcast along rows (a bias, a mean over the last axis) find their texel from the coordinates
+// of the vec4's first element, one division chain per four elements (the scalar kernel pays one
+// per element, and a scalar fetch per element and input). In both kinds of kernel every value is
+// `precise` (NoContraction): x * y + z rounds twice, as numpy does, on every adapter (GPU
 // compilers fuse it into an fma otherwise).
-std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
-                          int per_invocation, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
+std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, std::span<const VectorRead> reads,
+                          const Shape& shape, DType out_dtype, int per_invocation, bool preserve_inf_nan,
+                          bool preserve_denorm, MathMode math) {
   std::ostringstream g;
   g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype, uses(p, inputs, DType::int64));
   for (size_t k = 0; k < inputs.size(); ++k)
@@ -375,14 +412,40 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, D
   g << "  for (uint u = 0u; u < " << per_invocation << "u; ++u) {\n";
   g << "    const uint i = (wg * " << per_invocation << "u + u) * " << kWorkgroup << "u + gl_LocalInvocationID.x;\n";
   g << "    if (i >= pc.n) return;\n";
+  const bool coordinates = std::any_of(reads.begin(), reads.end(), [](VectorRead r) {
+    return r == VectorRead::row || r == VectorRead::splat;
+  });
+  if (coordinates) {
+    // pc.base is the piece's first element (a multiple of 4: chunks are whole kilo-elements).
+    g << "    uint rest = pc.base + i * 4u;\n";
+    for (size_t d = shape.size(); d-- > 0;)
+      g << "    const uint c" << d << " = rest % " << std::max<int64_t>(shape[d], 1) << "u; rest /= "
+        << std::max<int64_t>(shape[d], 1) << "u;\n";
+  }
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const int w = 4;
-    if (inputs[k].mode == EwInput::Mode::same)
-      g << "    const " << type_name(inputs[k].dtype, w) << " load" << k << " = "
-        << ew_decode("texelFetch(in" + std::to_string(k) + ", int(i))", inputs[k].dtype, w) << ";\n";
-    else
-      g << "    const " << type_name(inputs[k].dtype, w) << " load" << k << " = " << type_name(inputs[k].dtype, w) << "("
-        << ew_decode("texelFetch(in" + std::to_string(k) + ", pc.off[" + std::to_string(k) + "]).x", inputs[k].dtype, 1) << ");\n";
+    const std::string T = type_name(inputs[k].dtype, 4);
+    const std::string in = "in" + std::to_string(k), off = "pc.off[" + std::to_string(k) + "]";
+    std::string index = off;
+    if (reads[k] == VectorRead::row || reads[k] == VectorRead::splat)
+      for (size_t d = 0; d < shape.size(); ++d) {
+        const int64_t s = inputs[k].strides[d];
+        if (s == 0) continue;
+        if (reads[k] == VectorRead::row)  // texels of 4 elements: every stride divides by 4
+          index += d + 1 == shape.size() ? " + int(c" + std::to_string(d) + " >> 2u)"
+                                         : " + int(c" + std::to_string(d) + ") * " + std::to_string(s / 4);
+        else
+          index += " + int(c" + std::to_string(d) + ") * " + std::to_string(s);
+      }
+    g << "    const " << T << " load" << k << " = ";
+    switch (reads[k]) {
+      case VectorRead::same: g << ew_decode("texelFetch(" + in + ", int(i))", inputs[k].dtype, 4); break;
+      case VectorRead::row: g << ew_decode("texelFetch(" + in + ", " + index + ")", inputs[k].dtype, 4); break;
+      case VectorRead::one:
+      case VectorRead::splat:
+        g << T << "(" << ew_decode("texelFetch(" + in + ", " + index + ").x", inputs[k].dtype, 1) << ")";
+        break;
+    }
+    g << ";\n";
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
     g << "    precise const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << rounded_expr(p, i, 4, math) << ";\n";
@@ -436,9 +499,9 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   const CountedOp counted(rec, [&] { return elementwise_cost(p, inputs, shape, count); }, OpKind::elementwise, p.nodes.back().dtype);
   const DType out_dtype = p.nodes.back().dtype;
   // 64-bit values are read as uvec2 texels, one element each: scalar kernels only.
-  const bool vector = std::none_of(inputs.begin(), inputs.end(),
-                                   [](const EwInput& in) { return in.mode == EwInput::Mode::strided; }) &&
-                      !uses(p, inputs, DType::int64) && !uses(p, inputs, DType::float64);
+  const bool wide = uses(p, inputs, DType::int64) || uses(p, inputs, DType::float64);
+  const std::optional<std::vector<VectorRead>> reads = wide ? std::nullopt : vector_reads(inputs, shape);
+  const bool vector = reads.has_value();
   // lavapipe amortizes its per-invocation cost over several vec4s; GPUs want one per thread.
   // The float64 sin, cos and tan amortize their constants (2/pi's words, the coefficients) over
   // 8 (2*sin(x)+1: 44 -> 40 x86 instructions per element, measured with callgrind; plain
@@ -449,7 +512,7 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   const bool preserve_inf_nan = adapter.preserves_inf_nan32;
   const bool preserve_denorm = adapter.preserves_denorm32;
   const std::string glsl =
-      vector ? vector_kernel(p, inputs, out_dtype, per_invocation, preserve_inf_nan,
+      vector ? vector_kernel(p, inputs, *reads, shape, out_dtype, per_invocation, preserve_inf_nan,
                              preserve_denorm, math)
              : strided_kernel(p, inputs, out_dtype, shape, preserve_inf_nan, preserve_denorm, math);
   struct Params {
@@ -481,6 +544,11 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
         bindings.push_back(Binding::texels(*in.buffer, vector ? four : one, at,
                                            vector ? range / (4 * size) * (4 * size) : range / size * size));
         params.off[k] = 0;
+      } else if (vector && (*reads)[k] == VectorRead::row) {
+        const uint64_t texel = 4 * size;
+        bindings.push_back(Binding::texels(*in.buffer, ew_texel_format(in.dtype, true), 0,
+                                           in.buffer->capacity() / texel * texel));
+        params.off[k] = static_cast<int32_t>(in.offset / 4);
       } else {
         bindings.push_back(Binding::texels(*in.buffer, one, 0, in.buffer->capacity() / size * size));
         params.off[k] = static_cast<int32_t>(in.offset);
