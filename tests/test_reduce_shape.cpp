@@ -204,3 +204,48 @@ TEST(Shape, PiecesBeyondOneBindingTranspose) {
   EXPECT_EQ(sharded.to_host<int32_t>(), host);
   EXPECT_EQ(mv::sum(sharded, {0}).shape(), mv::Shape{n});
 }
+
+// Layout changes that keep the minor axis (attention's heads split and merged, slices of whole
+// rows) move vec4s where the rows and offsets allow it, elements otherwise: every permutation of
+// the leading axes, minor axes of 4, 8, 32 and 6, slices starting at columns 0, 4 and 2, int32 and
+// float32 and bfloat16, against a host reference.
+TEST(Shape, TransposesKeepingTheMinorAxisMatchTheReference) {
+  for (const int64_t minor : {32, 4, 8, 6}) {
+    const mv::Shape shape{3, 5, 2, minor};
+    SCOPED_TRACE("minor " + std::to_string(minor));
+    const auto v = random_floats(static_cast<size_t>(mv::shape_size(shape)), 7, -5, 5);
+    const auto x = host_array(v, shape);
+    std::vector<int> perm{0, 1, 2};
+    do {
+      std::vector<int> full = perm;
+      full.push_back(3);
+      const auto t = mv::transpose(x, full);
+      const auto got = t.to_host<float>();
+      const mv::Shape& ts = t.shape();
+      for (int64_t i = 0; i < mv::shape_size(ts); ++i) {
+        int64_t rest = i, src = 0;
+        std::vector<int64_t> at(4);
+        for (int d = 3; d >= 0; --d) {
+          at[static_cast<size_t>(d)] = rest % ts[static_cast<size_t>(d)];
+          rest /= ts[static_cast<size_t>(d)];
+        }
+        std::vector<int64_t> orig(4);
+        for (int d = 0; d < 4; ++d) orig[static_cast<size_t>(full[static_cast<size_t>(d)])] = at[static_cast<size_t>(d)];
+        for (int d = 0; d < 4; ++d) src = src * shape[static_cast<size_t>(d)] + orig[static_cast<size_t>(d)];
+        ASSERT_EQ(got[static_cast<size_t>(i)], v[static_cast<size_t>(src)]) << "element " << i;
+      }
+      const auto ti = mv::transpose(mv::astype(x, mv::DType::int32), full).to_host<int32_t>();
+      const auto tb = mv::astype(mv::transpose(mv::astype(x, mv::DType::bfloat16), full), mv::DType::float32).to_host<float>();
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(ti[i], static_cast<int32_t>(got[i])) << "element " << i;
+        ASSERT_EQ(tb[i], static_cast<float>(mv::bfloat16(got[i]))) << "element " << i;
+      }
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
+  const auto m = mv::arange(16 * 40).reshape({16, 40});
+  for (const int64_t start : {0, 4, 2}) {
+    const auto s = mv::slice(m, {1, start}, {13, start + 24}).to_host<int32_t>();
+    for (int64_t i = 0; i < 12; ++i)
+      for (int64_t j = 0; j < 24; ++j) ASSERT_EQ(s[static_cast<size_t>(i * 24 + j)], (i + 1) * 40 + start + j);
+  }
+}

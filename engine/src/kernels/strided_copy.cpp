@@ -68,17 +68,57 @@ VkFormat texel_format(const StridedCopy& c) {
 
 std::string copy_kernel(const StridedCopy& c) {
   std::ostringstream g;
-  g << copy_prologue(c) <<
-       "layout(push_constant) uniform Params { uint n; uint base; int in_offset; int out_offset; } pc;\n"
+  g << copy_prologue(c)
+    << "layout(push_constant) uniform Params { uint n; uint base; int in_offset; int out_offset; } "
+       "pc;\n"
        "void main() {\n"
-       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + gl_LocalInvocationID.x;\n"
+       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
+       "gl_LocalInvocationID.x;\n"
        "  if (i >= pc.n) return;\n"
        "  uint rest = pc.base + i;\n  int si = pc.in_offset;\n  int so = pc.out_offset;\n";
   for (size_t d = c.box.size(); d-- > 0;) {
-    g << "  { const int k = int(rest % " << c.box[d] << "u); rest /= " << c.box[d] << "u; si += k * ("
-      << c.in_strides[d] << "); so += k * (" << c.out_strides[d] << "); }\n";
+    g << "  { const int k = int(rest % " << c.box[d] << "u); rest /= " << c.box[d]
+      << "u; si += k * (" << c.in_strides[d] << "); so += k * (" << c.out_strides[d] << "); }\n";
   }
   g << copy_store(c);
+  return g.str();
+}
+
+// Whether a 4-byte copy moves whole rows of vec4s: the last dimension contiguous on both sides
+// and a multiple of 4, every other stride and both offsets multiples of 4 (a transpose that keeps
+// the minor axis, as attention's heads split and merged). Then one invocation moves a vec4: a
+// quarter of the index arithmetic and a quarter of the texel fetches.
+bool moves_vec4s(const StridedCopy& c) {
+  if (c.element_bytes != 4 || c.box.empty() || c.box.back() % 4 != 0 || c.in_strides.back() != 1 ||
+      c.out_strides.back() != 1 || c.in_offset % 4 != 0 || c.out_offset % 4 != 0)
+    return false;
+  for (size_t d = 0; d + 1 < c.box.size(); ++d)
+    if (c.in_strides[d] % 4 != 0 || c.out_strides[d] % 4 != 0) return false;
+  return true;
+}
+
+// The vec4 form of copy_kernel, over c's box counted in vec4s (offsets come in vec4s too).
+std::string vec4_copy_kernel(const StridedCopy& c) {
+  std::ostringstream g;
+  g << "#version 450\nlayout(local_size_x = 64) in;\n"
+       "layout(binding = 0) uniform usamplerBuffer src;\n"
+       "layout(std430, binding = 1) writeonly buffer Out { uvec4 o[]; };\n"
+       "layout(push_constant) uniform Params { uint n; uint base; int in_offset; int out_offset; } "
+       "pc;\n"
+       "void main() {\n"
+       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
+       "gl_LocalInvocationID.x;\n"
+       "  if (i >= pc.n) return;\n"
+       "  uint rest = i;\n  int si = pc.in_offset;\n  int so = pc.out_offset;\n";
+  for (size_t d = c.box.size(); d-- > 0;) {
+    const bool last = d + 1 == c.box.size();
+    const int64_t box = last ? c.box[d] / 4 : c.box[d];
+    const int64_t in_stride = last ? 1 : c.in_strides[d] / 4,
+                  out_stride = last ? 1 : c.out_strides[d] / 4;
+    g << "  { const int k = int(rest % " << box << "u); rest /= " << box << "u; si += k * ("
+      << in_stride << "); so += k * (" << out_stride << "); }\n";
+  }
+  g << "  o[so] = texelFetch(src, si);\n}\n";
   return g.str();
 }
 
@@ -86,7 +126,8 @@ std::string copy_kernel(const StridedCopy& c) {
 // input and output: strides are compiled in, offsets are relative to the windows.
 std::string tiled_kernel(const StridedCopy& c) {
   std::ostringstream g;
-  g << copy_prologue(c) << "layout(push_constant) uniform Params { uint n; int in_offset; int out_offset; uint ext["
+  g << copy_prologue(c)
+    << "layout(push_constant) uniform Params { uint n; int in_offset; int out_offset; uint ext["
     << c.box.size()
     << "]; } pc;\n"
        "void main() {\n"
@@ -228,12 +269,15 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
                          const detail::DeviceBuffer& in, const detail::DeviceBuffer& out) {
   if (copy.element_bytes == 8) return record_strided_copy(rt, rec, as_words(copy), in, out);
   if (copy.element_bytes != 1 && copy.element_bytes != 2 && copy.element_bytes != 4)
-    throw Error("internal: a strided copy of " + std::to_string(copy.element_bytes) + "-byte elements");
+    throw Error("internal: a strided copy of " + std::to_string(copy.element_bytes) +
+                "-byte elements");
   int64_t count = 1;
   for (const int64_t b : copy.box) count *= b;
   if (count == 0) return;
   // Data movement: each element of the box read and written once, no flops.
-  const CountedOp counted(rec, [&] { return OpCost{0, 0, 2 * static_cast<uint64_t>(count) * copy.element_bytes}; });
+  const CountedOp counted(rec, [&] {
+    return OpCost{0, 0, 2 * static_cast<uint64_t>(count) * copy.element_bytes};
+  });
   const StridedCopy c = simplify(copy);
   // A contiguous copy is a plain transfer, which no binding limit applies to (one element
   // simplifies to no dimensions at all).
@@ -261,7 +305,19 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   struct Params {
     uint32_t n, base;
     int32_t in_offset, out_offset;
-  } p{static_cast<uint32_t>(count), 0, static_cast<int32_t>(c.in_offset), static_cast<int32_t>(c.out_offset)};
+  } p{static_cast<uint32_t>(count), 0, static_cast<int32_t>(c.in_offset),
+      static_cast<int32_t>(c.out_offset)};
+  if (moves_vec4s(c)) {
+    p = {static_cast<uint32_t>(count / 4), 0, static_cast<int32_t>(c.in_offset / 4),
+         static_cast<int32_t>(c.out_offset / 4)};
+    const Binding vec4_bindings[] = {
+        Binding::texels(in, VK_FORMAT_R32G32B32A32_UINT, 0, in.capacity() / 16 * 16),
+        Binding::storage(out)};
+    dispatch(rt, rec, {"strided_copy", vec4_copy_kernel(c)}, vec4_bindings, &p, sizeof p,
+             groups_for(rt, (static_cast<uint64_t>(count / 4) + 63) / 64));
+    barrier(rec.cb);
+    return;
+  }
   const Binding bindings[] = {Binding::texels(in, texel_format(c), 0, in.capacity() / 4 * 4),
                               Binding::storage(out)};
   dispatch(rt, rec, {"strided_copy", copy_kernel(c)}, bindings, &p, sizeof p,
@@ -269,8 +325,9 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
   barrier(rec.cb);
 }
 
-void record_fill_words(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& out,
-                       uint64_t count, uint32_t word, DType dtype) {
+void record_fill_words(detail::RuntimeState& rt, detail::Recording& rec,
+                       const detail::DeviceBuffer& out, uint64_t count, uint32_t word,
+                       DType dtype) {
   if (count == 0 || rec.remote) return;
   if (is_64bit(dtype)) return record_fill64(rt, rec, out, count, word, dtype);
   const CountedOp counted(rec, [&] { return OpCost{0, 0, count * dtype_size(dtype)}; });
