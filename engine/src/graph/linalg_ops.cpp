@@ -18,6 +18,7 @@
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/partial_sum.hpp"
+#include "graph/saved_collectives.hpp"
 #include "graph/tape.hpp"
 #include "kernels/matmul.hpp"
 #include "meshvk/error.hpp"
@@ -154,7 +155,17 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   const auto map_b = b.sharding().devices_indices_map(b.shape());
   exec::ShardedValue out{shape, dtype, result, {}};
   const auto map_out = result.devices_indices_map(shape);
-  for (size_t i = 0; i < map_out.size(); ++i) {
+  // Under a scan's forward pass the product is saved for its backward pass, whose run of the
+  // body's forward pass gets it back instead of multiplying again (graph/saved_collectives.hpp).
+  std::string saved_key;
+  if (detail::saving_collectives()) {
+    saved_key = detail::product_key(va, vb, ta, tb, out);
+    if (std::optional<collectives::Buffers> saved = detail::saved_result(saved_key, out)) {
+      out.shards = *saved;
+      saved_key.clear();
+    }
+  }
+  for (size_t i = 0; i < map_out.size() && out.shards.size() < map_out.size(); ++i) {
     const Index& piece = map_out[i].index;
     const Index& pa = map_a[i].index;
     const Index& pb = map_b[i].index;
@@ -182,8 +193,10 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
   }
+  const bool handed_back = detail::saving_collectives() && saved_key.empty();
+  if (!saved_key.empty()) detail::record_result(saved_key, detail::make_array(rt, out, true, {}));
   const Shape la = a.sharding().shard_shape(a.shape()), lb = b.sharding().shard_shape(b.shape());
-  if (exec::logging())  // the text is built only while a trace listens
+  if (exec::logging() && !handed_back)  // the text is built only while a trace listens
     exec::log_op("dot_general: local " + std::string(dtype_name(dtype)) + shape_to_string(la) +
                  " x " + shape_to_string(lb) + " -> " + shape_to_string(result.shard_shape(shape)) +
                  " on each of " + std::to_string(map_out.size()) + " devices");

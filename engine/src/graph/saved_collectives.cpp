@@ -87,6 +87,13 @@ std::string collective_key(const std::string& kind, const exec::ShardedValue& op
          std::to_string(site.line);
 }
 
+std::string product_key(const exec::ShardedValue& a, const exec::ShardedValue& b, bool trans_a,
+                        bool trans_b, const exec::ShardedValue& result) {
+  return collective_key(std::string("dot_general") + (trans_a ? " T" : "") + (trans_b ? " T" : "") +
+                            " with " + layout_text(b),
+                        a, result);
+}
+
 std::optional<collectives::Buffers> saved_result(const std::string& key,
                                                  const exec::ShardedValue& result) {
   if (!active || active->mode != Mode::replay || *active->diverged) return std::nullopt;
@@ -105,8 +112,8 @@ std::optional<collectives::Buffers> saved_result(const std::string& key,
   }
   ++*active->next;
   if (exec::logging())
-    exec::log_op(key.substr(0, key.find(" | ")) +
-                 ": the scan's forward pass's result, saved for its backward pass (nothing sent)");
+    exec::log_op(key.substr(0, key.find(" | ")) + ": the scan's forward pass's result, saved for its backward pass " +
+                 (key.rfind("dot_general", 0) == 0 ? "(nothing computed)" : "(nothing sent)"));
   return v.shards;
 }
 

@@ -7,6 +7,10 @@
 // recorded; the loop stacks them beside the ys; and while the backward pass runs the body's
 // forward pass again, each collective gets its recorded result back instead of communicating.
 //
+// Matmul products are saved and handed back the same way (product_key): they are most of a
+// layer's forward compute, which the backward pass would otherwise run again; what is left to
+// recompute is elementwise work and reductions.
+//
 // A result is handed back only where the collective matches the recording in order (its kind,
 // shapes, dtype, layouts, rule and source line) and the saved value's layout is the result's;
 // from the first collective that does not match, everything runs as it would. So a body whose
@@ -73,6 +77,10 @@ bool saving_collectives();
 // and source line in force.
 std::string collective_key(const std::string& kind, const exec::ShardedValue& operand,
                            const exec::ShardedValue& result);
+// The key of a product (dot_general) whose result the same mechanism saves: a matmul is most of
+// a layer's forward compute, which the backward pass would otherwise run again.
+std::string product_key(const exec::ShardedValue& a, const exec::ShardedValue& b, bool trans_a,
+                        bool trans_b, const exec::ShardedValue& result);
 // Under a replay: the recorded result's buffers for the collective of `key` whose result is
 // laid out as `result` (shape, dtype, sharding), if the next recorded one matches.
 std::optional<collectives::Buffers> saved_result(const std::string& key,

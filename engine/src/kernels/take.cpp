@@ -71,6 +71,30 @@ std::string take_kernel(int64_t n, int64_t inner, int64_t count, bool windowed, 
   return g.str();
 }
 
+// The take kernel where each taken slice is whole vec4s (inner a multiple of 4): one invocation
+// moves a vec4, a quarter of the index arithmetic and of the fetches (a scan's per-iteration slice
+// of its stacked inputs, an embedding's rows).
+std::string take_kernel_vec4(int64_t n, int64_t inner, int64_t count, TakeBounds bounds, uint32_t fill_bits) {
+  const int64_t inner4 = inner / 4;
+  const std::string fill = "uvec4(" + std::to_string(fill_bits) + "u);";
+  std::ostringstream g;
+  g << "#version 450\nlayout(local_size_x = 64) in;\n"
+       "layout(binding = 0) uniform usamplerBuffer src;\n"
+       "layout(binding = 1) uniform isamplerBuffer index;\n"
+       "layout(std430, binding = 2) writeonly buffer Out { uvec4 o[]; };\n"
+       "layout(push_constant) uniform Params { uint total; } pc;\n"
+       "void main() {\n"
+       "  const uint t = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
+       "gl_LocalInvocationID.x;\n"
+       "  if (t >= pc.total) return;\n"
+    << "  const uint post = t % " << inner4 << "u;\n"
+    << "  const uint j = (t / " << inner4 << "u) % " << count << "u;\n"
+    << "  const uint pre = t / " << inner4 * count << "u;\n"
+    << index_code(bounds, n, "texelFetch(index, int(j)).x", "o[t] = " + fill)
+    << "  o[t] = texelFetch(src, int(pre * " << n * inner4 << "u + uint(k) * " << inner4 << "u + post));\n}\n";
+  return g.str();
+}
+
 }  // namespace
 
 void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& in,
@@ -86,6 +110,17 @@ void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail:
   const WindowLimits w = window_limits(rt);
   if (in.capacity() / 4 <= w.texel_count && indices.capacity() / 4 <= w.texel_count &&
       out.capacity() <= w.storage_bytes) {
+    if (inner % 4 == 0) {
+      const uint32_t p = static_cast<uint32_t>(total / 4);
+      const Binding bindings[] = {
+          Binding::texels(in, VK_FORMAT_R32G32B32A32_UINT, 0, in.capacity() / 16 * 16),
+          Binding::texels(indices, VK_FORMAT_R32_SINT, 0, indices.capacity() / 4 * 4),
+          Binding::storage(out)};
+      dispatch(rt, rec, {"take", take_kernel_vec4(n, inner, count, bounds, fill_bits)}, bindings,
+               &p, sizeof p, groups_for(rt, (total / 4 + 63) / 64));
+      barrier(rec.cb);
+      return;
+    }
     const uint32_t p = static_cast<uint32_t>(total);
     const Binding bindings[] = {
         Binding::texels(in, VK_FORMAT_R32_UINT, 0, in.capacity() / 4 * 4),
