@@ -249,3 +249,41 @@ TEST(Shape, TransposesKeepingTheMinorAxisMatchTheReference) {
       for (int64_t j = 0; j < 24; ++j) ASSERT_EQ(s[static_cast<size_t>(i * 24 + j)], (i + 1) * 40 + start + j);
   }
 }
+
+// Takes whose slices are whole vec4s (inner extents 4, 8, 12) move vec4s; with 3 and 6 they move
+// elements: every mode, negative and out-of-range indices, against numpy.take's rules.
+TEST(Shape, TakeOfWholeVec4SlicesMatchesNumpy) {
+  const std::vector<int32_t> ids{0, 2, -1, 5, -7, 1, 3, 9};
+  for (const int64_t inner : {4, 8, 12, 3, 6}) {
+    for (const int axis : {0, 1}) {
+      SCOPED_TRACE("inner " + std::to_string(inner) + " axis " + std::to_string(axis));
+      const mv::Shape shape = axis == 0 ? mv::Shape{5, inner} : mv::Shape{3, 5, inner};
+      const int64_t outer = axis == 0 ? 1 : 3, n = 5;
+      const auto v = random_floats(static_cast<size_t>(mv::shape_size(shape)), 9, -9, 9);
+      const auto x = host_array(v, shape);
+      for (const mv::TakeMode mode : {mv::TakeMode::fill, mv::TakeMode::clip, mv::TakeMode::wrap}) {
+        const auto got = mv::take(x, mv::array(ids), axis, mode, -2.5f).to_host<float>();
+        ASSERT_EQ(got.size(), static_cast<size_t>(outer) * ids.size() * static_cast<size_t>(inner));
+        size_t at = 0;
+        for (int64_t o = 0; o < outer; ++o)
+          for (const int32_t id : ids)
+            for (int64_t e = 0; e < inner; ++e, ++at) {
+              int64_t k = id;
+              float want;
+              if (mode == mv::TakeMode::clip) {
+                k = std::clamp<int64_t>(k, 0, n - 1);
+              } else if (mode == mv::TakeMode::wrap) {
+                k = ((k % n) + n) % n;
+              } else if (k < 0) {
+                k += n;
+              }
+              if (k < 0 || k >= n)
+                want = -2.5f;
+              else
+                want = v[static_cast<size_t>((o * n + k) * inner + e)];
+              ASSERT_EQ(got[at], want) << "mode " << static_cast<int>(mode) << " element " << at;
+            }
+      }
+    }
+  }
+}
