@@ -214,6 +214,11 @@ void DeviceProfiler::submitting(int lane, VkCommandBuffer cb, uint64_t signal,
   lanes_[device].in_flight.push_back(std::move(s));
 }
 
+bool DeviceProfiler::unsaved(VkCommandBuffer captured) const {
+  const auto it = captured_.find(captured);
+  return it != captured_.end() && it->second->in_pools_ != 0;
+}
+
 void DeviceProfiler::save(VkCommandBuffer cb, int lane, uint64_t signal, VkCommandBuffer captured) {
   const auto it = captured_.find(captured);
   if (it == captured_.end() || !it->second->in_pools_) return;

@@ -141,6 +141,9 @@ class DeviceProfiler {
   void submitting(int lane, VkCommandBuffer cb, uint64_t signal, std::span<const uint64_t> need);
   // Whether some captured buffer's last run is still only in its query pools.
   bool saving() const { return unsaved_ > 0; }
+  // Whether `captured`'s last run is still only in its query pools: a run again (a loop body's
+  // next iteration in the same replay) would overwrite it unless save() copies it first.
+  bool unsaved(VkCommandBuffer captured) const;
   // Records into `cb`, a recording on stream `lane` that will be submitted with timeline value
   // `signal` and runs after the last run of `captured` finished and before its next one, a
   // copy of that last run's ticks into a host-visible slot.

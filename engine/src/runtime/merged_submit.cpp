@@ -57,8 +57,10 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
         need[f.timeline] = std::max(need[f.timeline], f.value);
     }
     const uint64_t signal = ++next[e.timeline];
+    const VkCommandBuffer save = save_previous_run(e.timeline, e.submission.cb, signal);
     hooks.emplace_back(*profiler_, e.timeline, e.submission.cb, signal, entry_need);
     if (!cbs.empty()) cbs.push_back(merge_barrier_);
+    if (save) cbs.push_back(save);
     if (e.submission.cb) cbs.push_back(e.submission.cb);
     fences.push_back(Fence{e.timeline, signal});
   }

@@ -502,6 +502,12 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   bool mathlib_float64_ = true;
   Fence submit_command_buffer(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits,
                               const char* activity);
+  // profile hook: where `captured` is about to run again on `timeline` (its submission signals
+  // `signal`) while its previous run's timestamps are only in its query pools (a loop body's
+  // next iteration within one replay), a command buffer copying them out, to go right before it
+  // in the same submission; VK_NULL_HANDLE otherwise. Returned to the stream once `signal` is
+  // reached.
+  VkCommandBuffer save_previous_run(int timeline, VkCommandBuffer captured, uint64_t signal);
   void open_adapters(const RuntimeOptions& options, int n);
 
   // Several adapters (runtime/communication.cpp). A VkDevice cannot wait on another's

@@ -2,6 +2,7 @@
 // records for replay, and the activity that names a submission in errors), and the
 // vkQueueSubmit of a recording or of captured command buffers, with its timeline waits.
 #include <algorithm>
+#include <array>
 #include <mutex>
 #include <set>
 #include <string>
@@ -166,6 +167,26 @@ Fence RuntimeState::resubmit(int timeline, VkCommandBuffer cb, const std::vector
   return submit_command_buffer(timeline, cb, waits, nullptr);
 }
 
+VkCommandBuffer RuntimeState::save_previous_run(int timeline, VkCommandBuffer captured, uint64_t signal) {
+  if (!captured || !profiler_->unsaved(captured)) return VK_NULL_HANDLE;
+  Stream& s = *streams_[timeline];
+  recycle(s);
+  VkCommandBuffer cb;
+  if (s.idle.empty()) {
+    cb = s.pool.allocate();
+  } else {
+    cb = s.idle.back();
+    s.idle.pop_back();
+  }
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  vk::check(vkBeginCommandBuffer(cb, &begin), "vkBeginCommandBuffer");
+  profiler_->save(cb, timeline, signal, captured);
+  vk::check(vkEndCommandBuffer(cb), "vkEndCommandBuffer");
+  s.in_flight.push_back({signal, cb, {}});
+  return cb;
+}
+
 std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
                                                 const std::vector<Resubmission>& entries) {
   std::lock_guard lock(mutex_);
@@ -186,6 +207,7 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
   std::vector<uint64_t> signals(count);
   std::vector<VkTimelineSemaphoreSubmitInfo> timelines(count);
   std::vector<VkSubmitInfo> submits(count);
+  std::vector<std::array<VkCommandBuffer, 2>> cbs(count);  // a loop body's saved ticks, then it
   std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
   const VkSemaphore signal_semaphore = s.semaphore.handle();
   std::vector<Fence> fences;
@@ -200,6 +222,9 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
       stages[i].push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
     }
     signals[i] = s.last_submitted + 1 + i;
+    uint32_t n = 0;
+    if (const VkCommandBuffer save = save_previous_run(timeline, entries[i].cb, signals[i])) cbs[i][n++] = save;
+    if (entries[i].cb) cbs[i][n++] = entries[i].cb;
     hooks.emplace_back(*profiler_, timeline, entries[i].cb, signals[i], need);
     timelines[i] = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     timelines[i].waitSemaphoreValueCount = static_cast<uint32_t>(values[i].size());
@@ -211,8 +236,8 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     submits[i].waitSemaphoreCount = static_cast<uint32_t>(semaphores[i].size());
     submits[i].pWaitSemaphores = semaphores[i].data();
     submits[i].pWaitDstStageMask = stages[i].data();
-    submits[i].commandBufferCount = entries[i].cb ? 1 : 0;
-    submits[i].pCommandBuffers = &entries[i].cb;
+    submits[i].commandBufferCount = n;
+    submits[i].pCommandBuffers = cbs[i].data();
     submits[i].signalSemaphoreCount = 1;
     submits[i].pSignalSemaphores = &signal_semaphore;
     fences.push_back(Fence{timeline, signals[i]});
