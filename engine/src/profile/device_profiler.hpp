@@ -10,7 +10,10 @@
 // first by the next replay: the command buffer that refreshes a device's inputs (which runs
 // after the previous replay finished and before this one's captured buffers) also copies the
 // queries of that device's captured buffers into a host-visible slot. No extra command buffer
-// or submission is needed, which matters on lavapipe, where each costs ~9 us.
+// or submission is needed, which matters on lavapipe, where each costs ~9 us. A loop body runs
+// the same buffers again within one replay (once per iteration): there a small command buffer,
+// in the same submission right before the next run, saves the previous one
+// (RuntimeState::save_previous_run), so no iteration's spans are lost.
 //
 // A recording that records no span writes no timestamp: on lavapipe the first timestamp of a
 // submission is what costs (~10 us: its queries live in the rasterizer's scene, which then has
