@@ -31,6 +31,7 @@
 #include "profile/hooks.hpp"
 #include "runtime/runtime_state.hpp"
 #include "test_support.hpp"
+#include "value_checks.hpp"
 
 namespace mv = meshvk;
 namespace prof = meshvk::profile;
@@ -753,4 +754,44 @@ TEST(Profile, EveryIterationOfALoopBodyKeepsItsSpans) {
   }
   EXPECT_EQ(matmuls, 3 * n);  // eager, then the trace's run and a replay
   EXPECT_EQ(prof::counters().dropped_spans, 0u);
+}
+
+// Constants a program makes (an arange, zeros, a causal mask's iotas), in its body or in a scan's
+// body, run when it is traced and not on replays: their buffers keep what the trace wrote (a
+// program owns them and nothing writes them again). Replays with new inputs give the values of
+// the same function called eagerly, and run no iota or fill.
+TEST(Profile, ReplaysLeaveOutTheProgramsConstants) {
+  auto f = [](const mv::Array& x) {
+    const mv::Array mask = mv::astype(
+        mv::less_equal(mv::arange(5).reshape({1, 5}), mv::arange(5).reshape({5, 1})), mv::DType::float32);
+    auto [last, ys] = mv::lax::scan(
+        [](const mv::Array& c, const std::vector<mv::Array>& xs) {
+          const mv::Array next = c * 0.5f + xs[0] + mv::arange(5.f);
+          return std::make_pair(next, next + mv::zeros({5}));
+        },
+        mv::zeros({5}), std::vector<mv::Array>{x});
+    return mv::matmul(x, mask) + last + mv::sum(ys, 0);
+  };
+  const auto jitted = mv::jit(f, mv::JitOptions{.name = "with_constants"});
+  auto constants_run = [] {
+    prof::flush();
+    int n = 0;
+    for (const auto& s : spans_of(prof::events(), test_runtime_id()))
+      if (s.device >= 0 && std::string(s.program) == "jit(with_constants)" &&
+          (std::string(s.name) == "iota" || std::string(s.name) == "fill"))
+        ++n;
+    return n;
+  };
+  Profiling on;
+  const mv::Array x0 = mv::array(random_floats(25, 70), mv::Shape{5, 5});
+  const std::vector<float> traced = jitted(x0).to_host<float>();
+  EXPECT_GT(constants_run(), 0);  // the trace made them
+  for (int call = 1; call < 3; ++call) {
+    const mv::Array x = mv::array(random_floats(25, 70 + call), mv::Shape{5, 5});
+    prof::clear();
+    const std::vector<float> replayed = jitted(x).to_host<float>();
+    EXPECT_EQ(constants_run(), 0) << "replay " << call;
+    expect_close(f(x), replayed, 0.f);
+  }
+  expect_close(f(x0), traced, 0.f);
 }

@@ -182,6 +182,7 @@ ShardedValue iota(RuntimeState& rt, int64_t count, DType dtype, double start, do
   ShardedValue v{Shape{count}, dtype, single_device, {}};
   auto buffer = rt.allocate(device, static_cast<uint64_t>(count) * dtype_size(dtype));
   Recording rec = rt.begin(device);
+  rec.constant = true;
   if (count > 0 && is_16bit(dtype)) {  // computed in float32, then rounded to the format
     auto wide = rt.allocate(device, static_cast<uint64_t>(count) * 4);
     rec.keep_alive.push_back(wide);
@@ -203,6 +204,7 @@ ShardedValue fill(RuntimeState& rt, const Shape& shape, DType dtype, uint32_t wo
   for (const DeviceIndex& di : sharding.devices_indices_map(shape)) {
     auto buffer = rt.allocate(di.device, piece_bytes(di.index, dtype));
     Recording rec = rt.begin(di.device);
+    rec.constant = true;
     kernels::require_dtype(rt, di.device, dtype);
     if (is_64bit(dtype))
       kernels::record_fill64(rt, rec, *buffer, piece_bytes(di.index, dtype) / 8, word, dtype);

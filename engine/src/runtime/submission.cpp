@@ -3,6 +3,7 @@
 // vkQueueSubmit of a recording or of captured command buffers, with its timeline waits.
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
@@ -145,7 +146,12 @@ Fence RuntimeState::submit(Recording&& r) {
     // Only a peer timeline's count matters here: it is what this process waits for.
     if (!is_peer_timeline(r.timeline)) return Fence{};
     const Fence f = submit_command_buffer(r.timeline, VK_NULL_HANDLE, r.waits, current_activity());
-    if (capturing) note_captured({r.timeline, VK_NULL_HANDLE, r.waits, f.value, current_activity()}, {});
+    if (capturing) {
+      // A constant: left out of replays on its own process, so not counted here either.
+      Capture::Submission entry{r.timeline, VK_NULL_HANDLE, r.waits, f.value, current_activity()};
+      entry.trace_only = r.constant;
+      note_captured(entry, {});
+    }
     return f;
   }
   if (r.profile) profiler_->close(r.profile, capturing != nullptr);  // profile hook
@@ -153,6 +159,7 @@ Fence RuntimeState::submit(Recording&& r) {
   const Fence f = submit_command_buffer(r.timeline, r.cb, r.waits, current_activity());
   if (capturing) {
     Capture::Submission entry{r.timeline, r.cb, r.waits, f.value, current_activity()};
+    entry.trace_only = r.constant;
     entry.work = std::move(r.work);
     if (current_collective_work()) entry.work.push_back(current_collective_work());
     note_captured(entry, r.keep_alive);
