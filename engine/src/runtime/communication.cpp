@@ -84,7 +84,8 @@ void RuntimeState::communicate() {
         lock.unlock();
         const bool received = exchange_staged();
         lock.lock();
-        quiet_ns = received ? 50'000 : std::min<uint64_t>(quiet_ns * 2, 1'000'000);
+        // While bytes are on their way, MPI moves them only when this thread calls it.
+        quiet_ns = received || link_->busy() ? 50'000 : std::min<uint64_t>(quiet_ns * 2, 1'000'000);
       }
       if (drain_held()) continue;
     } catch (const std::exception& e) {

@@ -46,8 +46,14 @@ class StagedLink {
   // This process's heartbeat to every other (runtime/liveness.hpp); arriving ones go to the
   // group's Liveness, and a goodbye tells it that nothing more comes from that process.
   void send_heartbeat(uint64_t tick, uint64_t progress, uint64_t waiting);
-  // Handles every message that arrived, in arrival order; true when there was any.
+  // Handles every message that arrived: a data message's bytes are received into the inbound
+  // ring without waiting (MPI_Irecv, posted as soon as its header is in), and a timeline's value
+  // is raised once every earlier byte of its process arrived. True when anything arrived or
+  // completed.
   bool receive();
+  // Whether a message is on its way either way (then the thread should look again soon: MPI
+  // moves bytes only while some thread calls it).
+  bool busy() const;
   // Completes the sends MPI finished; true when none is left.
   bool sends_done();
   // Shutdown: tells every other process this one sends nothing more; done() once every other
@@ -60,15 +66,22 @@ class StagedLink {
     uint64_t kind, timeline, value, offset, bytes;
   };
   struct Pending;
+  struct Arrival;
+  bool complete_arrivals();
+  void raise(const Header& h);
   void post(const void* data, uint64_t bytes, int dst, int tag);
   void post_header(const Header& h, int dst);
   ProcessGroup* group_;
   int rank_, size_;
+  uint64_t timelines_;
   uint64_t ring_bytes_;
   uint8_t* memory_ = nullptr;
   uint64_t bytes_ = 0;
   std::unique_ptr<std::atomic<uint64_t>[]> mirror_;
   std::deque<std::unique_ptr<Pending>> pending_;
+  // Per source process, what arrived in order: data whose bytes are still on their way, and the
+  // values behind them, which wait for them.
+  std::vector<std::deque<std::unique_ptr<Arrival>>> arrivals_;
   int goodbyes_ = 0;
   bool said_goodbye_ = false;
   struct Comm;
