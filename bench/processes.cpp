@@ -157,8 +157,13 @@ int run_processes(const Options& options) {
     start = end + 1;
   }
   const size_t program = args.size();
-  args.insert(args.end(), {"-x", "MESHVK_NUM_DEVICES=1", "-x", "LP_NUM_THREADS", "/proc/self/exe",
-                           "processes", "--reps", std::to_string(options.reps)});
+  // One device per process unless MESHVK_NUM_DEVICES asks for more (4 per node is how programs
+  // run; the MPI rows stay one rank per process).
+  const char* devices = std::getenv("MESHVK_NUM_DEVICES");
+  const std::string per_process =
+      std::string("MESHVK_NUM_DEVICES=") + (devices && *devices ? devices : "1");
+  args.insert(args.end(), {"-x", per_process, "-x", "LP_NUM_THREADS", "/proc/self/exe", "processes",
+                           "--reps", std::to_string(options.reps)});
   if (!options.only.empty()) {
     args.push_back("--only");
     args.push_back(options.only);

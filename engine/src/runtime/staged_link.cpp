@@ -81,6 +81,8 @@ StagedLink::StagedLink(ProcessGroup& group, int timelines, uint64_t ring_bytes)
   mirror_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(timelines));
   for (int t = 0; t < timelines; ++t) mirror_[t].store(0);
   arrivals_.resize(static_cast<size_t>(size_));
+  outbox_.resize(static_cast<size_t>(size_));
+  payload_.resize(static_cast<size_t>(size_));
   comm_ = std::make_unique<Comm>();
   // A communicator of its own: no message of the program's host collectives can match.
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_->comm), "MPI_Comm_dup");
@@ -91,6 +93,8 @@ StagedLink::~StagedLink() {
     // Requests left by a shutdown that gave up (a peer gone): not waited for.
     for (auto& p : pending_)
       if (p->request != MPI_REQUEST_NULL) MPI_Request_free(&p->request);
+    for (auto& p : payload_)
+      if (p && p->request != MPI_REQUEST_NULL) MPI_Request_free(&p->request);
     for (auto& from : arrivals_)
       for (auto& a : from)
         for (MPI_Request& r : a->requests)
@@ -101,6 +105,31 @@ StagedLink::~StagedLink() {
     if (comm_ && comm_->comm != MPI_COMM_NULL) MPI_Comm_free(&comm_->comm);
   }
   if (memory_) munmap(memory_, bytes_);
+}
+
+void StagedLink::post_payloads() {
+  for (int dst = 0; dst < size_; ++dst) {
+    auto& on_way = payload_[dst];
+    if (on_way) {
+      int finished = 0;
+      check_mpi(MPI_Test(&on_way->request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!finished) continue;
+      on_way.reset();
+    }
+    if (outbox_[dst].empty()) continue;
+    const Outgoing next = outbox_[dst].front();
+    outbox_[dst].pop_front();
+    on_way = std::make_unique<Pending>();
+    check_mpi(MPI_Isend(next.from, static_cast<int>(next.bytes), MPI_BYTE, dst, kPayloadTag,
+                        comm_->comm, &on_way->request),
+              "MPI_Isend");
+  }
+}
+
+size_t StagedLink::sends_in_flight() const {
+  size_t n = pending_.size();
+  for (int dst = 0; dst < size_; ++dst) n += outbox_[dst].size() + (payload_[dst] ? 1 : 0);
+  return n;
 }
 
 void StagedLink::post(const void* data, uint64_t bytes, int dst, int tag) {
@@ -124,7 +153,8 @@ void StagedLink::send_data(int dst, int timeline, uint64_t value, uint64_t offse
   post_header({kData, static_cast<uint64_t>(timeline), value, offset, bytes}, dst);
   const uint8_t* from = memory_ + outbound(dst) + offset;
   for (uint64_t at = 0; at < bytes; at += kChunk)
-    post(from + at, std::min(kChunk, bytes - at), dst, kPayloadTag);
+    outbox_[dst].push_back({from + at, std::min(kChunk, bytes - at)});
+  post_payloads();
 }
 
 void StagedLink::send_progress(int dst, int timeline, uint64_t value) {
@@ -220,7 +250,7 @@ bool StagedLink::receive() {
 }
 
 bool StagedLink::busy() const {
-  if (!pending_.empty()) return true;
+  if (sends_in_flight()) return true;
   for (const auto& from : arrivals_)
     if (!from.empty()) return true;
   return false;
@@ -233,7 +263,8 @@ bool StagedLink::sends_done() {
     check_mpi(MPI_Test(&(*it)->request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
     it = finished ? pending_.erase(it) : it + 1;
   }
-  return pending_.empty();
+  post_payloads();
+  return sends_in_flight() == 0;
 }
 
 void StagedLink::say_goodbye() {
@@ -267,6 +298,9 @@ bool StagedLink::receive() {
 }
 bool StagedLink::busy() const {
   return false;
+}
+size_t StagedLink::sends_in_flight() const {
+  return 0;
 }
 bool StagedLink::sends_done() {
   return true;
