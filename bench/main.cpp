@@ -24,18 +24,26 @@ constexpr Benchmark kBenchmarks[] = {
      "matmul vs OpenBLAS, 2*sin(x)+1 and sum vs C++ loops, device copy vs memcpy, dispatch cost",
      meshvk::bench::run_kernels},
     {"collectives",
-     "all-reduce, all-gather, reduce-scatter, all-to-all, ppermute over 8 devices, 4 KiB to 256 MiB, vs the adapter's copy",
+     "all-reduce, all-gather, reduce-scatter, all-to-all, ppermute over 8 devices, 4 KiB to 256 "
+     "MiB, vs the adapter's copy",
      meshvk::bench::run_collectives},
-    {"collective-matmul", "the scaling book's collective matmuls (ppermute rings) vs all-gather-then-matmul; --only BxDxF[:NAME]", meshvk::bench::run_collective_matmul},
-    {"train", "an MLP training step on one device vs the sum of its matmuls (--only BATCH sets the batch)",
+    {"collective-matmul",
+     "the scaling book's collective matmuls (ppermute rings) vs all-gather-then-matmul; --only "
+     "BxDxF[:NAME]",
+     meshvk::bench::run_collective_matmul},
+    {"train",
+     "an MLP training step on one device vs the sum of its matmuls (--only BATCH sets the batch)",
      meshvk::bench::run_train},
-    {"jit", "a 100-op program: jit replay vs its command buffers submitted directly, eager ops vs replay",
+    {"jit",
+     "a 100-op program: jit replay vs its command buffers submitted directly, eager ops vs replay",
      meshvk::bench::run_jit},
-    {"profile", "profiler overhead: jit replays with profiling off and on, then the profile summary",
+    {"profile",
+     "profiler overhead: jit replays with profiling off and on, then the profile summary",
      meshvk::bench::run_profile},
     {"processes",
-     "all-reduce and all-gather between processes (mpirun, 1 device each) vs MPI_Allreduce and "
-     "MPI_Allgather on the same bytes; --processes N (default 2), across machines --hostfile "
+     "all-reduce, reduce-scatter and all-gather between processes (mpirun, 1 device each) vs "
+     "MPI_Allreduce, MPI_Reduce_scatter_block and MPI_Allgather on the same bytes; --processes N "
+     "(default 2), across machines --hostfile "
      "PATH (mpirun's; the executable at the same path on every host), --mpirun PATH (another "
      "launcher taking mpirun's arguments), --mpirun-args \"ARGS\" (more of mpirun's, split at "
      "spaces)",
@@ -48,13 +56,15 @@ constexpr Benchmark kBenchmarks[] = {
 };
 
 int usage(std::ostream& out, int rc) {
-  out << "usage: meshvk-bench <benchmark> [--reps N] [--only SUBSTRING] [peers options]\n\nbenchmarks:\n";
+  out << "usage: meshvk-bench <benchmark> [--reps N] [--only SUBSTRING] [peers "
+         "options]\n\nbenchmarks:\n";
   for (const Benchmark& b : kBenchmarks) out << "  " << b.name << "  " << b.summary << "\n";
   out << "\n--reps N         timed repetitions after one warm-up (default 5)\n"
          "--only SUBSTRING run only the rows whose name contains SUBSTRING\n"
          "--repeat N       the same as --reps N\n\n"
          "peers only:\n"
-         "--rows LIST      comma-separated row groups (default all): train, train-dp, matmul, sin,\n"
+         "--rows LIST      comma-separated row groups (default all): train, train-dp, matmul, "
+         "sin,\n"
          "                 sum, xent, all-reduce, all-gather, reduce-scatter\n"
          "--batch B        the MLP's batch (default 8192; a multiple of 8)\n"
          "--matmul LIST    square matmul sizes (default 1024,2048,4096)\n"
@@ -80,7 +90,8 @@ int main(int argc, char** argv) {
       options.only = argv[++i];
     } else if ((arg == "--rows" || arg == "--batch" || arg == "--matmul" || arg == "--elements" ||
                 arg == "--min-bytes" || arg == "--max-bytes" || arg == "--timeout" ||
-                arg == "--processes" || arg == "--hostfile" || arg == "--mpirun" || arg == "--mpirun-args") &&
+                arg == "--processes" || arg == "--hostfile" || arg == "--mpirun" ||
+                arg == "--mpirun-args") &&
                i + 1 < argc) {
       options.settings[std::string(arg.substr(2))] = argv[++i];
     } else {
@@ -90,13 +101,16 @@ int main(int argc, char** argv) {
   }
   const auto only_processes_settings = [&] {
     for (const auto& [key, value] : options.settings)
-      if (key != "processes" && key != "hostfile" && key != "mpirun" && key != "mpirun-args") return false;
+      if (key != "processes" && key != "hostfile" && key != "mpirun" && key != "mpirun-args")
+        return false;
     return true;
   };
-  if (!options.settings.empty() && name != "peers" && !(name == "processes" && only_processes_settings())) {
-    std::cerr << "meshvk-bench: --" << options.settings.begin()->first
-              << " is an option of `meshvk-bench peers` (or, for --processes, --hostfile, --mpirun and "
-                 "--mpirun-args, of `meshvk-bench processes`) only\n";
+  if (!options.settings.empty() && name != "peers" &&
+      !(name == "processes" && only_processes_settings())) {
+    std::cerr
+        << "meshvk-bench: --" << options.settings.begin()->first
+        << " is an option of `meshvk-bench peers` (or, for --processes, --hostfile, --mpirun and "
+           "--mpirun-args, of `meshvk-bench processes`) only\n";
     return usage(std::cerr, 2);
   }
   for (const Benchmark& b : kBenchmarks) {

@@ -1,8 +1,8 @@
 // `meshvk-bench processes [--processes N]`: collectives between processes (meshvk/distributed.hpp)
-// beside Open MPI's own MPI_Allreduce / MPI_Allgather on the same bytes, in the same run and the
-// same processes. Started plainly it starts itself again under `mpirun -np N` (N = 2 by default)
-// with one virtual device per process, so both sides move the same bytes between the same
-// processes; under mpirun it runs the rows and process 0 prints the table.
+// beside Open MPI's own MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather on the same bytes,
+// in the same run and the same processes. Started plainly it starts itself again under `mpirun -np
+// N` (N = 2 by default) with one virtual device per process, so both sides move the same bytes
+// between the same processes; under mpirun it runs the rows and process 0 prints the table.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +63,8 @@ int run_inside_mpirun(const Options& options) {
     std::vector<float> host(static_cast<size_t>(count) * n, 1.0f);
     const auto x = mv::device_put(std::span<const float>(host), {count * n},
                                   mv::NamedSharding(mesh, mv::P("x")));
-    std::vector<float> send(static_cast<size_t>(count), 1.0f), recv(static_cast<size_t>(count) * processes);
+    std::vector<float> send(static_cast<size_t>(count), 1.0f),
+        recv(static_cast<size_t>(count) * processes);
     const double bus = 2.0 * (n - 1) / n;  // nccl-tests' all-reduce bus factor
     if (options.wants("all-reduce")) {
       const auto psum = mv::shard_map([](const mv::Array& v) { return mv::psum(v, "x"); }, mesh,
@@ -79,15 +80,33 @@ int run_inside_mpirun(const Options& options) {
       table.add({"all-reduce " + size + " busbw", "GB/s", bus * bytes / ours / 1e9, "MPI_Allreduce",
                  bus * bytes / theirs / 1e9, mib == 64 ? 1.0 : 0.0});
     }
+    if (options.wants("reduce-scatter")) {
+      // Each device's `bytes` reduced, a 1/n share of the sum left on each: nccl-tests' busbw,
+      // (n-1)/n of a member's input per time.
+      const auto scatter =
+          mv::shard_map([](const mv::Array& v) { return mv::psum_scatter(v, "x", 0, true); }, mesh,
+                        {mv::P("x")}, mv::P("x"));
+      const double ours = timed(options.reps, [&] {
+        const mv::Array y = scatter(x);
+        rt.synchronize();
+      });
+      const double theirs = timed(options.reps, [&] {
+        MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(count / processes),
+                                 MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      });
+      table.add({"reduce-scatter " + size + " busbw", "GB/s", (n - 1.0) / n * bytes / ours / 1e9,
+                 "MPI_Reduce_scatter_block", (n - 1.0) / n * bytes / theirs / 1e9, 0.0});
+    }
     if (options.wants("all-gather")) {
       // Each process's `bytes` gathered into every process: the busbw of nccl-tests, (n-1)/n of
       // the gathered total per time.
       const int64_t piece = count / n;
-      const auto gather = mv::shard_map(
-          [](const mv::Array& v) { return mv::all_gather(v, "x", 0, true); }, mesh, {mv::P("x")},
-          mv::P("x"));
-      const auto small = mv::device_put(std::span<const float>(host.data(), static_cast<size_t>(piece * n)),
-                                        {piece * n}, mv::NamedSharding(mesh, mv::P("x")));
+      const auto gather =
+          mv::shard_map([](const mv::Array& v) { return mv::all_gather(v, "x", 0, true); }, mesh,
+                        {mv::P("x")}, mv::P("x"));
+      const auto small =
+          mv::device_put(std::span<const float>(host.data(), static_cast<size_t>(piece * n)),
+                         {piece * n}, mv::NamedSharding(mesh, mv::P("x")));
       const double ours = timed(options.reps, [&] {
         const mv::Array y = gather(small);
         rt.synchronize();
@@ -106,9 +125,10 @@ int run_inside_mpirun(const Options& options) {
               << mv::local_device_count() << " device(s), the same bytes through Open MPI\n\n"
               << machine_summary(rt.adapter_name()) << "\n\n";
     table.print(std::cout);
-    std::cout << "\nbusbw as nccl-tests counts it; meshvk's figures include the eager shard_map call and "
-                 "a synchronize, MPI's one call; each the median of "
-              << options.reps << " runs between barriers.\n";
+    std::cout
+        << "\nbusbw as nccl-tests counts it; meshvk's figures include the eager shard_map call and "
+           "a synchronize, MPI's one call; each the median of "
+        << options.reps << " runs between barriers.\n";
   }
   return 0;
 }
@@ -137,7 +157,12 @@ int run_processes(const Options& options) {
     start = end + 1;
   }
   const size_t program = args.size();
-  args.insert(args.end(), {"-x", "MESHVK_NUM_DEVICES=1", "-x", "LP_NUM_THREADS", "/proc/self/exe", "processes",
+  // One device per process unless MESHVK_NUM_DEVICES asks for more (4 per node is how programs
+  // run; the MPI rows stay one rank per process).
+  const char* devices = std::getenv("MESHVK_NUM_DEVICES");
+  const std::string per_process =
+      std::string("MESHVK_NUM_DEVICES=") + (devices && *devices ? devices : "1");
+  args.insert(args.end(), {"-x", per_process, "-x", "LP_NUM_THREADS", "/proc/self/exe", "processes",
                            "--reps", std::to_string(options.reps)});
   if (!options.only.empty()) {
     args.push_back("--only");

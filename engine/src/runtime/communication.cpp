@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 #include "runtime/process_group.hpp"
 #include "runtime/runtime_state.hpp"
@@ -18,6 +19,9 @@ namespace {
 // How long the communication thread waits on one remote value before looking again (new held
 // work may depend on another).
 constexpr uint64_t kPollNs = 2'000'000;
+// Staged: how long the thread keeps calling MPI without a pause while messages are in flight
+// but none completes.
+constexpr int kStreamingMs = 20;
 }  // namespace
 
 bool RuntimeState::submittable(const Stream& s, const std::vector<uint64_t>& need) const {
@@ -74,6 +78,12 @@ void RuntimeState::communicate() {
   // Staged between processes: how long to sleep while nothing moves (doubling up to 1 ms), as
   // messages only arrive when this thread looks.
   uint64_t quiet_ns = 50'000;
+  // Staged, while messages are on their way: MPI moves their bytes only inside calls (over shared
+  // memory a fragment at a time, each needing both sides to call), so the thread calls it again
+  // at once, yielding the core in between, rather than sleeping. Only while messages complete:
+  // a peer that takes none (stopped, or busy for long) gets the sleeping polls again.
+  bool streaming = false, was_busy = false;
+  std::chrono::steady_clock::time_point last_moved{};
   while (true) {
     try {
       if (processes_ > 1) {
@@ -82,9 +92,14 @@ void RuntimeState::communicate() {
       }
       if (link_) {
         lock.unlock();
-        const bool received = exchange_staged();
+        const bool moved = exchange_staged();
         lock.lock();
-        quiet_ns = received ? 50'000 : std::min<uint64_t>(quiet_ns * 2, 1'000'000);
+        const bool busy = link_->busy();
+        const auto now = std::chrono::steady_clock::now();
+        if (moved || (busy && !was_busy)) last_moved = now;
+        was_busy = busy;
+        streaming = busy && now - last_moved < std::chrono::milliseconds(kStreamingMs);
+        quiet_ns = moved || busy ? 50'000 : std::min<uint64_t>(quiet_ns * 2, 1'000'000);
       }
       if (drain_held()) continue;
     } catch (const std::exception& e) {
@@ -137,7 +152,9 @@ void RuntimeState::communicate() {
       // process rings.
       const bool publishing = !progress_published();
       lock.unlock();
-      if (link_)  // staged: messages arrive only when this thread looks
+      if (streaming)
+        std::this_thread::yield();
+      else if (link_)  // staged: messages arrive only when this thread looks
         wait_local_progress(blocking && blocking->remote ? 100'000 : quiet_ns);
       else if (publishing)
         wait_local_progress(blocking && blocking->remote ? 200'000 : 1'000'000);
@@ -145,7 +162,13 @@ void RuntimeState::communicate() {
         wait_for_peers(2'000'000);
       lock.lock();
     } else if (idle && link_) {
-      held_cv_.wait_for(lock, std::chrono::nanoseconds(quiet_ns));
+      if (streaming) {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      } else {
+        held_cv_.wait_for(lock, std::chrono::nanoseconds(quiet_ns));
+      }
     } else if (idle && processes_ > 1) {
       // The heartbeat goes on while nothing moves.
       held_cv_.wait_for(lock, std::chrono::nanoseconds(liveness_->period_ns()));

@@ -45,7 +45,8 @@ void futex_wake(uint32_t* word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 void futex_wait(uint32_t* word, uint32_t seen, uint64_t timeout_ns) {
-  const timespec t{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  const timespec t{static_cast<time_t>(timeout_ns / 1000000000),
+                   static_cast<long>(timeout_ns % 1000000000)};
   syscall(SYS_futex, word, FUTEX_WAIT, seen, &t, nullptr, 0);
 }
 }  // namespace
@@ -80,14 +81,16 @@ void RuntimeState::join_processes(int local_devices) {
   liveness_ = &group->liveness();
   // Every process must hold as many devices: the mesh is process-major.
   const int32_t mine = local_devices;
-  const std::vector<uint8_t> all = group->allgather(&mine, sizeof mine, "Runtime start: the devices of each process");
+  const std::vector<uint8_t> all =
+      group->allgather(&mine, sizeof mine, "Runtime start: the devices of each process");
   for (int r = 0; r < processes_; ++r) {
     int32_t theirs = 0;
     std::copy_n(all.data() + r * sizeof theirs, sizeof theirs, reinterpret_cast<uint8_t*>(&theirs));
     if (theirs != mine)
-      throw Error("Runtime: process " + std::to_string(process_) + " has " + std::to_string(mine) +
-                  " devices but process " + std::to_string(r) + " has " + std::to_string(theirs) +
-                  "; give every process the same MESHVK_NUM_DEVICES (mpirun -x MESHVK_NUM_DEVICES=4)");
+      throw Error(
+          "Runtime: process " + std::to_string(process_) + " has " + std::to_string(mine) +
+          " devices but process " + std::to_string(r) + " has " + std::to_string(theirs) +
+          "; give every process the same MESHVK_NUM_DEVICES (mpirun -x MESHVK_NUM_DEVICES=4)");
   }
   if (local_devices * processes_ > 64)
     throw Error("Runtime: " + std::to_string(processes_) + " processes of " +
@@ -110,13 +113,14 @@ void RuntimeState::share_memory() {
   // Every process makes the same streams (the adapters are alike), so timelines agree, and
   // moves bytes the same way.
   const int32_t mine[2] = {num_timelines(), static_cast<int32_t>(between_processes_)};
-  const std::vector<uint8_t> all = group.allgather(mine, sizeof mine, "Runtime start: the streams and transport of each process");
+  const std::vector<uint8_t> all = group.allgather(
+      mine, sizeof mine, "Runtime start: the streams and transport of each process");
   for (int r = 0; r < processes_; ++r) {
     int32_t theirs[2];
     std::memcpy(theirs, all.data() + r * sizeof mine, sizeof mine);
     if (theirs[0] != mine[0])
-      throw Error("Runtime: process " + std::to_string(r) +
-                  " has other streams than process " + std::to_string(process_) +
+      throw Error("Runtime: process " + std::to_string(r) + " has other streams than process " +
+                  std::to_string(process_) +
                   "; run every process on the same kind of adapter with the same settings "
                   "(MESHVK_TRANSFER_QUEUE, MESHVK_ADAPTERS)");
     if (theirs[1] != mine[1])
@@ -135,7 +139,8 @@ void RuntimeState::share_memory() {
       if (forced_between_ == BetweenProcesses::shared)
         throw Error("MESHVK_PROCESS_TRANSPORT=shared: " + failed + "; use staged or unset it");
       if (process_ == 0)
-        std::fprintf(stderr, "meshvk: %s; moving bytes between processes staged through MPI instead\n",
+        std::fprintf(stderr,
+                     "meshvk: %s; moving bytes between processes staged through MPI instead\n",
                      failed.c_str());
       between_processes_ = BetweenProcesses::staged;
     }
@@ -245,8 +250,9 @@ void RuntimeState::heartbeat() {
     if (!s->remote) timelines += s->semaphore.value();
   timespec cpu{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-  const Liveness::Beat beat = live.beat(
-      timelines, static_cast<uint64_t>(cpu.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(cpu.tv_nsec));
+  const Liveness::Beat beat =
+      live.beat(timelines, static_cast<uint64_t>(cpu.tv_sec) * 1'000'000'000ull +
+                               static_cast<uint64_t>(cpu.tv_nsec));
   if (link_) {
     link_->send_heartbeat(beat.tick, beat.progress, beat.waiting);
     return;
@@ -254,7 +260,8 @@ void RuntimeState::heartbeat() {
   ProcessGroup& group = *ProcessGroup::get();
   uint64_t* mine = heartbeat_slot(group.segment(process_));
   // Ending the job (ProcessGroup::abort marked it): the mark stays for the others to read.
-  if (std::atomic_ref<uint64_t>(mine[2]).load(std::memory_order_relaxed) == Liveness::kEndingJob) return;
+  if (std::atomic_ref<uint64_t>(mine[2]).load(std::memory_order_relaxed) == Liveness::kEndingJob)
+    return;
   std::atomic_ref<uint64_t>(mine[1]).store(beat.progress, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(mine[2]).store(beat.waiting, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(mine[0]).store(beat.tick, std::memory_order_release);
@@ -318,10 +325,12 @@ void RuntimeState::note_send(int timeline, uint64_t value, int dst_process, uint
   notes.push_back({value, dst_process, offset, bytes});
 }
 
+// True when a message arrived or one of this process's completed (the link moves).
 bool RuntimeState::exchange_staged() {
   const bool received = link_->receive();
+  const size_t sending = link_->sends_in_flight();
   link_->sends_done();
-  return received;
+  return received || link_->sends_in_flight() < sending;
 }
 
 void RuntimeState::wait_local_progress(uint64_t timeout_ns) {
@@ -357,15 +366,18 @@ VkBuffer RuntimeState::ring_view(int virtual_device, int src_process, int dst_pr
     return segment_views_[adapter_of_[virtual_device]][0]->handle();
   }
   // The ring lives in the sender's segment, after its table, one per other process.
-  start = kTableBytes + static_cast<uint64_t>(dst_process < src_process ? dst_process : dst_process - 1) *
-                            ring_bytes_;
+  start = kTableBytes +
+          static_cast<uint64_t>(dst_process < src_process ? dst_process : dst_process - 1) *
+              ring_bytes_;
   return segment_views_[adapter_of_[virtual_device]][src_process]->handle();
 }
 
-RuntimeState::RingRange RuntimeState::reserve_ring(int src_process, int dst_process, uint64_t bytes) {
+RuntimeState::RingRange RuntimeState::reserve_ring(int src_process, int dst_process,
+                                                   uint64_t bytes) {
   std::lock_guard lock(mutex_);
   if (bytes > ring_bytes_ / 2)
-    throw Error("internal: a transfer of " + std::to_string(bytes) + " bytes between processes exceeds half the ring");
+    throw Error("internal: a transfer of " + std::to_string(bytes) +
+                " bytes between processes exceeds half the ring");
   Ring& ring = rings_[{src_process, dst_process}];
   bytes = (bytes + 255) / 256 * 256;
   if (ring.head + bytes > ring_bytes_) ring.head = 0;

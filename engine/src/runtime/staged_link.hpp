@@ -7,9 +7,13 @@
 // communication thread ships its bytes as MPI messages into the receiver's inbound ring at the
 // same offset, and the receiver raises its mirror of the sender's peer timeline to the send's
 // value; other values of local peer timelines (the receives a sender's ring reuse waits for)
-// travel as progress messages. Everything goes from one thread per process on one communicator
-// and tag, in order, so MPI's non-overtaking rule keeps a progress message behind the data of
-// every earlier send of its timeline.
+// travel as progress messages. Everything goes from one thread per process on one communicator,
+// headers on one tag and the bytes on another, in order: MPI's non-overtaking rule keeps a
+// progress message behind the header of every earlier send of its timeline, and the receiver
+// raises no value of a source process before the bytes that source sent ahead of it are in.
+// Nothing blocks the thread: a header's bytes are received with MPI_Irecv, and a destination's
+// payloads go one at a time (see outbox_), so the two directions stream at once and pieces
+// complete in order, each as soon as its bytes are in.
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -46,10 +50,18 @@ class StagedLink {
   // This process's heartbeat to every other (runtime/liveness.hpp); arriving ones go to the
   // group's Liveness, and a goodbye tells it that nothing more comes from that process.
   void send_heartbeat(uint64_t tick, uint64_t progress, uint64_t waiting);
-  // Handles every message that arrived, in arrival order; true when there was any.
+  // Handles every message that arrived: a data message's bytes are received into the inbound
+  // ring without waiting (MPI_Irecv, posted as soon as its header is in), and a timeline's value
+  // is raised once every earlier byte of its process arrived. True when anything arrived or
+  // completed.
   bool receive();
+  // Whether a message is on its way either way (then the thread should look again soon: MPI
+  // moves bytes only while some thread calls it).
+  bool busy() const;
   // Completes the sends MPI finished; true when none is left.
   bool sends_done();
+  // Messages not yet completed (posted or waiting their turn).
+  size_t sends_in_flight() const;
   // Shutdown: tells every other process this one sends nothing more; done() once every other
   // process said so too and every send completed (no message is left unmatched at exit).
   void say_goodbye();
@@ -60,15 +72,32 @@ class StagedLink {
     uint64_t kind, timeline, value, offset, bytes;
   };
   struct Pending;
+  struct Arrival;
+  bool complete_arrivals();
+  void raise(const Header& h);
   void post(const void* data, uint64_t bytes, int dst, int tag);
+  void post_payloads();
   void post_header(const Header& h, int dst);
   ProcessGroup* group_;
   int rank_, size_;
+  uint64_t timelines_;
   uint64_t ring_bytes_;
   uint8_t* memory_ = nullptr;
   uint64_t bytes_ = 0;
   std::unique_ptr<std::atomic<uint64_t>[]> mirror_;
   std::deque<std::unique_ptr<Pending>> pending_;
+  // Per destination, the payloads (ring bytes) in order: one on its way at a time, the rest
+  // waiting. Open MPI interleaves messages posted together on one connection, so pieces posted
+  // at once all arrive at the end, and the receiver cannot fold the first while the next comes.
+  struct Outgoing {
+    const uint8_t* from;
+    uint64_t bytes;
+  };
+  std::vector<std::deque<Outgoing>> outbox_;
+  std::vector<std::unique_ptr<Pending>> payload_;
+  // Per source process, what arrived in order: data whose bytes are still on their way, and the
+  // values behind them, which wait for them.
+  std::vector<std::deque<std::unique_ptr<Arrival>>> arrivals_;
   int goodbyes_ = 0;
   bool said_goodbye_ = false;
   struct Comm;
