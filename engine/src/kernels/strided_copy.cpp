@@ -66,16 +66,24 @@ VkFormat texel_format(const StridedCopy& c) {
   return c.element_bytes == 2 ? VK_FORMAT_R16_UINT : VK_FORMAT_R32_UINT;
 }
 
+// Every copy kernel's start: invocation i walks the box from `first` (its element or vec4
+// index), its input and output positions from the push constants' offsets.
+std::string copy_main(const char* first) {
+  return std::string(
+             "void main() {\n"
+             "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
+             "gl_LocalInvocationID.x;\n"
+             "  if (i >= pc.n) return;\n"
+             "  uint rest = ") +
+         first + ";\n  int si = pc.in_offset;\n  int so = pc.out_offset;\n";
+}
+
 std::string copy_kernel(const StridedCopy& c) {
   std::ostringstream g;
   g << copy_prologue(c)
     << "layout(push_constant) uniform Params { uint n; uint base; int in_offset; int out_offset; } "
        "pc;\n"
-       "void main() {\n"
-       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
-       "gl_LocalInvocationID.x;\n"
-       "  if (i >= pc.n) return;\n"
-       "  uint rest = pc.base + i;\n  int si = pc.in_offset;\n  int so = pc.out_offset;\n";
+    << copy_main("pc.base + i");
   for (size_t d = c.box.size(); d-- > 0;) {
     g << "  { const int k = int(rest % " << c.box[d] << "u); rest /= " << c.box[d]
       << "u; si += k * (" << c.in_strides[d] << "); so += k * (" << c.out_strides[d] << "); }\n";
@@ -105,11 +113,7 @@ std::string vec4_copy_kernel(const StridedCopy& c) {
        "layout(std430, binding = 1) writeonly buffer Out { uvec4 o[]; };\n"
        "layout(push_constant) uniform Params { uint n; uint base; int in_offset; int out_offset; } "
        "pc;\n"
-       "void main() {\n"
-       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
-       "gl_LocalInvocationID.x;\n"
-       "  if (i >= pc.n) return;\n"
-       "  uint rest = i;\n  int si = pc.in_offset;\n  int so = pc.out_offset;\n";
+    << copy_main("i");
   for (size_t d = c.box.size(); d-- > 0;) {
     const bool last = d + 1 == c.box.size();
     const int64_t box = last ? c.box[d] / 4 : c.box[d];
@@ -130,11 +134,7 @@ std::string tiled_kernel(const StridedCopy& c) {
     << "layout(push_constant) uniform Params { uint n; int in_offset; int out_offset; uint ext["
     << c.box.size()
     << "]; } pc;\n"
-       "void main() {\n"
-       "  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
-       "gl_LocalInvocationID.x;\n"
-       "  if (i >= pc.n) return;\n"
-       "  uint rest = i;\n  int si = pc.in_offset;\n  int so = pc.out_offset;\n";
+    << copy_main("i");
   for (size_t d = c.box.size(); d-- > 0;) {
     g << "  { const int k = int(rest % pc.ext[" << d << "]); rest /= pc.ext[" << d
       << "]; si += k * (" << c.in_strides[d] << "); so += k * (" << c.out_strides[d] << "); }\n";
