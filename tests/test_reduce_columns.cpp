@@ -57,9 +57,11 @@ TEST(ReduceColumns, SumOverLeadingAxesEqualsSumOfTransposeBitForBit) {
     mv::Shape shape;
     size_t lead;
   };
-  // n a multiple of 4 (vector accumulation) or not, one pass or several (n > 4096), 3-D.
-  const Case cases[] = {{{64, 1024}, 1}, {{1000, 33}, 1}, {{1001, 5}, 1},
-                        {{9000, 12}, 1}, {{3, 4, 5}, 2},  {{6, 7, 2, 3}, 1}};
+  // n a multiple of 4 (vector accumulation) or not, one pass or several (n > 4096), 3-D; columns
+  // a multiple of 4 (four per invocation, read as one texel) or not.
+  const Case cases[] = {{{64, 1024}, 1}, {{1000, 33}, 1}, {{1001, 5}, 1}, {{9000, 12}, 1},
+                        {{3, 4, 5}, 2},  {{6, 7, 2, 3}, 1}, {{4, 4}, 1},    {{8200, 8}, 1},
+                        {{12, 1028}, 1}, {{16, 2, 4}, 1},  {{20, 3, 4}, 2}, {{4100, 4}, 1}};
   uint32_t seed = 1;
   for (const Case& c : cases) {
     const mv::Array x = random_array(c.shape, seed++);
@@ -86,6 +88,8 @@ TEST(ReduceColumns, MaxMinArgmaxAndIntegersOverAxisZero) {
   for (size_t i = 0; i < iv.size(); ++i) iv[i] = static_cast<int32_t>(i * 7919 % 1000) - 500;
   const mv::Array xi = mv::array(std::span<const int32_t>(iv), mv::Shape{100, 6});
   expect_same_bits<int32_t>(mv::sum(xi, {0}), mv::sum(mv::transpose(xi), {1}), "int32 sum");
+  const mv::Array x4 = mv::reshape(xi, {75, 8});  // four columns per invocation, int32
+  expect_same_bits<int32_t>(mv::sum(x4, {0}), mv::sum(mv::transpose(x4), {1}), "int32 sum, 8 columns");
 }
 
 TEST(ReduceColumns, BiasGradientSumIsOneDispatch) {
