@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -783,4 +784,213 @@ TEST(FastPathsAdversarial, ScanMatmulGradientsSharded) {
   expect_same(j(h0, ws), want, "sharded jit");
   const Array h1 = placed_array(random_floats(b * d, 92), {b, d}, mv::NamedSharding(mesh, P("data")));
   expect_same(j(h1, ws), mv::grad(f_unr, std::vector<int>{0, 1})(h1, ws), "sharded jit replay");
+}
+
+// ---------------------------------------------------------------- second round
+
+// Constants inside loop bodies written at the loop's (per-iteration) index: the body is replayed
+// once per iteration, so a write into the body's constant would leak into the next iteration.
+TEST(FastPathsAdversarial, ConstantsInLoopBodiesWrittenAtTheIterationIndex) {
+  const int64_t n = 6;
+  const auto run = [n](const Array& x) {
+    // Each iteration: a fresh zeros(n) with x's i-th value at i, added to the carry.
+    return mv::lax::fori_loop(0, n, [&x, n](const Array& i, const Array& c) {
+      const Array one = mv::dynamic_slice(x, {i}, {1});
+      return c + mv::dynamic_update_slice(mv::zeros({n}), one, {i}) * (mv::astype(i, mv::DType::float32) + 1.f);
+    }, mv::zeros({n}));
+  };
+  const auto dus_carry = [n](const Array& x) {
+    // The carry starts as a constant and is updated in place-able fashion at i.
+    return mv::lax::fori_loop(0, n, [&x](const Array& i, const Array& c) {
+      return mv::dynamic_update_slice(c, mv::dynamic_slice(x, {i}, {1}) * 2.f, {i});
+    }, mv::full({n}, -1.0f));
+  };
+  const auto j = mv::jit(run);
+  const auto jd = mv::jit(dus_carry);
+  for (int call = 0; call < 3; ++call) {
+    const auto v = small_ints(n, 100 + call);
+    std::vector<float> want(n), want_d(n);
+    for (int64_t k = 0; k < n; ++k) {
+      want[k] = v[k] * float(k + 1);
+      want_d[k] = v[k] * 2.f;
+    }
+    const std::string c = " call " + std::to_string(call);
+    expect_exact<float>(run(host_array(v)), want, "eager body constants" + c);
+    expect_exact<float>(j(host_array(v)), want, "jit body constants" + c);
+    expect_exact<float>(dus_carry(host_array(v)), want_d, "eager dus carry" + c);
+    expect_exact<float>(jd(host_array(v)), want_d, "jit dus carry" + c);
+  }
+  // A scan whose y is a constant updated at the iteration's index, and whose xs is an arange.
+  const auto ys_const = mv::jit([](const Array& s) {
+    auto [c, ys] = mv::lax::scan([](const Array& c, const Array& t) {
+      const Array ti = mv::astype(t, mv::DType::int32);
+      const Array y = mv::dynamic_update_slice(mv::zeros({4}), mv::reshape(c, {1}), {ti});
+      return std::make_pair(c + 1.f, y);
+    }, s, mv::arange(4.0f));
+    return ys;
+  });
+  for (int call = 0; call < 3; ++call) {
+    const float s = float(10 * call + 1);
+    std::vector<float> want(16, 0.f);
+    for (int t = 0; t < 4; ++t) want[t * 4 + t] = s + float(t);
+    expect_exact<float>(mv::reshape(ys_const(mv::scalar(s)), {16}), want, "scan y constant call " + std::to_string(call));
+  }
+}
+
+// Constants made on one device and moved to a sharded layout, or made sharded and reduced
+// across devices, in jit replays.
+TEST(FastPathsAdversarial, ConstantsMovedAcrossDevicesInReplays) {
+  for (const int n : {3, 8}) {
+    const mv::Mesh mesh = mesh_of(n);
+    const mv::NamedSharding split(mesh, P("x"));
+    const int64_t len = 4 * n;
+    const auto f = mv::jit([split, len](const Array& x) {
+      const Array r = mv::with_sharding_constraint(mv::arange(static_cast<float>(len)), split);
+      const Array o = mv::full({len}, 2.0f, split);
+      return std::vector<Array>{x * o + r, mv::sum(mv::ones({len}) * x)};
+    });
+    for (int call = 0; call < 3; ++call) {
+      const auto v = small_ints(len, 200 + call);
+      std::vector<float> want(len);
+      float total = 0;
+      for (int64_t k = 0; k < len; ++k) {
+        want[k] = v[k] * 2.f + float(k);
+        total += v[k];
+      }
+      const auto out = f(placed_array(v, {len}, split));
+      expect_exact<float>(out[0], want, "n=" + std::to_string(n) + " call " + std::to_string(call));
+      EXPECT_EQ(out[1].to_host<float>()[0], total) << "sum, n=" << n << " call " << call;
+    }
+    // psum of a constant inside shard_map, jitted.
+    const auto sm = mv::shard_map([](const Array& x) { return x + mv::psum(mv::ones({4}), "x"); }, mesh, {P("x")}, P("x"));
+    const auto js = mv::jit([sm](const Array& x) { return sm(x); });
+    for (int call = 0; call < 2; ++call) {
+      const auto v = small_ints(len, 300 + call);
+      std::vector<float> want(len);
+      for (int64_t k = 0; k < len; ++k) want[k] = v[k] + float(n);
+      expect_exact<float>(js(placed_array(v, {len}, split)), want, "psum of ones n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(FastPathsAdversarial, Int64AndFloat64TransposesSlicesAndTakes) {
+  for (const Shape& s : std::vector<Shape>{{3, 5, 2}, {2, 3, 4}, {4, 2, 1}, {2, 2, 3}}) {
+    std::vector<int64_t> v(numel(s));
+    std::vector<double> d(numel(s));
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = (static_cast<int64_t>(i) - 7) * 1000000007LL * 65536;
+      d[i] = static_cast<double>(i) * 1.0000000001 - 3.5;
+    }
+    const Array X = mv::array(std::span<const int64_t>(v), s);
+    const Array D = mv::array(std::span<const double>(d), s);
+    std::vector<int> perm(s.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    do {
+      expect_exact<int64_t>(mv::transpose(X, perm), host_transpose(v, s, perm), "int64 transpose");
+      expect_exact<double>(mv::transpose(D, perm), host_transpose(d, s, perm), "float64 transpose");
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    // Slices along the last axis at every start.
+    for (int64_t st = 0; st < s.back(); ++st) {
+      std::vector<int64_t> want;
+      const int64_t outer = numel(s) / s.back();
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = st; k < s.back(); ++k) want.push_back(v[o * s.back() + k]);
+      std::vector<int64_t> start(s.size(), 0), stop(s.begin(), s.end());
+      start.back() = st;
+      expect_exact<int64_t>(mv::reshape(mv::slice(X, start, stop), {static_cast<int64_t>(want.size())}), want,
+                            "int64 slice start " + std::to_string(st));
+    }
+    // take along axis 0 every mode.
+    const std::vector<int32_t> ids = {1, -1, 0, 9, -9};
+    for (const auto mode : {mv::TakeMode::fill, mv::TakeMode::clip, mv::TakeMode::wrap}) {
+      const int64_t n0 = s[0], inner = numel(s) / n0;
+      std::vector<int64_t> want;
+      std::vector<double> wantd;
+      for (int32_t id : ids) {
+        int64_t k = id;
+        bool filled = false;
+        if (mode == mv::TakeMode::fill) {
+          if (k < 0) k += n0;
+          filled = k < 0 || k >= n0;
+        } else if (mode == mv::TakeMode::clip) {
+          k = std::clamp<int64_t>(k, 0, n0 - 1);
+        } else {
+          k = ((k % n0) + n0) % n0;
+        }
+        for (int64_t i = 0; i < inner; ++i) {
+          want.push_back(filled ? std::numeric_limits<int64_t>::min() : v[k * inner + i]);
+          wantd.push_back(filled ? std::nan("") : d[k * inner + i]);
+        }
+      }
+      const Array I = mv::array(std::span<const int32_t>(ids), Shape{5});
+      const Array t = mv::take(X, I, 0, mode);
+      expect_exact<int64_t>(mv::reshape(t, {numel(t.shape())}), want, "int64 take mode " + std::to_string(int(mode)));
+      const Array td = mv::jit([mode](const Array& x, const Array& i) { return mv::take(x, i, 0, mode); })(D, I);
+      expect_exact<double>(mv::reshape(td, {numel(td.shape())}), wantd, "float64 take mode " + std::to_string(int(mode)));
+    }
+  }
+}
+
+TEST(FastPathsAdversarial, BoolAndByteBroadcastsAndUnalignedContiguousSlices) {
+  // bool predicate broadcast along rows (1, c) and per row (r, 1); int8 splat.
+  const int64_t r = 5, c = 12;
+  const auto vx = small_ints(r * c, 400), vy = small_ints(r * c, 401), vm = small_ints(c, 402), vs = small_ints(r, 403);
+  const auto fn = [](const Array& x, const Array& y, const Array& row, const Array& col) {
+    const Array m = mv::astype(row, mv::DType::bool_);
+    const Array k = mv::astype(col, mv::DType::bool_);
+    return mv::where(mv::logical_and(m, k), x, y);
+  };
+  std::vector<float> want(r * c);
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) want[i * c + j] = (vm[j] != 0 && vs[i] != 0) ? vx[i * c + j] : vy[i * c + j];
+  const Array X = host_array(vx, {r, c}), Y = host_array(vy, {r, c}), M = host_array(vm, {1, c}), S = host_array(vs, {r, 1});
+  expect_exact<float>(fn(X, Y, M, S), want, "bool where eager");
+  expect_exact<float>(mv::jit(fn)(X, Y, M, S), want, "bool where jit");
+  std::vector<int8_t> a8(r * c), s8(r);
+  for (int64_t i = 0; i < r * c; ++i) a8[i] = static_cast<int8_t>(i * 3 - 90);
+  for (int64_t i = 0; i < r; ++i) s8[i] = static_cast<int8_t>(i * 7 - 20);
+  std::vector<int8_t> w8(r * c);
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) w8[i * c + j] = static_cast<int8_t>(a8[i * c + j] - s8[i]);
+  const auto sub = [](const Array& a, const Array& b) { return a - b; };
+  const Array A8 = mv::array(std::span<const int8_t>(a8), Shape{r, c}), S8 = mv::array(std::span<const int8_t>(s8), Shape{r, 1});
+  expect_exact<int8_t>(sub(A8, S8), w8, "int8 splat eager");
+  expect_exact<int8_t>(mv::jit(sub)(A8, S8), w8, "int8 splat jit");
+  // 1-D contiguous slices at every start (start not a multiple of 4, length a multiple of 4).
+  const auto v = small_ints(41, 404);
+  const Array V = host_array(v);
+  for (int64_t st = 0; st < 9; ++st)
+    for (int64_t len : {4, 8, 32}) {
+      const auto f = [st, len](const Array& x) {
+        const Array a = mv::slice(x, {st}, {st + len});
+        const Array b = mv::slice(x, {1}, {1 + len});
+        return a * 3.f + b;
+      };
+      std::vector<float> w(len);
+      for (int64_t k = 0; k < len; ++k) w[k] = v[st + k] * 3.f + v[1 + k];
+      expect_exact<float>(f(V), w, "1-D slice start " + std::to_string(st) + " len " + std::to_string(len));
+      expect_exact<float>(mv::jit(f)(V), w, "1-D slice jit start " + std::to_string(st) + " len " + std::to_string(len));
+    }
+}
+
+TEST(FastPathsAdversarial, ShardedTakeUnevenMeshes) {
+  for (const int n : {1, 2, 3, 4, 8}) {
+    const mv::Mesh mesh = mesh_of(n);
+    // Table (rows, 8) split over columns (8 isn't split evenly by 3: use 4n columns) and ids.
+    const int64_t rows = 7, cols = 4 * n;
+    const auto v = small_ints(rows * cols, 500 + n);
+    const Array T = placed_array(v, {rows, cols}, mv::NamedSharding(mesh, P(mv::None, "x")));
+    const std::vector<int32_t> ids = {6, 0, -1, 3, 3, 12, -8, 2};
+    const Array I = mv::array(std::span<const int32_t>(ids), Shape{8});
+    const auto want = host_take(v, {rows, cols}, ids, 0, mv::TakeMode::clip, 0.f);
+    const auto f = [](const Array& t, const Array& i) { return mv::take(t, i, 0, mv::TakeMode::clip) * 1.f; };
+    expect_exact<float>(mv::reshape(f(T, I), {8 * cols}), want, "table split over columns n=" + std::to_string(n));
+    expect_exact<float>(mv::reshape(mv::jit(f)(T, I), {8 * cols}), want, "jit n=" + std::to_string(n));
+    // Rows split (the take axis itself split), wrap mode.
+    const Array R = placed_array(v, {rows + 0, cols}, mv::NamedSharding(mesh, P()));
+    const Array Ids = mv::device_put(std::span<const int32_t>(ids), Shape{8}, mv::NamedSharding(mesh, 8 % n == 0 ? P("x") : P()));
+    const auto want2 = host_take(v, {rows, cols}, ids, 0, mv::TakeMode::wrap, 0.f);
+    expect_exact<float>(mv::reshape(mv::take(R, Ids, 0, mv::TakeMode::wrap), {8 * cols}), want2,
+                        "ids split n=" + std::to_string(n));
+  }
 }
