@@ -994,3 +994,170 @@ TEST(FastPathsAdversarial, ShardedTakeUnevenMeshes) {
                         "ids split n=" + std::to_string(n));
   }
 }
+
+// ---------------------------------------------------------------- third round: saved products
+
+namespace {
+// A body whose carry IS a raw matmul product (no elementwise op after it), returned as y too,
+// with closure-captured weights (not xs).
+Array raw_product_loss(const Array& h0, const Array& w, const Array& ws, int64_t steps) {
+  auto [last, ys] = mv::lax::scan(
+      [w](const Array& h, const Array& v) {
+        const Array p = mv::matmul(h, w);           // carry-dependent, closure weight
+        const Array q = mv::matmul(p, v) * 0.5f;    // product of a product
+        return std::make_pair(q, p);
+      },
+      h0, ws);
+  (void)steps;
+  return mv::sum(last * last) + mv::sum(ys * ys) * 0.25f;
+}
+Array raw_product_unrolled(const Array& h0, const Array& w, const Array& ws, int64_t steps) {
+  Array h = h0;
+  std::vector<Array> ys;
+  for (int64_t t = 0; t < steps; ++t) {
+    const Array p = mv::matmul(h, w);
+    h = mv::matmul(p, ws[t]) * 0.5f;
+    ys.push_back(p);
+  }
+  return mv::sum(h * h) + mv::sum(mv::stack(ys, 0) * mv::stack(ys, 0)) * 0.25f;
+}
+}  // namespace
+
+TEST(FastPathsAdversarial, ScanRawProductCarryClosureWeightsAndRepeatedPullbacks) {
+  const int64_t steps = 4, b = 3, d = 4;
+  const Array h0 = host_array(random_floats(b * d, 600), {b, d});
+  const Array w = host_array(random_floats(d * d, 601, -0.6f, 0.6f), {d, d});
+  const Array ws = host_array(random_floats(steps * d * d, 602, -0.6f, 0.6f), {steps, d, d});
+  const auto fs = [steps](const Array& h, const Array& w, const Array& ws) { return raw_product_loss(h, w, ws, steps); };
+  const auto fu = [steps](const Array& h, const Array& w, const Array& ws) { return raw_product_unrolled(h, w, ws, steps); };
+  const auto want = mv::grad(fu, std::vector<int>{0, 1, 2})(h0, w, ws);
+  const auto gs = mv::grad(fs, std::vector<int>{0, 1, 2});
+  expect_same(gs(h0, w, ws), want, "raw product eager");
+  const auto j = mv::jit(gs);
+  expect_same(j(h0, w, ws), want, "raw product jit");
+  // The products are handed back (else this test would not reach the fast path).
+  EXPECT_NE(j.lower(h0, w, ws).as_text().find("(nothing computed)"), std::string::npos);
+  // Replayed with other weights: the saved products must be this call's.
+  const Array w2 = host_array(random_floats(d * d, 603, -0.6f, 0.6f), {d, d});
+  expect_same(j(h0, w2, ws), mv::grad(fu, std::vector<int>{0, 1, 2})(h0, w2, ws), "raw product jit, other w");
+  // vjp's pullback called twice (and with another cotangent): the saved products handed back
+  // on each call.
+  auto [y, pull] = mv::vjp(fs, h0, w, ws);
+  EXPECT_NEAR(y.to_host<float>()[0], fu(h0, w, ws).to_host<float>()[0], 1e-4f);
+  const auto g1 = pull(mv::scalar(1.0f));
+  const auto g2 = pull(mv::scalar(2.0f));
+  const auto g3 = pull(mv::scalar(1.0f));
+  expect_same({std::get<0>(g1), std::get<1>(g1), std::get<2>(g1)}, want, "pullback first");
+  std::vector<Array> twice;
+  for (const auto& a : want) twice.push_back(a * 2.f);
+  expect_same({std::get<0>(g2), std::get<1>(g2), std::get<2>(g2)}, twice, "pullback second, cotangent 2");
+  expect_same({std::get<0>(g3), std::get<1>(g3), std::get<2>(g3)}, want, "pullback third");
+}
+
+TEST(FastPathsAdversarial, ScanProductsUnderCondAndTwoProductsOnOneLine) {
+  // The body picks one of two matmuls per iteration (cond on xs data), and one helper line makes
+  // two products of equal shapes from different operands.
+  const auto two = [](const Array& h, const Array& a, const Array& b) {
+    const auto mm = [](const Array& x, const Array& y) { return mv::matmul(x, y); };
+    return mm(h, a) - mm(h, b);  // the same source line in mm, twice
+  };
+  const auto body = [two](const Array& h, const std::vector<Array>& x) {
+    const Array flip = x[2];
+    const Array n = mv::lax::cond(
+        flip > 0.f, [two](const Array& h, const Array& a, const Array& b) { return mv::tanh(two(h, a, b)); },
+        [](const Array& h, const Array& a, const Array&) { return mv::tanh(mv::matmul(h, mv::transpose(a)) + h); },
+        h, x[0], x[1]);
+    return n;
+  };
+  const auto fs = [body](const Array& h0, const Array& as, const Array& bs, const Array& flips) {
+    auto [last, ys] = mv::lax::scan(
+        [body](const Array& h, const std::vector<Array>& x) {
+          const Array n = body(h, x);
+          return std::make_pair(n, mv::sum(n * n));
+        },
+        h0, std::vector<Array>{as, bs, flips});
+    return mv::sum(last) + mv::sum(ys);
+  };
+  const auto fu = [body](const Array& h0, const Array& as, const Array& bs, const Array& flips) {
+    Array h = h0, acc = mv::scalar(0.f);
+    for (int64_t t = 0; t < as.shape()[0]; ++t) {
+      h = body(h, {as[t], bs[t], flips[t]});
+      acc = acc + mv::sum(h * h);
+    }
+    return mv::sum(h) + acc;
+  };
+  const int64_t steps = 5, b = 2, d = 4;
+  const Array h0 = host_array(random_floats(b * d, 700), {b, d});
+  const Array as = host_array(random_floats(steps * d * d, 701, -0.7f, 0.7f), {steps, d, d});
+  const Array bs = host_array(random_floats(steps * d * d, 702, -0.7f, 0.7f), {steps, d, d});
+  const Array flips = host_array({1.f, -1.f, 1.f, 1.f, -1.f}, {steps});
+  const auto want = mv::grad(fu, std::vector<int>{0, 1, 2})(h0, as, bs, flips);
+  expect_same(mv::grad(fs, std::vector<int>{0, 1, 2})(h0, as, bs, flips), want, "cond eager");
+  const auto j = mv::jit(mv::grad(fs, std::vector<int>{0, 1, 2}));
+  expect_same(j(h0, as, bs, flips), want, "cond jit");
+  EXPECT_NE(j.lower(h0, as, bs, flips).as_text().find("(nothing computed)"), std::string::npos);
+  const Array flips2 = host_array({-1.f, 1.f, -1.f, -1.f, 1.f}, {steps});
+  expect_same(j(h0, as, bs, flips2), mv::grad(fu, std::vector<int>{0, 1, 2})(h0, as, bs, flips2), "cond jit, other branches");
+}
+
+TEST(FastPathsAdversarial, ScanProductsEinsumTransposedOperandsReverseAndBf16) {
+  // einsum with operands transposed by the subscripts, and a reverse scan with a fori_loop-like
+  // length only (no xs): the carry multiplies a closure weight.
+  const int64_t d = 4, b = 3;
+  const Array w = host_array(random_floats(d * d, 800, -0.5f, 0.5f), {d, d});
+  const Array h0 = host_array(random_floats(b * d, 801), {b, d});
+  const auto step = [](const Array& h, const Array& w) {
+    const Array a = mv::einsum("bi,ji->bj", h, w);  // h @ w.T
+    const Array g = mv::einsum("bi,bj->ij", h, a);  // h.T @ a (outer products summed)
+    return mv::tanh(a + mv::einsum("bi,ij->bj", h, g) * 0.1f);
+  };
+  const auto fs = [step](const Array& h0, const Array& w) {
+    auto [last, none] = mv::lax::scan([step, w](const Array& h, std::nullopt_t) { return std::make_pair(step(h, w), std::nullopt); },
+                                      h0, std::nullopt, 3, /*reverse=*/true);
+    return mv::sum(last * last);
+  };
+  const auto fu = [step](const Array& h0, const Array& w) {
+    Array h = h0;
+    for (int t = 0; t < 3; ++t) h = step(h, w);
+    return mv::sum(h * h);
+  };
+  const auto want = mv::grad(fu, std::vector<int>{0, 1})(h0, w);
+  expect_same(mv::grad(fs, std::vector<int>{0, 1})(h0, w), want, "einsum reverse eager");
+  expect_same(mv::jit(mv::grad(fs, std::vector<int>{0, 1}))(h0, w), want, "einsum reverse jit");
+  // value_and_grad under jit, replayed with another h0.
+  const auto vg = mv::jit([fs](const Array& h, const Array& w) {
+    auto [v, g] = mv::value_and_grad(fs, std::vector<int>{0, 1})(h, w);
+    return std::vector<Array>{v, g[0], g[1]};
+  });
+  for (int call = 0; call < 3; ++call) {
+    const Array h = host_array(random_floats(b * d, 810 + call), {b, d});
+    const auto out = vg(h, w);
+    const auto wg = mv::grad(fu, std::vector<int>{0, 1})(h, w);
+    EXPECT_NEAR(out[0].to_host<float>()[0], fu(h, w).to_host<float>()[0], 1e-4f);
+    expect_same({out[1], out[2]}, wg, "value_and_grad jit call " + std::to_string(call));
+  }
+  // bfloat16 products in the body (rounded to bfloat16 the same way in both loops).
+  const auto step16 = [](const Array& h, const Array& w) {
+    const Array p = mv::matmul(mv::astype(h, mv::DType::bfloat16), mv::astype(w, mv::DType::bfloat16));
+    return mv::tanh(mv::astype(p, mv::DType::float32) + h);
+  };
+  const auto fs16 = [step16](const Array& h0, const Array& ws) {
+    auto [last, ys] = mv::lax::scan([step16](const Array& h, const Array& w) {
+      const Array n = step16(h, w);
+      return std::make_pair(n, n);
+    }, h0, ws);
+    return mv::sum(last) + mv::sum(ys * ys);
+  };
+  const auto fu16 = [step16](const Array& h0, const Array& ws) {
+    Array h = h0, acc = mv::scalar(0.f);
+    for (int64_t t = 0; t < ws.shape()[0]; ++t) {
+      h = step16(h, ws[t]);
+      acc = acc + mv::sum(h * h);
+    }
+    return mv::sum(h) + acc;
+  };
+  const Array ws = host_array(random_floats(3 * d * d, 820, -0.5f, 0.5f), {3, d, d});
+  const auto want16 = mv::grad(fu16, std::vector<int>{0, 1})(h0, ws);
+  expect_same(mv::grad(fs16, std::vector<int>{0, 1})(h0, ws), want16, "bf16 eager");
+  expect_same(mv::jit(mv::grad(fs16, std::vector<int>{0, 1}))(h0, ws), want16, "bf16 jit");
+}
