@@ -1161,3 +1161,50 @@ TEST(FastPathsAdversarial, ScanProductsEinsumTransposedOperandsReverseAndBf16) {
   expect_same(mv::grad(fs16, std::vector<int>{0, 1})(h0, ws), want16, "bf16 eager");
   expect_same(mv::jit(mv::grad(fs16, std::vector<int>{0, 1}))(h0, ws), want16, "bf16 jit");
 }
+
+namespace {
+// One helper (one source line per product) used by two scans of equal shapes in one loss.
+Array layer_scan(const Array& h0, const Array& ws) {
+  auto [last, ys] = mv::lax::scan(
+      [](const Array& h, const Array& w) {
+        const Array n = mv::tanh(mv::matmul(h, w));
+        return std::make_pair(n, mv::matmul(n, w));
+      },
+      h0, ws);
+  return last + mv::sum(ys, 0) * 0.1f;
+}
+Array layer_unrolled(const Array& h0, const Array& ws) {
+  Array h = h0;
+  Array acc = mv::zeros_like(h0);
+  for (int64_t t = 0; t < ws.shape()[0]; ++t) {
+    h = mv::tanh(mv::matmul(h, ws[t]));
+    acc = acc + mv::matmul(h, ws[t]);
+  }
+  return h + acc * 0.1f;
+}
+}  // namespace
+
+TEST(FastPathsAdversarial, TwoScansOfOneHelperCheckpointAndShortLengths) {
+  const int64_t b = 2, d = 4;
+  const Array h0 = host_array(random_floats(b * d, 900), {b, d});
+  for (const int64_t steps : {int64_t{1}, int64_t{3}}) {
+    const Array w1 = host_array(random_floats(steps * d * d, 901, -0.8f, 0.8f), {steps, d, d});
+    const Array w2 = host_array(random_floats(steps * d * d, 902, -0.8f, 0.8f), {steps, d, d});
+    const auto fs = [](const Array& h, const Array& a, const Array& c) {
+      return mv::sum(mv::square(layer_scan(layer_scan(h, a), c)));
+    };
+    const auto fu = [](const Array& h, const Array& a, const Array& c) {
+      return mv::sum(mv::square(layer_unrolled(layer_unrolled(h, a), c)));
+    };
+    // The same weights in both scans, then different ones (a mixed-up hand-back shows only then).
+    const auto want = mv::grad(fu, std::vector<int>{0, 1, 2})(h0, w1, w2);
+    const std::string s = " steps " + std::to_string(steps);
+    expect_same(mv::grad(fs, std::vector<int>{0, 1, 2})(h0, w1, w2), want, "two scans eager" + s);
+    const auto j = mv::jit(mv::grad(fs, std::vector<int>{0, 1, 2}));
+    expect_same(j(h0, w1, w2), want, "two scans jit" + s);
+    expect_same(j(h0, w2, w1), mv::grad(fu, std::vector<int>{0, 1, 2})(h0, w2, w1), "two scans jit swapped" + s);
+    // The whole thing checkpointed: its backward pass runs both scans' forward passes again.
+    const auto fc = mv::checkpoint([fs](const Array& h, const Array& a, const Array& c) { return fs(h, a, c); });
+    expect_same(mv::grad(fc, std::vector<int>{0, 1, 2})(h0, w1, w2), want, "checkpointed" + s);
+  }
+}
