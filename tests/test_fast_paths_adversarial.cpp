@@ -1255,3 +1255,110 @@ TEST(FastPathsAdversarial, ElementwiseUnevenSplitsAlongTheLastAxis) {
   std::cout << tried << " layouts tried, " << refused << " refused\n";
   EXPECT_GT(tried, 10);
 }
+
+// Out-of-range takes of every small dtype with rows of 4 and 8 (the vec4 kernel) and 3: JAX's
+// default fills (NaN, -128, 255, true, UINT32_MAX, INT32_MIN).
+TEST(FastPathsAdversarial, TakeDefaultFillsOfEveryDtypeOnVec4Rows) {
+  const std::vector<int32_t> ids = {1, 5, -1, -6, 0};
+  for (const int64_t inner : {int64_t{3}, int64_t{4}, int64_t{8}}) {
+    const int64_t rows = 4;
+    const Array I = mv::array(std::span<const int32_t>(ids), Shape{5});
+    const auto row_of = [&](int32_t id) -> int64_t {
+      const int64_t k = id < 0 ? id + rows : id;
+      return (k < 0 || k >= rows) ? -1 : k;
+    };
+    const std::string w = " inner " + std::to_string(inner);
+    {
+      std::vector<int8_t> v(rows * inner), want;
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int8_t>(i * 9 - 70);
+      for (int32_t id : ids)
+        for (int64_t j = 0; j < inner; ++j) want.push_back(row_of(id) < 0 ? int8_t{-128} : v[row_of(id) * inner + j]);
+      const Array t = mv::take(mv::array(std::span<const int8_t>(v), Shape{rows, inner}), I);
+      expect_exact<int8_t>(mv::reshape(t, {5 * inner}), want, "int8" + w);
+    }
+    {
+      std::vector<uint8_t> v(rows * inner), want;
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 13);
+      for (int32_t id : ids)
+        for (int64_t j = 0; j < inner; ++j) want.push_back(row_of(id) < 0 ? uint8_t{255} : v[row_of(id) * inner + j]);
+      const Array t = mv::take(mv::array(std::span<const uint8_t>(v), Shape{rows, inner}), I);
+      expect_exact<uint8_t>(mv::reshape(t, {5 * inner}), want, "uint8" + w);
+    }
+    {
+      std::vector<uint32_t> v(rows * inner), want;
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint32_t>(i * 2654435761u);
+      for (int32_t id : ids)
+        for (int64_t j = 0; j < inner; ++j) want.push_back(row_of(id) < 0 ? 0xffffffffu : v[row_of(id) * inner + j]);
+      const Array t = mv::take(mv::array(std::span<const uint32_t>(v), Shape{rows, inner}), I);
+      expect_exact<uint32_t>(mv::reshape(t, {5 * inner}), want, "uint32" + w);
+    }
+    {
+      std::vector<int32_t> v(rows * inner), want;
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i * 7 - 11);
+      for (int32_t id : ids)
+        for (int64_t j = 0; j < inner; ++j)
+          want.push_back(row_of(id) < 0 ? std::numeric_limits<int32_t>::min() : v[row_of(id) * inner + j]);
+      const Array t = mv::take(mv::array(std::span<const int32_t>(v), Shape{rows, inner}), I);
+      expect_exact<int32_t>(mv::reshape(t, {5 * inner}), want, "int32" + w);
+      // bool: from int32 != 0, filled with true.
+      const Array tb = mv::take(mv::array(std::span<const int32_t>(v), Shape{rows, inner}) != 0, I);
+      std::vector<int32_t> wb;
+      for (int32_t id : ids)
+        for (int64_t j = 0; j < inner; ++j) wb.push_back(row_of(id) < 0 ? 1 : (v[row_of(id) * inner + j] != 0));
+      expect_exact<int32_t>(mv::reshape(mv::astype(tb, mv::DType::int32), {5 * inner}), wb, "bool" + w);
+    }
+    {
+      std::vector<mv::float16> v(rows * inner);
+      std::vector<mv::bfloat16> vb(rows * inner);
+      std::vector<float> vf(rows * inner), want;
+      for (size_t i = 0; i < v.size(); ++i) {
+        vf[i] = static_cast<float>(static_cast<int>(i) - 9);
+        v[i] = mv::float16(vf[i]);
+        vb[i] = mv::bfloat16(vf[i]);
+      }
+      for (int32_t id : ids)
+        for (int64_t j = 0; j < inner; ++j) want.push_back(row_of(id) < 0 ? std::nanf("") : vf[row_of(id) * inner + j]);
+      const Array th = mv::take(mv::array(std::span<const mv::float16>(v), Shape{rows, inner}), I);
+      const Array tbf = mv::take(mv::array(std::span<const mv::bfloat16>(vb), Shape{rows, inner}), I);
+      expect_exact<float>(mv::reshape(mv::astype(th, mv::DType::float32), {5 * inner}), want, "float16" + w);
+      expect_exact<float>(mv::reshape(mv::astype(tbf, mv::DType::float32), {5 * inner}), want, "bfloat16" + w);
+    }
+  }
+}
+
+// Copies into windows of an output (concatenate and pad along the last axis) at every
+// alignment, 4- and 8-byte elements.
+TEST(FastPathsAdversarial, ConcatenateAndPadAlongTheLastAxisAtEveryAlignment) {
+  const int64_t r = 3;
+  for (int64_t c1 = 1; c1 <= 8; ++c1)
+    for (int64_t c2 : {int64_t{1}, int64_t{4}, int64_t{7}, int64_t{8}}) {
+      const auto a = small_ints(r * c1, 1100 + c1), b = small_ints(r * c2, 1200 + c2);
+      std::vector<float> want;
+      std::vector<int64_t> a64(a.begin(), a.end()), b64(b.begin(), b.end()), want64;
+      for (int64_t i = 0; i < r; ++i) {
+        for (int64_t j = 0; j < c1; ++j) want.push_back(a[i * c1 + j]);
+        for (int64_t j = 0; j < c2; ++j) want.push_back(b[i * c2 + j]);
+      }
+      for (float f : want) want64.push_back(static_cast<int64_t>(f) * 4294967296LL + 3);
+      for (auto& x : a64) x = x * 4294967296LL + 3;
+      for (auto& x : b64) x = x * 4294967296LL + 3;
+      const std::string w = "c1=" + std::to_string(c1) + " c2=" + std::to_string(c2);
+      const auto cat = [](const Array& x, const Array& y) { return mv::concatenate({x, y}, 1); };
+      expect_exact<float>(mv::reshape(cat(host_array(a, {r, c1}), host_array(b, {r, c2})), {r * (c1 + c2)}), want, "f32 " + w);
+      expect_exact<float>(mv::reshape(mv::jit(cat)(host_array(a, {r, c1}), host_array(b, {r, c2})), {r * (c1 + c2)}), want,
+                          "f32 jit " + w);
+      expect_exact<int64_t>(mv::reshape(cat(mv::array(std::span<const int64_t>(a64), Shape{r, c1}),
+                                            mv::array(std::span<const int64_t>(b64), Shape{r, c2})),
+                                        {r * (c1 + c2)}),
+                            want64, "i64 " + w);
+      // pad (before c2, after c1) with 5.
+      std::vector<float> wp;
+      for (int64_t i = 0; i < r; ++i) {
+        for (int64_t j = 0; j < c2; ++j) wp.push_back(5.f);
+        for (int64_t j = 0; j < c1; ++j) wp.push_back(a[i * c1 + j]);
+        for (int64_t j = 0; j < c1; ++j) wp.push_back(5.f);
+      }
+      expect_exact<float>(mv::reshape(mv::pad(host_array(a, {r, c1}), {{0, 0}, {c2, c1}}, 5.f), {r * (c2 + 2 * c1)}), wp,
+                          "pad " + w);
+    }
+}
