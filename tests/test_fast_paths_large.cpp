@@ -74,3 +74,23 @@ TEST(FastPathsLarge, TakeRowsOfATableOf128MiB) {
   const Array I = mv::array(std::span<const int32_t>(ids), mv::Shape{6});
   expect_equal(mv::reshape(mv::take(T, I), {24}).to_host<float>(), want, "take");
 }
+
+// An int8 input read one element per row (a splat: x[:, :1] broadcast along rows) from a buffer
+// of more than 2^27 bytes: the kernel binds the input's whole buffer as one-byte texels.
+TEST(FastPathsLarge, Int8SplatFromABufferPastTheTexelLimit) {
+  SKIP_FULL_SIZE_UNDER_ASAN();
+  const int64_t rows = 34000000, cols = 4;  // 136 MB of int8
+  std::vector<int8_t> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int8_t>((i * 7 + i / 4) % 61 - 30);
+  const Array X = mv::array(std::span<const int8_t>(v), mv::Shape{rows, cols});
+  const Array y = X - mv::slice(X, {0, 0}, {rows, 1});
+  const auto got = y.to_host<int8_t>();
+  ASSERT_EQ(got.size(), v.size());
+  size_t bad = 0, first = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const auto want = static_cast<int8_t>(v[i * cols + j] - v[i * cols]);
+      if (got[i * cols + j] != want && bad++ == 0) first = static_cast<size_t>(i * cols + j);
+    }
+  EXPECT_EQ(bad, 0u) << "first wrong at " << first << " (row " << first / 4 << ")";
+}
