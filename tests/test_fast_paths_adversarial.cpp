@@ -1362,3 +1362,42 @@ TEST(FastPathsAdversarial, ConcatenateAndPadAlongTheLastAxisAtEveryAlignment) {
                           "pad " + w);
     }
 }
+
+// A jit that makes constants, first traced inside a loop body (itself inside a jit), then called
+// by every iteration and replay with other indices; and a while_loop (traced again each call)
+// whose body writes into a fresh zeros at its counter.
+TEST(FastPathsAdversarial, NestedJitConstantsInsideLoopBodiesAndWhileLoops) {
+  const int64_t n = 5;
+  const auto onehot_row = mv::jit([n](const Array& i, const Array& v) {
+    return mv::dynamic_update_slice(mv::zeros({n}), mv::reshape(v, {1}), {i}) + mv::astype(mv::arange(static_cast<int32_t>(n)), mv::DType::float32) * 0.f;
+  });
+  const auto outer = mv::jit([&onehot_row, n](const Array& x, const Array& shift) {
+    return mv::lax::fori_loop(0, n, [&](const Array& i, const Array& c) {
+      const Array at = mv::remainder(i + shift, static_cast<int32_t>(n));
+      return c + onehot_row(at, mv::reshape(mv::dynamic_slice(x, {i}, {1}), {}));
+    }, mv::zeros({n}));
+  });
+  for (int call = 0; call < 4; ++call) {
+    const auto v = small_ints(n, 1300 + call);
+    const int32_t shift = call * 2 + 1;
+    std::vector<float> want(n, 0.f);
+    for (int64_t i = 0; i < n; ++i) want[(i + shift) % n] += v[i];
+    expect_exact<float>(outer(host_array(v), mv::scalar(shift)), want, "nested jit in loop, call " + std::to_string(call));
+  }
+  // while_loop: count up to a data-dependent bound, each step adding a one-hot made from zeros.
+  const auto wl = mv::jit([n](const Array& bound) {
+    const auto out = mv::lax::while_loop(
+        [bound](const std::vector<Array>& s) { return s[0] < bound; },
+        [n](const std::vector<Array>& s) {
+          const Array one = mv::dynamic_update_slice(mv::zeros({n}), mv::ones({1}), {s[0]});
+          return std::vector<Array>{s[0] + 1, s[1] + one};
+        },
+        std::vector<Array>{mv::scalar(0), mv::zeros({n})});
+    return out[1];
+  });
+  for (const int32_t bound : {3, 5, 1, 4}) {
+    std::vector<float> want(n, 0.f);
+    for (int32_t i = 0; i < bound; ++i) want[i] = 1.f;
+    expect_exact<float>(wl(mv::scalar(bound)), want, "while_loop bound " + std::to_string(bound));
+  }
+}
