@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -1399,5 +1400,38 @@ TEST(FastPathsAdversarial, NestedJitConstantsInsideLoopBodiesAndWhileLoops) {
     std::vector<float> want(n, 0.f);
     for (int32_t i = 0; i < bound; ++i) want[i] = 1.f;
     expect_exact<float>(wl(mv::scalar(bound)), want, "while_loop bound " + std::to_string(bound));
+  }
+}
+
+// Six dimensions: a sample of the permutations (those keeping the last axis and others), and
+// 4-D transposes of arrays split over the mesh on different axes, jitted and replayed.
+TEST(FastPathsAdversarial, SixDimTransposesAndShardedFourDimTransposes) {
+  const Shape s = {2, 3, 1, 2, 3, 4};
+  const auto v = small_ints(numel(s), 1400);
+  const Array X = host_array(v, s);
+  std::vector<int> perm = {0, 1, 2, 3, 4, 5};
+  std::mt19937 rng(7);
+  for (int k = 0; k < 36; ++k) {
+    std::shuffle(perm.begin(), perm.end() - (k % 2 == 0 ? 1 : 0), rng);  // even k: keep the last axis
+    std::string name = "6-D perm";
+    for (int p : perm) name += " " + std::to_string(p);
+    expect_exact<float>(mv::transpose(X, perm), host_transpose(v, s, perm), name);
+  }
+  for (const int n : {2, 4, 8}) {
+    const mv::Mesh mesh = mesh_of(n);
+    const Shape t = {8, 2, 3, 8};
+    for (const int split_axis : {0, 3}) {
+      std::vector<mv::SpecEntry> spec(4, mv::SpecEntry());
+      spec[split_axis] = mv::SpecEntry("x");
+      const mv::NamedSharding sh(mesh, mv::PartitionSpec(spec));
+      const auto f = mv::jit([](const Array& x) { return mv::transpose(x, {2, 0, 1, 3}) * 2.f; });
+      for (int call = 0; call < 2; ++call) {
+        const auto vv = small_ints(numel(t), 1500 + call);
+        auto want = host_transpose(vv, t, {2, 0, 1, 3});
+        for (auto& w : want) w *= 2.f;
+        expect_exact<float>(f(placed_array(vv, t, sh)), want,
+                            "sharded 4-D n=" + std::to_string(n) + " axis " + std::to_string(split_axis) + " call " + std::to_string(call));
+      }
+    }
   }
 }
