@@ -1435,3 +1435,33 @@ TEST(FastPathsAdversarial, SixDimTransposesAndShardedFourDimTransposes) {
     }
   }
 }
+
+// A Hessian-vector product through a scan whose body multiplies (the scan's backward pass
+// differentiated again), against the unrolled loop.
+TEST(FastPathsAdversarial, HessianVectorProductThroughAScanOfMatmuls) {
+  const int64_t b = 2, d = 3, steps = 3;
+  const Array h0 = host_array(random_floats(b * d, 1600), {b, d});
+  const Array w = host_array(random_floats(d * d, 1601, -0.7f, 0.7f), {d, d});
+  const Array v = host_array(random_floats(d * d, 1602), {d, d});
+  const auto fs = [h0, steps](const Array& w) {
+    auto [last, ys] = mv::lax::scan([w](const Array& h, std::nullopt_t) {
+      const Array n = mv::tanh(mv::matmul(h, w));
+      return std::make_pair(n, mv::matmul(n, mv::transpose(w)));
+    }, h0, std::nullopt, steps);
+    return mv::sum(last * last) + mv::sum(ys);
+  };
+  const auto fu = [h0, steps](const Array& w) {
+    Array h = h0, acc = mv::scalar(0.f);
+    for (int64_t t = 0; t < steps; ++t) {
+      h = mv::tanh(mv::matmul(h, w));
+      acc = acc + mv::sum(mv::matmul(h, mv::transpose(w)));
+    }
+    return mv::sum(h * h) + acc;
+  };
+  const auto hvp = [v](const std::function<Array(const Array&)>& f) {
+    return mv::grad([f, v](const Array& w) { return mv::sum(mv::grad(f)(w) * v); });
+  };
+  const Array want = hvp(fu)(w);
+  expect_close(hvp(fs)(w), want.to_host<float>(), 1e-5f);
+  expect_close(mv::jit(hvp(fs))(w), want.to_host<float>(), 1e-5f);
+}
