@@ -1465,3 +1465,38 @@ TEST(FastPathsAdversarial, HessianVectorProductThroughAScanOfMatmuls) {
   expect_close(hvp(fs)(w), want.to_host<float>(), 1e-5f);
   expect_close(mv::jit(hvp(fs))(w), want.to_host<float>(), 1e-5f);
 }
+
+// Stepped row slices and row-offset slices as broadcast operands (strides that are multiples of
+// 4 with offsets of whole rows), in eager and jit, and transposed-then-broadcast operands.
+TEST(FastPathsAdversarial, SteppedRowSlicesAndTransposedBroadcastOperands) {
+  const int64_t R = 13, C = 8;
+  const auto v = small_ints(R * C, 1700);
+  const Array X = host_array(v, {R, C});
+  for (const int64_t step : {2, 3, 5})
+    for (const int64_t start : {0, 1, 2}) {
+      const int64_t rows = (R - start + step - 1) / step;
+      const auto f = [start, step, rows](const Array& x) {
+        const Array s = mv::slice(x, {start, 0}, {13, 8}, {step, 1});  // (rows, 8)
+        const Array first = mv::slice(x, {start, 0}, {start + 1, 8});  // (1, 8) at a row offset
+        return mv::reshape(s, {rows, 1, 8}) * first + mv::reshape(s, {1, rows, 8});
+      };
+      std::vector<float> want(rows * rows * C);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < rows; ++j)
+          for (int64_t k = 0; k < C; ++k)
+            want[(i * rows + j) * C + k] = v[(start + i * step) * C + k] * v[start * C + k] + v[(start + j * step) * C + k];
+      const std::string w = "step " + std::to_string(step) + " start " + std::to_string(start);
+      expect_exact<float>(mv::reshape(f(X), {rows * rows * C}), want, w);
+      expect_exact<float>(mv::reshape(mv::jit(f)(X), {rows * rows * C}), want, w + " jit");
+    }
+  // (c, r).T broadcast against (b, r, c): the transposed operand has stride r on the last axis.
+  const int64_t b = 2, r = 4, c = 8;
+  const auto vt = small_ints(c * r, 1701), vb = small_ints(b * r * c, 1702);
+  std::vector<float> want(b * r * c);
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < r; ++j)
+      for (int64_t k = 0; k < c; ++k) want[(i * r + j) * c + k] = vb[(i * r + j) * c + k] - vt[k * r + j];
+  const auto g = [](const Array& big, const Array& t) { return big - mv::transpose(t); };
+  expect_exact<float>(g(host_array(vb, {b, r, c}), host_array(vt, {c, r})), want, "transposed broadcast");
+  expect_exact<float>(mv::jit(g)(host_array(vb, {b, r, c}), host_array(vt, {c, r})), want, "transposed broadcast jit");
+}
