@@ -1527,15 +1527,13 @@ Array inner_scan_loss(const Array& h0, const Array& ws, bool square) {
 }
 }  // namespace
 
-// FAILS (found while testing item 5, but not caused by today's change: the same Error at
-// fe46e44, before the saved products): the gradient of a scan whose body runs another scan and
-// uses that inner scan's result nonlinearly (here sum(last * last)) throws "scan: its backward
-// pass is being differentiated (a jvp, or a gradient of its gradient) by a transform that was
-// not active when the scan ran", though nothing differentiates a backward pass: it is a plain
-// first-order gradient. With sum(last) (a cotangent independent of the forward values) it
-// works. vmap is a scan over the mapped axis (transforms.hpp), so grad(vmap(f)) of any f that
-// runs a scan and squares its result fails the same way, though vmap's header promises scan's
-// gradients.
+// The gradient of a scan whose body runs another scan and uses that inner scan's result
+// nonlinearly (here sum(last * last)), and grad(vmap(f)) of such an f (vmap is a scan over the
+// mapped axis): a plain first-order gradient, equal to the unrolled loop's. Until 2026-11-27 it
+// threw "scan: its backward pass is being differentiated ... by a transform that was not active
+// when the scan ran": the inner scan's cotangent (2 * last * ct) was tracked by the outer
+// scan's TapeIsolation probe, which only notes what an isolated body reads, and the check took
+// the probe for a transform (graph/autodiff.cpp, tracked_by_a_transform).
 TEST(FastPathsAdversarial, GradOfNestedScanUsingTheInnerResultNonlinearly) {
   const Array hs = host_array(random_floats(12, 1900), {3, 4});
   const Array ws = host_array(random_floats(8, 1901), {2, 4});

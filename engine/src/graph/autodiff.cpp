@@ -148,6 +148,11 @@ bool tracked(const Array& x) {
   }
   return false;
 }
+bool tracked_by_a_transform(const Array& x) {
+  for (const Tape* t : active)
+    if (!t->suspended && t->is_tracked(x)) return true;
+  return false;
+}
 bool wants(size_t k) { return !wanted || (k < wanted->size() && (*wanted)[k]); }
 
 Array on_tape(const Array& output, const std::vector<Array>& inputs, Vjp vjp) {

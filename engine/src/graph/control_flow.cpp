@@ -565,7 +565,9 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
   outputs.insert(outputs.end(), out.ys.begin(), out.ys.end());
   on_tape(outputs, inputs, [backward, init, xs, closure, nc, nx, nyy](const std::vector<Array>& cts) {
     for (const Array& ct : cts)
-      if (tracked(ct))
+      // A probe tracks values computed from what its function closes over (the cotangent of
+      // a scan nested in another scan's body, squared: 2 * last * ct): that is no transform.
+      if (tracked_by_a_transform(ct))
         throw Error("scan: its backward pass is being differentiated (a jvp, or a gradient of its gradient) by a "
                     "transform that was not active when the scan ran (a vjp's function called under grad); "
                     "apply that transform to the function that runs the scan (jvp, grad of grad), which "

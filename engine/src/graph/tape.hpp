@@ -25,6 +25,9 @@ void on_tape(const std::vector<Array>& outputs, const std::vector<Array>& inputs
 bool taping();
 // Whether an active tape tracks x (a gradient would flow to it).
 bool tracked(const Array& x);
+// Whether a transform's tape (a grad or jvp in progress, not a TapeIsolation's probe, which only
+// notes what an isolated function reads) tracks x: x's computation will be differentiated.
+bool tracked_by_a_transform(const Array& x);
 
 // While alive, the backward pass of what runs will itself be differentiated: jvp's forward pass
 // (jvp transposes the vjp). Ops whose backward pass is replayed from a recording (scan's) take a
