@@ -45,6 +45,7 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
   std::vector<VkCommandBuffer> cbs;
   std::vector<Fence> fences;
   std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
+  SaveSettler settler{*this, {}};
   for (const MergedEntry& e : entries) {
     std::vector<uint64_t> entry_need(timelines, 0);
     for (const Fence& f : e.submission.waits) {
@@ -57,7 +58,7 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
         need[f.timeline] = std::max(need[f.timeline], f.value);
     }
     const uint64_t signal = ++next[e.timeline];
-    const VkCommandBuffer save = save_previous_run(e.timeline, e.submission.cb, signal);
+    const VkCommandBuffer save = save_previous_run(e.timeline, e.submission.cb, signal, settler.saves);
     hooks.emplace_back(*profiler_, e.timeline, e.submission.cb, signal, entry_need);
     if (!cbs.empty()) cbs.push_back(merge_barrier_);
     if (save) cbs.push_back(save);
@@ -97,6 +98,7 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
     vk::Queue& queue = streams_.front()->queue;
     std::lock_guard queue_lock(queue.submit_mutex);
     vk::check(vkQueueSubmit(queue.handle, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
+    settler.submitted = true;
   }
   merged_replays.fetch_add(1);
   for (size_t i = 0; i < entries.size(); ++i) {

@@ -510,9 +510,23 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // profile hook: where `captured` is about to run again on `timeline` (its submission signals
   // `signal`) while its previous run's timestamps are only in its query pools (a loop body's
   // next iteration within one replay), a command buffer copying them out, to go right before it
-  // in the same submission; VK_NULL_HANDLE otherwise. Returned to the stream once `signal` is
-  // reached.
-  VkCommandBuffer save_previous_run(int timeline, VkCommandBuffer captured, uint64_t signal);
+  // in the same submission, noted in `saves`; VK_NULL_HANDLE otherwise. settle_saves hands the
+  // noted buffers to their streams until their values are reached once the submission went out,
+  // or takes them back at once where it did not (a SaveSettler does either when it goes).
+  struct SavedRun {
+    int timeline;
+    uint64_t signal;
+    VkCommandBuffer cb;
+  };
+  VkCommandBuffer save_previous_run(int timeline, VkCommandBuffer captured, uint64_t signal,
+                                    std::vector<SavedRun>& saves);
+  void settle_saves(std::vector<SavedRun>& saves, bool submitted) noexcept;
+  struct SaveSettler {
+    RuntimeState& rt;
+    std::vector<SavedRun> saves;
+    bool submitted = false;
+    ~SaveSettler() { rt.settle_saves(saves, submitted); }
+  };
   void open_adapters(const RuntimeOptions& options, int n);
 
   // Several adapters (runtime/communication.cpp). A VkDevice cannot wait on another's

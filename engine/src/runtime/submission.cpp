@@ -174,7 +174,8 @@ Fence RuntimeState::resubmit(int timeline, VkCommandBuffer cb, const std::vector
   return submit_command_buffer(timeline, cb, waits, nullptr);
 }
 
-VkCommandBuffer RuntimeState::save_previous_run(int timeline, VkCommandBuffer captured, uint64_t signal) {
+VkCommandBuffer RuntimeState::save_previous_run(int timeline, VkCommandBuffer captured, uint64_t signal,
+                                                std::vector<SavedRun>& saves) {
   if (!captured || !profiler_->unsaved(captured)) return VK_NULL_HANDLE;
   Stream& s = *streams_[timeline];
   recycle(s);
@@ -185,13 +186,24 @@ VkCommandBuffer RuntimeState::save_previous_run(int timeline, VkCommandBuffer ca
     cb = s.idle.back();
     s.idle.pop_back();
   }
+  saves.push_back({timeline, signal, cb});
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk::check(vkBeginCommandBuffer(cb, &begin), "vkBeginCommandBuffer");
   profiler_->save(cb, timeline, signal, captured);
   vk::check(vkEndCommandBuffer(cb), "vkEndCommandBuffer");
-  s.in_flight.push_back({signal, cb, {}});
   return cb;
+}
+
+void RuntimeState::settle_saves(std::vector<SavedRun>& saves, bool submitted) noexcept {
+  for (const SavedRun& r : saves) {
+    Stream& s = *streams_[r.timeline];
+    if (submitted)
+      s.in_flight.push_back({r.signal, r.cb, {}});
+    else if (vkResetCommandBuffer(r.cb, 0) == VK_SUCCESS)
+      s.idle.push_back(r.cb);
+  }
+  saves.clear();
 }
 
 std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
@@ -215,6 +227,7 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
   std::vector<VkTimelineSemaphoreSubmitInfo> timelines(count);
   std::vector<VkSubmitInfo> submits(count);
   std::vector<std::array<VkCommandBuffer, 2>> cbs(count);  // a loop body's saved ticks, then it
+  SaveSettler settler{*this, {}};
   std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
   const VkSemaphore signal_semaphore = s.semaphore.handle();
   std::vector<Fence> fences;
@@ -230,7 +243,8 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     }
     signals[i] = s.last_submitted + 1 + i;
     uint32_t n = 0;
-    if (const VkCommandBuffer save = save_previous_run(timeline, entries[i].cb, signals[i])) cbs[i][n++] = save;
+    if (const VkCommandBuffer save = save_previous_run(timeline, entries[i].cb, signals[i], settler.saves))
+      cbs[i][n++] = save;
     if (entries[i].cb) cbs[i][n++] = entries[i].cb;
     hooks.emplace_back(*profiler_, timeline, entries[i].cb, signals[i], need);
     timelines[i] = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
@@ -252,6 +266,7 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
   if (count) {
     std::lock_guard queue_lock(s.queue.submit_mutex);
     vk::check(vkQueueSubmit(s.queue.handle, static_cast<uint32_t>(count), submits.data(), VK_NULL_HANDLE), "vkQueueSubmit");
+    settler.submitted = true;
   }
   s.last_submitted += count;
   s.queued = s.last_submitted;
