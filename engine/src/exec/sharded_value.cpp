@@ -55,6 +55,7 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
       std::memcpy(dst + doff * es, src + so * es, n * es);
     });
     Recording rec = rt.begin(di.device);
+    rec.constant = true;  // host values a trace bakes in, as jit makes them constants
     if (bytes) {
       const VkBufferCopy region{0, buffer->offset(), bytes};
       // profile hook

@@ -58,7 +58,7 @@ struct Recording {
   // What the ops recorded into it cost, as ids of the trace's cost events (kernels/cost.hpp):
   // kept with a captured submission, so Lowered::estimate can replay the program's graph.
   std::vector<uint32_t> work;
-  // It writes a value that depends on nothing (an iota, a fill) into buffers nothing else
+  // It writes a value that depends on nothing (an iota, a fill, host values) into buffers nothing else
   // writes: captured, it runs while traced and a program's replays leave it out (trace_only),
   // its buffers keeping what the trace wrote. A jit step's index constants and masks cost no
   // dispatch per replay (on 8 virtual devices, 8 each).
