@@ -78,6 +78,20 @@ const exec::ShardedValue& materialized(const Array& x);
 // process's first device (where each process makes its uncommitted arrays).
 bool on_every_process(const Array& x);
 bool is_pending(const Array& x);
+// A pending program's inputs, materialized, with each one's pieces.
+struct PendingInputs {
+  std::vector<const exec::ShardedValue*> values;
+  std::vector<std::vector<DeviceIndex>> pieces;
+};
+PendingInputs materialize_inputs(const PendingElementwise& p);
+// How the kernel computing `piece` of the program's result (of `out_shape`) reads each input.
+std::vector<kernels::EwInput> piece_inputs(const PendingInputs& in, const Shape& out_shape, const DeviceIndex& piece);
+// Runs the pending ones among `arrays` that read the same arrays (beyond scalars) and have one
+// shape and layout as one kernel with several results (multi_output_fusion.cpp); the others stay
+// pending.
+void materialize_together(const std::vector<Array>& arrays);
+// The program as the program text shows it, its inputs named by what they are.
+std::string pending_text(const PendingElementwise& p, const PendingInputs& in);
 // The value for a new Array that shares x's buffers (a reshape, an equivalent device_put, a
 // Shard): materialized(x), or a copy of its buffers while x is a jitted result still lent (a
 // shared buffer would change under the new Array at the function's next call). Call it under

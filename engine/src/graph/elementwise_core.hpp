@@ -19,6 +19,10 @@ OperandType type_of_operand(const Operand& o);
 // JAX's promotion restricted to meshvk's dtypes (see the definition for the table).
 DType promote(std::initializer_list<OperandType> types);
 
+// Whether a program computes anything beyond a few instructions per element: a function of the
+// math library, a division, a power.
+bool has_costly_ops(const kernels::EwProgram& p);
+
 // `ew` over the operands converted to `compute`, giving `result`: a pending (fused) array.
 Array elementwise(const char* op, kernels::EwOp ew, std::vector<Operand> operands, DType compute,
                   DType result);

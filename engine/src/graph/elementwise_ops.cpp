@@ -55,6 +55,24 @@ uint32_t bits_of(float f) {
 }  // namespace
 
 namespace detail::ew {
+// Whether a program computes anything beyond a few instructions per element: a function of the
+// math library, a division, a power. Inlined into a program over more elements than it has (a
+// broadcast operand: LayerNorm's rsqrt of the variance, Adam's bias correction of the step
+// count), such work would run once per output element instead of once per own element.
+bool has_costly_ops(const kernels::EwProgram& p) {
+  for (const kernels::EwNode& n : p.nodes) switch (n.op) {
+      case EwOp::input: case EwOp::constant: case EwOp::neg: case EwOp::abs: case EwOp::sign:
+      case EwOp::relu: case EwOp::square: case EwOp::logical_not: case EwOp::cast: case EwOp::add:
+      case EwOp::sub: case EwOp::mul: case EwOp::maximum: case EwOp::minimum: case EwOp::eq:
+      case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
+      case EwOp::logical_and: case EwOp::logical_or: case EwOp::bitwise_and: case EwOp::bitwise_or:
+      case EwOp::bitwise_xor: case EwOp::where:
+        continue;
+      default:
+        return true;
+    }
+  return false;
+}
 
 OperandType type_of_operand(const Operand& o) {
   if (const auto* a = std::get_if<Array>(&o.get())) return {a->dtype(), false};
@@ -197,25 +215,6 @@ class ProgramBuilder {
   };
   std::unordered_map<EwNode, int, NodeHash> seen_;
 };
-
-// Whether a program computes anything beyond a few instructions per element: a function of the
-// math library, a division, a power. Inlined into a program over more elements than it has (a
-// broadcast operand: LayerNorm's rsqrt of the variance, Adam's bias correction of the step
-// count), such work would run once per output element instead of once per own element.
-bool has_costly_ops(const EwProgram& p) {
-  for (const EwNode& n : p.nodes) switch (n.op) {
-      case EwOp::input: case EwOp::constant: case EwOp::neg: case EwOp::abs: case EwOp::sign:
-      case EwOp::relu: case EwOp::square: case EwOp::logical_not: case EwOp::cast: case EwOp::add:
-      case EwOp::sub: case EwOp::mul: case EwOp::maximum: case EwOp::minimum: case EwOp::eq:
-      case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
-      case EwOp::logical_and: case EwOp::logical_or: case EwOp::bitwise_and: case EwOp::bitwise_or:
-      case EwOp::bitwise_xor: case EwOp::where:
-        continue;
-      default:
-        return true;
-    }
-  return false;
-}
 
 // Nodes and inputs an operand would add if inlined.
 std::pair<size_t, size_t> fused_size(const Array& a) {
@@ -624,6 +623,60 @@ Array make_pending(std::shared_ptr<RuntimeState> rt, Shape shape, DType dtype, S
   return Array(std::shared_ptr<const ArrayImpl>(std::move(impl)));
 }
 
+PendingInputs materialize_inputs(const PendingElementwise& p) {
+  PendingInputs in;
+  for (const Array& a : p.inputs) {
+    in.values.push_back(&materialized(a));
+    in.pieces.push_back(a.sharding().devices_indices_map(a.shape()));
+  }
+  return in;
+}
+
+std::vector<kernels::EwInput> piece_inputs(const PendingInputs& in, const Shape& out_shape, const DeviceIndex& piece) {
+  std::vector<kernels::EwInput> inputs;
+  for (size_t k = 0; k < in.values.size(); ++k) {
+    // This device's piece of input k.
+    size_t at = 0;
+    while (at < in.pieces[k].size() && in.pieces[k][at].device != piece.device) ++at;
+    if (at == in.pieces[k].size()) throw Error("internal: elementwise input is not on device " + std::to_string(piece.device));
+    const Index& ii = in.pieces[k][at].index;
+    kernels::EwInput e;
+    e.buffer = in.values[k]->shards[at].get();
+    e.dtype = in.values[k]->dtype;
+    const Shape& ishape = in.values[k]->shape;
+    if (ishape == out_shape && ii == piece.index) {
+      e.mode = kernels::EwInput::Mode::same;
+    } else if (shape_size(ishape) == 1) {
+      e.mode = kernels::EwInput::Mode::scalar;
+    } else {
+      e.mode = kernels::EwInput::Mode::strided;
+      const size_t lead = out_shape.size() - ishape.size();
+      std::vector<int64_t> local_stride(ishape.size(), 1);
+      for (size_t d = ishape.size(); d-- > 1;) local_stride[d - 1] = local_stride[d] * ii[d].size();
+      e.strides.assign(out_shape.size(), 0);
+      for (size_t d = 0; d < ishape.size(); ++d) {
+        if (ishape[d] == 1 && out_shape[lead + d] != 1) continue;  // broadcast
+        e.strides[lead + d] = local_stride[d];
+        e.offset += (piece.index[lead + d].start - ii[d].start) * local_stride[d];
+      }
+    }
+    inputs.push_back(std::move(e));
+  }
+  return inputs;
+}
+
+std::string pending_text(const PendingElementwise& p, const PendingInputs& in) {
+  // Each input by what it is in the program (in0 for the jit's input 0, dot_general for a
+  // matmul's result, ...), else by its local type, never by its position in the fusion.
+  std::vector<std::string> names;
+  for (const exec::ShardedValue* v : in.values) {
+    std::string name = v->shards.empty() ? "" : exec::value_name(v->shards.front().get());
+    if (name.empty()) name = std::string(dtype_name(v->dtype)) + shape_to_string(v->sharding.shard_shape(v->shape));
+    names.push_back(std::move(name));
+  }
+  return p.program.to_string(names);
+}
+
 const exec::ShardedValue& materialized(const Array& x) {
   if (!x.valid()) throw Error("use of an empty meshvk::Array (default-constructed or moved from)");
   const ArrayImpl& impl = *x.impl();
@@ -637,48 +690,15 @@ const exec::ShardedValue& materialized(const Array& x) {
   exec::ShardedValue& out = impl.value;
   const auto pieces = out.sharding.devices_indices_map(out.shape);
   // Inputs are laid out for the result already; see choose_layout.
-  std::vector<const exec::ShardedValue*> in;
-  std::vector<std::vector<DeviceIndex>> in_pieces;
-  for (const Array& a : p.inputs) {
-    in.push_back(&materialized(a));
-    in_pieces.push_back(a.sharding().devices_indices_map(a.shape()));
-  }
+  const PendingInputs in = materialize_inputs(p);
   std::vector<std::shared_ptr<DeviceBuffer>> shards;
   for (const DeviceIndex& piece : pieces) {
     Shape local;
     for (const Slice& s : piece.index) local.push_back(s.size());
     auto buffer = rt.allocate(piece.device, static_cast<uint64_t>(shape_size(local)) * dtype_size(out.dtype));
     Recording rec = rt.begin(piece.device);
-    std::vector<kernels::EwInput> inputs;
-    for (size_t k = 0; k < in.size(); ++k) {
-      // This device's piece of input k.
-      size_t at = 0;
-      while (at < in_pieces[k].size() && in_pieces[k][at].device != piece.device) ++at;
-      if (at == in_pieces[k].size()) throw Error("internal: elementwise input is not on device " + std::to_string(piece.device));
-      const Index& ii = in_pieces[k][at].index;
-      kernels::EwInput e;
-      e.buffer = in[k]->shards[at].get();
-      e.dtype = in[k]->dtype;
-      rec.wait_for(e.buffer->ready());
-      const Shape& ishape = in[k]->shape;
-      if (ishape == out.shape && ii == piece.index) {
-        e.mode = kernels::EwInput::Mode::same;
-      } else if (shape_size(ishape) == 1) {
-        e.mode = kernels::EwInput::Mode::scalar;
-      } else {
-        e.mode = kernels::EwInput::Mode::strided;
-        const size_t lead = out.shape.size() - ishape.size();
-        std::vector<int64_t> local_stride(ishape.size(), 1);
-        for (size_t d = ishape.size(); d-- > 1;) local_stride[d - 1] = local_stride[d] * ii[d].size();
-        e.strides.assign(out.shape.size(), 0);
-        for (size_t d = 0; d < ishape.size(); ++d) {
-          if (ishape[d] == 1 && out.shape[lead + d] != 1) continue;  // broadcast
-          e.strides[lead + d] = local_stride[d];
-          e.offset += (piece.index[lead + d].start - ii[d].start) * local_stride[d];
-        }
-      }
-      inputs.push_back(std::move(e));
-    }
+    const std::vector<kernels::EwInput> inputs = piece_inputs(in, out.shape, piece);
+    for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
     kernels::record_elementwise(rt, rec, p.program, inputs, local, *buffer);
     const Fence f = rt.submit(std::move(rec));
     for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
@@ -687,17 +707,9 @@ const exec::ShardedValue& materialized(const Array& x) {
   }
   out.shards = std::move(shards);
   if (exec::logging()) {  // the text is built only while a trace listens
-    // Each input by what it is in the program (in0 for the jit's input 0, dot_general for a
-    // matmul's result, ...), else by its local type, never by its position in the fusion.
-    std::vector<std::string> names;
-    for (size_t k = 0; k < in.size(); ++k) {
-      std::string name = in[k]->shards.empty() ? "" : exec::value_name(in[k]->shards.front().get());
-      if (name.empty())
-        name = std::string(dtype_name(in[k]->dtype)) + shape_to_string(in[k]->sharding.shard_shape(in[k]->shape));
-      names.push_back(std::move(name));
-    }
+    const std::string text = pending_text(p, in);
     exec::name_result(out.shards.empty() ? nullptr : out.shards.front().get(), "fusion");
-    exec::log_op("fusion " + p.program.to_string(names) + ": local " +
+    exec::log_op("fusion " + text + ": local " +
                  std::string(dtype_name(out.dtype)) +
                  shape_to_string(out.sharding.shard_shape(out.shape)) + " on each of " +
                  std::to_string(pieces.size()) + " devices");

@@ -200,6 +200,8 @@ struct JitFunction::State {
     }
     // Partial results (gradients over 'data', say) summed together: few all-reduces, not one each.
     detail::resolve_together(results);
+    // Results that read the same arrays (an optimizer's parameter and moments): one kernel.
+    detail::materialize_together(results);
     for (const Array& r : results) detail::materialized(r);
     return results;
   }

@@ -10,11 +10,13 @@
 #include "graph/array_impl.hpp"
 #include "graph/call_site.hpp"
 #include "graph/dtype_support.hpp"
+#include "graph/elementwise_core.hpp"
 #include "graph/mesh_groups.hpp"
 #include "graph/op_scope.hpp"
 #include "graph/partial_sum.hpp"
 #include "graph/tape.hpp"
 #include "kernels/reduce.hpp"
+#include "kernels/reduce_fused.hpp"
 #include "kernels/strided_copy.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -92,6 +94,42 @@ Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const s
   return y;
 }
 
+// A pending elementwise input the reduction computes as it reads it (kernels/reduce_fused.hpp):
+// its program, its inputs and how each device's piece reads them.
+struct FusedInput {
+  std::shared_ptr<const detail::PendingElementwise> pending;
+  detail::PendingInputs inputs;
+  std::vector<std::vector<kernels::EwInput>> pieces;  // per piece of x, in in_map's order
+  size_t reduced = 0;                                 // the trailing dimensions reduced
+  // Whether the fusion also stores x: a program of costly ops (exp, log, a division) whose value
+  // may have other readers (softmax's exp feeds its sum and its division), computed once.
+  bool store = false;
+};
+
+std::optional<FusedInput> fused_input(detail::RuntimeState& rt, kernels::ReduceOp kind, const Array& x,
+                                      const std::vector<bool>& reduced, const std::vector<DeviceIndex>& in_map) {
+  const detail::ArrayImpl& impl = *x.impl();
+  if (!impl.pending || impl.partial) return std::nullopt;
+  // The reduced dimensions last, so each row is contiguous in the program's output order.
+  size_t first = reduced.size();
+  while (first > 0 && reduced[first - 1]) --first;
+  if (std::any_of(reduced.begin(), reduced.begin() + static_cast<std::ptrdiff_t>(first), [](bool r) { return r; }))
+    return std::nullopt;
+  FusedInput f;
+  f.pending = impl.pending;
+  f.reduced = reduced.size() - first;
+  f.store = detail::ew::has_costly_ops(f.pending->program);
+  f.inputs = detail::materialize_inputs(*f.pending);
+  for (const DeviceIndex& piece : in_map) {
+    Shape local;
+    for (const Slice& s : piece.index) local.push_back(s.size());
+    f.pieces.push_back(detail::piece_inputs(f.inputs, x.shape(), piece));
+    if (!kernels::can_reduce_fused(rt, kind, f.pending->program, f.pieces.back(), local, f.reduced, f.store))
+      return std::nullopt;
+  }
+  return f;
+}
+
 Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims) {
   const detail::OpScope op_scope(op);  // profile hook: the line this prints ("sum", ...)
   const size_t rank = input.ndim();
@@ -141,14 +179,39 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
 
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
-  const exec::ShardedValue& value = detail::materialized(x);
   const auto in_map = x.sharding().devices_indices_map(x.shape());
+  const std::optional<FusedInput> fused = fused_input(*rt, kind, x, reduced, in_map);
+  const exec::ShardedValue* value = fused ? nullptr : &detail::materialized(x);
   exec::ShardedValue out{shape, out_dtype, sharding, {}};
   const auto out_map = sharding.devices_indices_map(shape);
+  std::vector<std::shared_ptr<DeviceBuffer>> side_shards;  // x's values, where the fusion stores them
   for (size_t i = 0; i < out_map.size(); ++i) {
-    const DeviceBuffer& in = *value.shards[i];
     Shape local;
     for (const Slice& s : in_map[i].index) local.push_back(s.size());
+    if (fused) {
+      int64_t rows = 1;
+      for (size_t d = 0; d < rank; ++d)
+        if (!reduced[d]) rows *= local[d];
+      auto buffer = rt->allocate(out_map[i].device, static_cast<uint64_t>(rows) * dtype_size(out_dtype));
+      std::shared_ptr<DeviceBuffer> side;
+      if (fused->store)
+        side = rt->allocate(in_map[i].device, static_cast<uint64_t>(shape_size(local)) * dtype_size(x.dtype()));
+      Recording rec = rt->begin(out_map[i].device);
+      const std::vector<kernels::EwInput>& inputs = fused->pieces[i];
+      for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
+      kernels::record_reduce_fused(*rt, rec, kind, fused->pending->program, inputs, local, fused->reduced, *buffer,
+                                   side.get());
+      const detail::Fence f = rt->submit(std::move(rec));
+      for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
+      buffer->written_by(f);
+      out.shards.push_back(std::move(buffer));
+      if (side) {
+        side->written_by(f);
+        side_shards.push_back(std::move(side));
+      }
+      continue;
+    }
+    const DeviceBuffer& in = *value->shards[i];
     int64_t rows = 1, n = 1;
     std::vector<int> perm;
     for (size_t d = 0; d < rank; ++d)
@@ -198,7 +261,22 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
     buffer->written_by(f);
     out.shards.push_back(std::move(buffer));
   }
-  if (exec::logging())  // the text is built only while a trace listens
+  if (fused) {
+    if (exec::logging()) {
+      const std::string text = detail::pending_text(*fused->pending, fused->inputs);
+      if (fused->store) exec::log_op("fusion " + text + " (stored by the " + op + " below)");
+      exec::log_op(std::string(op) + " of fusion " + text + ": local " + std::string(dtype_name(x.dtype())) +
+                   shape_to_string(x.sharding().shard_shape(x.shape())) + " -> " +
+                   shape_to_string(sharding.shard_shape(shape)) + " on each device");
+    }
+    if (fused->store) {
+      // x is materialized now: its later readers take the stored values.
+      x.impl()->value.shards = std::move(side_shards);
+      x.impl()->pending.reset();
+      if (exec::logging() && !x.impl()->value.shards.empty())
+        exec::name_result(x.impl()->value.shards.front().get(), "fusion");
+    }
+  } else if (exec::logging())  // the text is built only while a trace listens
     exec::log_op(std::string(op) + ": local " + std::string(dtype_name(x.dtype())) +
                  shape_to_string(x.sharding().shard_shape(x.shape())) + " -> " +
                  shape_to_string(sharding.shard_shape(shape)) + " on each device");

@@ -359,6 +359,25 @@ std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm, DType o
   return s + "layout(local_size_x = " + std::to_string(kWorkgroup) + ") in;\n";
 }
 
+// The kernel's outputs: `o` for the first, o1, o2, ... for more (record_elementwise_outputs),
+// each of its node's dtype, bound after the inputs.
+std::string output_declarations(const EwProgram& p, std::span<const int> results, size_t first_binding, int width) {
+  std::string s;
+  for (size_t j = 0; j < results.size(); ++j)
+    s += "layout(std430, binding = " + std::to_string(first_binding + j) + ") writeonly buffer Out" +
+         (j ? std::to_string(j) : std::string()) + " { " + out_element(p.nodes[results[j]].dtype, width) + " o" +
+         (j ? std::to_string(j) : std::string()) + "[]; };\n";
+  return s;
+}
+
+std::string output_stores(const EwProgram& p, std::span<const int> results, int width, const std::string& indent) {
+  std::string s;
+  for (size_t j = 0; j < results.size(); ++j)
+    s += indent + "o" + (j ? std::to_string(j) : std::string()) + "[i] = " +
+         ew_encode("v" + std::to_string(results[j]), p.nodes[results[j]].dtype, width) + ";\n";
+  return s;
+}
+
 // How a vector kernel reads an input, one vec4 (four adjacent output elements) at a time.
 enum class VectorRead {
   same,   // in the output's own layout: the texel at the output's index
@@ -398,14 +417,14 @@ std::optional<std::vector<VectorRead>> vector_reads(std::span<const EwInput> inp
 // per element, and a scalar fetch per element and input). In both kinds of kernel every value is
 // `precise` (NoContraction): x * y + z rounds twice, as numpy does, on every adapter (GPU
 // compilers fuse it into an fma otherwise).
-std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, std::span<const VectorRead> reads,
-                          const Shape& shape, DType out_dtype, int per_invocation, bool preserve_inf_nan,
-                          bool preserve_denorm, MathMode math) {
+std::string vector_kernel(const EwProgram& p, std::span<const int> results, std::span<const EwInput> inputs,
+                          std::span<const VectorRead> reads, const Shape& shape, DType out_dtype,
+                          int per_invocation, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
   g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype, uses(p, inputs, DType::int64));
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
-  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 4) << " o[]; };\n";
+  g << output_declarations(p, results, inputs.size(), 4);
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
   g << division_prelude(math) << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
   g << "void main() {\n  const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;\n";
@@ -449,19 +468,19 @@ std::string vector_kernel(const EwProgram& p, std::span<const EwInput> inputs, s
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
     g << "    precise const " << type_name(p.nodes[i].dtype, 4) << " v" << i << " = " << rounded_expr(p, i, 4, math) << ";\n";
-  g << "    o[i] = " << ew_encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 4) << ";\n  }\n}\n";
+  g << output_stores(p, results, 4, "    ") << "  }\n}\n";
   return g.str();
 }
 
 // Scalar kernels: some input is broadcast or strided, so each element finds its inputs through
 // its coordinates in the output piece (shapes and strides are compiled in).
-std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, DType out_dtype,
+std::string strided_kernel(const EwProgram& p, std::span<const int> results, std::span<const EwInput> inputs, DType out_dtype,
                            const Shape& shape, bool preserve_inf_nan, bool preserve_denorm, MathMode math) {
   std::ostringstream g;
   g << kernel_prologue(preserve_inf_nan, preserve_denorm, out_dtype, uses(p, inputs, DType::int64));
   for (size_t k = 0; k < inputs.size(); ++k)
     g << "layout(binding = " << k << ") uniform usamplerBuffer in" << k << ";\n";
-  g << "layout(std430, binding = " << inputs.size() << ") writeonly buffer Out { " << out_element(out_dtype, 1) << " o[]; };\n";
+  g << output_declarations(p, results, inputs.size(), 1);
   g << "layout(push_constant) uniform Params { uint n; uint base; uint zero; int off[" << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
   g << division_prelude(math) << kHelpers << helpers_16bit(p, inputs) << library_functions(p, math);
   g << "void main() {\n  const uint i = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * " << kWorkgroup
@@ -485,7 +504,7 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
     g << "  precise const " << type_name(p.nodes[i].dtype, 1) << " v" << i << " = " << rounded_expr(p, i, 1, math) << ";\n";
-  g << "  o[i] = " << ew_encode("v" + std::to_string(p.nodes.size() - 1), out_dtype, 1) << ";\n}\n";
+  g << output_stores(p, results, 1, "  ") << "}\n";
   return g.str();
 }
 
@@ -494,10 +513,27 @@ std::string strided_kernel(const EwProgram& p, std::span<const EwInput> inputs, 
 void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& p,
                         std::span<const EwInput> inputs, const Shape& shape,
                         const detail::DeviceBuffer& out, uint64_t out_start) {
+  const int last = static_cast<int>(p.nodes.size()) - 1;
+  const detail::DeviceBuffer* outs[] = {&out};
+  record_elementwise_outputs(rt, rec, p, std::span<const int>(&last, 1), inputs, shape, outs, out_start);
+}
+
+void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& p,
+                                std::span<const int> results, std::span<const EwInput> inputs, const Shape& shape,
+                                std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start) {
   const uint64_t count = static_cast<uint64_t>(shape_size(shape));
   if (count == 0) return;
-  const CountedOp counted(rec, [&] { return elementwise_cost(p, inputs, shape, count); }, OpKind::elementwise, p.nodes.back().dtype);
-  const DType out_dtype = p.nodes.back().dtype;
+  if (results.empty() || results.size() != outs.size())
+    throw Error("internal: an elementwise kernel needs one buffer per result");
+  for (const int r : results)
+    if (results.size() > 1 && (dtype_size(p.nodes[r].dtype) != 4 || is_64bit(p.nodes[r].dtype)))
+      throw Error("internal: an elementwise kernel with several results takes 32-bit ones only");
+  const DType out_dtype = p.nodes[results.front()].dtype;
+  const CountedOp counted(rec, [&] {
+    OpCost c = elementwise_cost(p, inputs, shape, count);
+    c.bytes += (results.size() - 1) * count * 4;  // the other results' stores
+    return c;
+  }, OpKind::elementwise, out_dtype);
   // 64-bit values are read as uvec2 texels, one element each: scalar kernels only.
   const bool wide = uses(p, inputs, DType::int64) || uses(p, inputs, DType::float64);
   const std::optional<std::vector<VectorRead>> reads = wide ? std::nullopt : vector_reads(inputs, shape);
@@ -512,9 +548,9 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   const bool preserve_inf_nan = adapter.preserves_inf_nan32;
   const bool preserve_denorm = adapter.preserves_denorm32;
   const std::string glsl =
-      vector ? vector_kernel(p, inputs, *reads, shape, out_dtype, per_invocation, preserve_inf_nan,
+      vector ? vector_kernel(p, results, inputs, *reads, shape, out_dtype, per_invocation, preserve_inf_nan,
                              preserve_denorm, math)
-             : strided_kernel(p, inputs, out_dtype, shape, preserve_inf_nan, preserve_denorm, math);
+             : strided_kernel(p, results, inputs, out_dtype, shape, preserve_inf_nan, preserve_denorm, math);
   struct Params {
     uint32_t n, base, zero;
     int32_t off[16];
@@ -554,11 +590,14 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
         params.off[k] = static_cast<int32_t>(in.offset);
       }
     }
-    const uint64_t out_size = dtype_size(out_dtype);
-    const uint64_t out_at = (out_start + base) * out_size;
-    const uint64_t out_range =
-        std::min<uint64_t>(vector ? (n + 3) / 4 * 4 * out_size : n * out_size, out.capacity() - out_at);
-    bindings.push_back(Binding::storage(out, out_at, out_range));
+    for (size_t j = 0; j < results.size(); ++j) {
+      const detail::DeviceBuffer& out = *outs[j];
+      const uint64_t out_size = dtype_size(p.nodes[results[j]].dtype);
+      const uint64_t out_at = (out_start + base) * out_size;
+      const uint64_t out_range =
+          std::min<uint64_t>(vector ? (n + 3) / 4 * 4 * out_size : n * out_size, out.capacity() - out_at);
+      bindings.push_back(Binding::storage(out, out_at, out_range));
+    }
     params.base = static_cast<uint32_t>(base);
     const uint64_t items = vector ? (n + 3) / 4 : n;
     params.n = static_cast<uint32_t>(items);
@@ -566,6 +605,23 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
     dispatch(rt, rec, {"elementwise", glsl}, bindings, &params, push_bytes,
              groups_for(rt, (items + per_group - 1) / per_group));
   }
+}
+
+EwInlineText ew_inline_text(detail::RuntimeState& rt, const detail::Recording& rec, const EwProgram& p,
+                            std::span<const EwInput> inputs) {
+  const vk::Adapter& adapter = rt.device_for(rec.device).adapter();
+  const MathMode math = math_mode(rt, adapter);
+  EwInlineText t;
+  t.head = kernel_prologue(adapter.preserves_inf_nan32, adapter.preserves_denorm32, p.nodes.back().dtype,
+                           uses(p, inputs, DType::int64));
+  t.helpers = division_prelude(math) + kHelpers + helpers_16bit(p, inputs) + library_functions(p, math);
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    t.nodes += "  precise const " + type_name(p.nodes[i].dtype, 1) + " v" + std::to_string(i) + " = " +
+               rounded_expr(p, i, 1, math) + ";\n";
+    t.nodes4 += "  precise const " + type_name(p.nodes[i].dtype, 4) + " v" + std::to_string(i) + " = " +
+                rounded_expr(p, i, 4, math) + ";\n";
+  }
+  return t;
 }
 
 }  // namespace meshvk::kernels

@@ -69,4 +69,23 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
                         std::span<const EwInput> inputs, const Shape& shape,
                         const detail::DeviceBuffer& out, uint64_t out_start = 0);
 
+// The same with several results, nodes `results` of the program, stored into `outs` (one buffer
+// each, 32-bit dtypes): one pass over the inputs for values that read the same data (an
+// optimizer's new parameter and its moments).
+void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& program,
+                                std::span<const int> results, std::span<const EwInput> inputs, const Shape& shape,
+                                std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start = 0);
+
+// A program computed inside another kernel (reduce_fused.cpp), as the kernels here compute it, so
+// each value has the same bits: `head` begins the shader (version, float controls, 64 invocations
+// per workgroup); `helpers` follows the bindings and the push constants, which must have a uint
+// member `zero` holding 0 (float zeros are read from it); `nodes` computes v0..vN at width 1 from
+// load0..loadK, each of its input's dtype, and `nodes4` four adjacent elements at once (vec4s, as
+// the vector kernel does: the same bits).
+struct EwInlineText {
+  std::string head, helpers, nodes, nodes4;
+};
+EwInlineText ew_inline_text(detail::RuntimeState& rt, const detail::Recording& rec, const EwProgram& p,
+                            std::span<const EwInput> inputs);
+
 }  // namespace meshvk::kernels

@@ -12,9 +12,7 @@ namespace meshvk::kernels {
 
 namespace {
 
-// Elements one invocation reduces per pass: long enough to amortize, short enough that a
-// 16M-element sum still spreads over thousands of invocations.
-constexpr int64_t kChunk = 4096;
+constexpr int64_t kChunk = kReduceChunk;
 
 bool is_arg(ReduceOp op) { return op == ReduceOp::argmax || op == ReduceOp::argmin; }
 

@@ -8,6 +8,10 @@ namespace meshvk::kernels {
 
 enum class ReduceOp { sum, max, min, argmax, argmin };
 
+// Elements one invocation reduces per pass: long enough to amortize, short enough that a
+// 16M-element sum still spreads over thousands of invocations. Part of every sum's order.
+constexpr int64_t kReduceChunk = 4096;
+
 // Reduces each of `rows` contiguous rows of `n` elements of `in` (float32 or int32) into
 // out[row]: the value for sum/max/min, the int32 index of the first extreme for argmax/argmin.
 // Float sums are pairwise; long rows are reduced in several passes of partial results.
