@@ -193,3 +193,46 @@ TEST(ReduceFused, GradientsThroughFusedReductions) {
     }
   }
 }
+
+TEST(ReduceFused, ReshapeOfAProgramStaysPending) {
+  // Computed arrays (random draws), not host constants (those are remade, not reshaped pending).
+  const mv::Array x = mv::normal(mv::random_key(31), {8, 20}), y = mv::normal(mv::random_key(32), {8, 20});
+  const mv::Array bias = mv::normal(mv::random_key(33), {20});
+  // Inputs laid out as the result: the reshape is the program over reshaped inputs.
+  const mv::Array r = mv::reshape(x * y + 1.f, {4, 2, 4, 5});
+  EXPECT_TRUE(mv::detail::is_pending(r));
+  const mv::Array want = mv::reshape(x * y + 1.f, {4, 2, 4, 5});
+  mv::detail::materialized(want);
+  expect_same_bits<float>(mv::sum(r, {2, 3}), mv::sum(want, {2, 3}), "sum of a reshaped program");
+  expect_same_bits<float>(r, want, "the reshaped program");
+  // A broadcast input is no plain elementwise read of the new shape: materialized first.
+  const mv::Array b = mv::reshape(x + bias, {160});
+  EXPECT_FALSE(mv::detail::is_pending(b));
+  // Sharded along the leading axis, reshaped without moving data.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Array xs = mv::device_put(x, mv::NamedSharding(mesh, P("x")));
+  const mv::Array rs = mv::reshape(xs * 2.f, {8, 4, 5});
+  EXPECT_TRUE(mv::detail::is_pending(rs));
+  expect_same_bits<float>(mv::max(rs, {1, 2}), mv::max(x * 2.f, {1}), "sharded");
+  // one_hot of a pending index computes the index in the consumer's kernel.
+  const std::vector<int32_t> labels = {3, -1, 0, 9, 12, -10};
+  const mv::Array l = mv::array(std::span<const int32_t>(labels));
+  const auto f = mv::jit([](const mv::Array& z, const mv::Array& t) { return mv::nn::softmax_cross_entropy(z, t); });
+  const mv::Array z = random_array({6, 10}, 34, 1);
+  const std::string text = f.program_text(z, l);
+  EXPECT_EQ(text.find("fusion where(lt(in1"), std::string::npos) << text;
+  EXPECT_TRUE(std::isnan(f(z, l).to_host<float>()[0])) << "label 12 is out of range: NaN, as optax";
+}
+
+TEST(ReduceFused, ForwardLogSoftmaxDoesNotStoreItsExpSoftmaxDoes) {
+  const mv::Array z = random_array({16, 24}, 41, 1);
+  const auto ls = mv::jit([](const mv::Array& a) { return mv::nn::log_softmax(a); });
+  const auto sm = mv::jit([](const mv::Array& a) { return mv::nn::softmax(a); });
+  const auto lse = mv::jit([](const mv::Array& a) { return mv::nn::logsumexp(a, {1}); });
+  EXPECT_EQ(ls.program_text(z).find("stored by"), std::string::npos) << ls.program_text(z);
+  EXPECT_EQ(lse.program_text(z).find("stored by"), std::string::npos) << lse.program_text(z);
+  EXPECT_NE(sm.program_text(z).find("stored by"), std::string::npos) << sm.program_text(z);
+  // The values: softmax rows sum to 1, log_softmax is log of softmax.
+  const auto s = sm(z).to_host<float>(), l = ls(z).to_host<float>();
+  for (size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(std::log(s[i]), l[i], 1e-5f * (1 + std::abs(l[i]))) << i;
+}

@@ -289,6 +289,36 @@ static std::optional<PartitionSpec> local_reshape_spec(const Shape& from, const 
   return PartitionSpec(out).trimmed();
 }
 
+// A pending program reshaped stays pending where each of its inputs is laid out as its result
+// (or is one element) and the reshape moves no data between devices: the program over the
+// inputs reshaped alike, so a consumer (one_hot's comparison, a reduction) computes it in place
+// instead of reading a copy.
+static std::optional<Array> reshape_pending(const Array& self, const Shape& new_shape) {
+  const ArrayImpl& a = impl_of(self);
+  if (!a.pending || a.partial || detail::remake_of(self)) return std::nullopt;
+  Sharding sharding = self.sharding();
+  if (const NamedSharding* n = sharding.named()) {
+    const auto spec = local_reshape_spec(self.shape(), n->spec(), new_shape, n->mesh());
+    if (!spec) return std::nullopt;
+    sharding = NamedSharding(n->mesh(), *spec);
+  }
+  detail::PendingElementwise reshaped{a.pending->program, {}};
+  for (const Array& in : a.pending->inputs) {
+    // A sum not yet taken would be reshaped into a second array whose sum is taken apart from
+    // the first one's: a collective twice.
+    if (detail::is_partial(in)) return std::nullopt;
+    if (in.size() == 1) {
+      reshaped.inputs.push_back(in);
+    } else if (in.shape() == self.shape() && in.sharding() == self.sharding()) {
+      reshaped.inputs.push_back(reshape_untaped(in, new_shape));
+    } else {
+      return std::nullopt;  // broadcast or laid out otherwise: no longer a plain elementwise read
+    }
+  }
+  return detail::make_pending(a.runtime, new_shape, self.dtype(), std::move(sharding), a.committed,
+                              std::move(reshaped), a.varying);
+}
+
 static Array reshape_untaped(const Array& self, Shape new_shape) {
   const ArrayImpl& a = impl_of(self);
   int64_t known = 1;
@@ -314,6 +344,7 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
     if (local_reshape_spec(self.shape(), n->spec(), new_shape, n->mesh()))
       return detail::on_summands(self, [&](const Array& s) { return reshape_untaped(s, new_shape); }, true);
   std::lock_guard lock(a.runtime->mutex());
+  if (auto pending = reshape_pending(self, new_shape)) return *pending;
   exec::ShardedValue v = detail::shareable_value(self);
   if (const NamedSharding* n = v.sharding.named()) {
     if (const auto spec = local_reshape_spec(v.shape, n->spec(), new_shape, n->mesh())) {

@@ -86,6 +86,21 @@ struct PendingInputs {
 PendingInputs materialize_inputs(const PendingElementwise& p);
 // How the kernel computing `piece` of the program's result (of `out_shape`) reads each input.
 std::vector<kernels::EwInput> piece_inputs(const PendingInputs& in, const Shape& out_shape, const DeviceIndex& piece);
+// While alive, and while no tape records, the thread's reductions take a pending input of costly
+// ops as read by them alone (log_softmax's and logsumexp's exp): computed inside the reduction and
+// not stored (graph/reduce_ops.cpp). Under a tape the input is stored, for the backward pass.
+class ReductionInputsUnshared {
+ public:
+  ReductionInputsUnshared();
+  ~ReductionInputsUnshared();
+  ReductionInputsUnshared(const ReductionInputsUnshared&) = delete;
+  ReductionInputsUnshared& operator=(const ReductionInputsUnshared&) = delete;
+  static bool active();
+
+ private:
+  bool saved_;
+};
+
 // Runs the pending ones among `arrays` that read the same arrays (beyond scalars) and have one
 // shape and layout as one kernel with several results (multi_output_fusion.cpp); the others stay
 // pending.

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "graph/array_impl.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/optax.hpp"
@@ -99,6 +100,7 @@ Array mse_loss(const Array& prediction, const Array& target) { return mean(squar
 
 Array log_softmax(const Array& logits, int axis) {
   const Array shifted = logits - max(logits, {axis}, true);
+  const detail::ReductionInputsUnshared once;  // the exp is read by the sum alone
   return shifted - log(sum(exp(shifted), {axis}, true));
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "graph/array_impl.hpp"
 #include "meshvk/autodiff.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/nn.hpp"
@@ -45,7 +46,10 @@ Array logsumexp(const Array& x, std::vector<int> axes, bool keepdims) {
   const Array m = max(x, axes, true);
   // A slice of only -inf (or a +inf) would make x - m NaN: shift by 0 there instead, as JAX does.
   const Array shift = stop_gradient(where(isfinite(m), m, 0.0f));
-  const Array out = log(sum(exp(x - shift), axes, true)) + shift;
+  const Array out = [&] {
+    const detail::ReductionInputsUnshared once;  // the exp is read by the sum alone
+    return log(sum(exp(x - shift), axes, true)) + shift;
+  }();
   if (keepdims) return out;
   if (axes.empty()) return reshape(out, Shape{});
   return squeeze(out, axes);

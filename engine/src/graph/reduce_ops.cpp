@@ -26,6 +26,15 @@ namespace meshvk {
 using detail::DeviceBuffer;
 using detail::Recording;
 
+namespace detail {
+namespace {
+thread_local bool unshared_inputs = false;
+}
+ReductionInputsUnshared::ReductionInputsUnshared() : saved_(unshared_inputs) { unshared_inputs = true; }
+ReductionInputsUnshared::~ReductionInputsUnshared() { unshared_inputs = saved_; }
+bool ReductionInputsUnshared::active() { return unshared_inputs; }
+}  // namespace detail
+
 namespace {
 
 std::vector<bool> reduced_axes(const char* op, std::vector<int> axes, size_t rank) {
@@ -118,7 +127,8 @@ std::optional<FusedInput> fused_input(detail::RuntimeState& rt, kernels::ReduceO
   FusedInput f;
   f.pending = impl.pending;
   f.reduced = reduced.size() - first;
-  f.store = detail::ew::has_costly_ops(f.pending->program);
+  f.store = detail::ew::has_costly_ops(f.pending->program) &&
+            !(detail::ReductionInputsUnshared::active() && !detail::taping());
   f.inputs = detail::materialize_inputs(*f.pending);
   for (const DeviceIndex& piece : in_map) {
     Shape local;

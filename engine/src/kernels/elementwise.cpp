@@ -351,12 +351,8 @@ std::string kernel_prologue(bool preserve_inf_nan, bool preserve_denorm, DType o
   std::string s = "#version 450\n";
   if (is_16bit(out_dtype)) s += "#extension GL_EXT_shader_16bit_storage : require\n";
   s += ew_extensions(is_8bit(out_dtype), int64);
-  if (preserve_inf_nan || preserve_denorm) s += "#extension GL_EXT_spirv_intrinsics : require\n";
-  if (preserve_inf_nan)
-    s += "spirv_execution_mode(capabilities = [4466], 4461, 32);\n";  // SignedZeroInfNanPreserve, 32-bit
-  if (preserve_denorm)
-    s += "spirv_execution_mode(capabilities = [4464], 4459, 32);\n";  // DenormPreserve, 32-bit
-  return s + "layout(local_size_x = " + std::to_string(kWorkgroup) + ") in;\n";
+  return s + float_controls(preserve_inf_nan, preserve_denorm) + "layout(local_size_x = " +
+         std::to_string(kWorkgroup) + ") in;\n";
 }
 
 // The kernel's outputs: `o` for the first, o1, o2, ... for more (record_elementwise_outputs),
@@ -605,6 +601,16 @@ void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec
     dispatch(rt, rec, {"elementwise", glsl}, bindings, &params, push_bytes,
              groups_for(rt, (items + per_group - 1) / per_group));
   }
+}
+
+std::string float_controls(bool preserve_inf_nan, bool preserve_denorm) {
+  std::string s;
+  if (preserve_inf_nan || preserve_denorm) s += "#extension GL_EXT_spirv_intrinsics : require\n";
+  if (preserve_inf_nan)
+    s += "spirv_execution_mode(capabilities = [4466], 4461, 32);\n";  // SignedZeroInfNanPreserve, 32-bit
+  if (preserve_denorm)
+    s += "spirv_execution_mode(capabilities = [4464], 4459, 32);\n";  // DenormPreserve, 32-bit
+  return s;
 }
 
 EwInlineText ew_inline_text(detail::RuntimeState& rt, const detail::Recording& rec, const EwProgram& p,

@@ -76,6 +76,11 @@ void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec
                                 std::span<const int> results, std::span<const EwInput> inputs, const Shape& shape,
                                 std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start = 0);
 
+// The float controls every kernel computing float32 values declares where the adapter has them
+// (after #version): infinities, NaN and signed zeros kept (SignedZeroInfNanPreserve), subnormals
+// kept (DenormPreserve), so a value has the same bits in every kernel that computes it.
+std::string float_controls(bool preserve_inf_nan, bool preserve_denorm);
+
 // A program computed inside another kernel (reduce_fused.cpp), as the kernels here compute it, so
 // each value has the same bits: `head` begins the shader (version, float controls, 64 invocations
 // per workgroup); `helpers` follows the bindings and the push constants, which must have a uint

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kernels/cost.hpp"
+#include "kernels/elementwise.hpp"
 #include "kernels/launch.hpp"
 #include "meshvk/error.hpp"
 
@@ -22,15 +23,15 @@ bool is_arg(ReduceOp op) { return op == ReduceOp::argmax || op == ReduceOp::argm
 // A `columns` pass reads an input laid out [n, rows] (element q of row r at q * rows + r) with
 // scalar loads, in the same order and with the same arithmetic as the row-major pass (`vec4`
 // then means: accumulate as the vector pass does), so its results are equal bit for bit.
-std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index, bool windowed,
-                        bool columns = false) {
+std::string pass_kernel(const std::string& controls, ReduceOp op, DType dtype, bool vec4, bool with_index,
+                        bool windowed, bool columns = false) {
   const bool f = dtype == DType::float32;
   const std::string T = f ? "float" : "int";
   const std::string V = f ? "vec4" : "ivec4";
   const std::string load1 = f ? "uintBitsToFloat(texelFetch(src, int(p)).x)" : "int(texelFetch(src, int(p)).x)";
   const std::string load4 = f ? "uintBitsToFloat(texelFetch(src, int(p)))" : "ivec4(texelFetch(src, int(p)))";
   std::ostringstream g;
-  g << "#version 450\nlayout(local_size_x = 64) in;\n"
+  g << "#version 450\n" << controls << "layout(local_size_x = 64) in;\n"
        "layout(binding = 0) uniform usamplerBuffer src;\n";
   int b = 1;
   if (with_index) g << "layout(binding = " << b++ << ") uniform isamplerBuffer src_index;\n";
@@ -127,7 +128,7 @@ std::string pass_kernel(ReduceOp op, DType dtype, bool vec4, bool with_index, bo
 // element e of the four, so each 16 elements take 16 fetches instead of 64. Each accumulator of
 // pass_kernel becomes a vec4 across the columns (A<m><j> holds component j of a<m>), and every
 // sum is formed in the same order, so each column's result is the same bit for bit.
-std::string columns4_kernel(DType dtype) {
+std::string columns4_kernel(const std::string& controls, DType dtype) {
   const bool f = dtype == DType::float32;
   const std::string V = f ? "vec4" : "ivec4";
   const std::string load = f ? "uintBitsToFloat(texelFetch(src, int(((first + (E)) * pc.rows + row) / 4u)))"
@@ -138,7 +139,7 @@ std::string columns4_kernel(DType dtype) {
     return l;
   };
   std::ostringstream g;
-  g << "#version 450\nlayout(local_size_x = 64) in;\n"
+  g << "#version 450\n" << controls << "layout(local_size_x = 64) in;\n"
        "layout(binding = 0) uniform usamplerBuffer src;\n"
        "layout(std430, binding = 1) writeonly buffer Out { uint o[]; };\n"
        "layout(push_constant) uniform Params { uint rows; uint n; uint chunk; uint chunks; } pc;\n"
@@ -206,6 +207,10 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
     barrier(rec.cb);
     return;
   }
+  // The elementwise kernels' float controls: a sum of subnormals, or a max over NaN, has the same
+  // bits here as in a fused reduction (reduce_fused.cpp) on every adapter.
+  const vk::Adapter& adapter = rt.device_for(rec.device).adapter();
+  const std::string controls = float_controls(adapter.preserves_inf_nan32, adapter.preserves_denorm32);
   const detail::DeviceBuffer* src = &in;
   const detail::DeviceBuffer* src_index = nullptr;
   bool with_index = false;
@@ -245,7 +250,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
                                   static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
       const uint64_t quads = static_cast<uint64_t>(rows / 4 * chunks);
-      dispatch(rt, rec, {"reduce_columns", columns4_kernel(dtype)}, bindings, params, sizeof params,
+      dispatch(rt, rec, {"reduce_columns", columns4_kernel(controls, dtype)}, bindings, params, sizeof params,
                groups_for(rt, (quads + 63) / 64));
     } else if (by_columns) {
       std::vector<Binding> bindings{
@@ -254,7 +259,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       if (out_indices) bindings.push_back(Binding::storage(*out_indices));
       const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
                                   static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
-      dispatch(rt, rec, {"reduce_columns", pass_kernel(op, dtype, vec4, false, false, true)},
+      dispatch(rt, rec, {"reduce_columns", pass_kernel(controls, op, dtype, vec4, false, false, true)},
                bindings, params, sizeof params, groups_for(rt, (invocations + 63) / 64));
     } else if (fits) {
       std::vector<Binding> bindings{
@@ -267,7 +272,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       if (out_indices) bindings.push_back(Binding::storage(*out_indices));
       const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
                                   static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
-      dispatch(rt, rec, {"reduce", pass_kernel(op, dtype, vec4, with_index, false)}, bindings,
+      dispatch(rt, rec, {"reduce", pass_kernel(controls, op, dtype, vec4, with_index, false)}, bindings,
                params, sizeof params, groups_for(rt, (invocations + 63) / 64));
     } else {
       // Pieces larger than one binding: runs of consecutive invocations, each reading one window
@@ -277,7 +282,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       const uint64_t run =
           std::min<uint64_t>(w.storage, in_words / std::min<uint64_t>(len, kChunk));
       if (run == 0) throw Error("internal: a reduction chunk does not fit one binding");
-      const std::string glsl = pass_kernel(op, dtype, vec4, with_index, true);
+      const std::string glsl = pass_kernel(controls, op, dtype, vec4, with_index, true);
       for (uint64_t t0 = 0; t0 < invocations; t0 += run) {
         const uint64_t t1 = std::min(invocations, t0 + run);
         const uint64_t first = t0 / chunks * len + t0 % chunks * kChunk;

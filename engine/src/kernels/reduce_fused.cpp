@@ -111,16 +111,27 @@ std::string fused_kernel(ReduceOp op, const EwProgram& program, std::span<const 
   g << "layout(push_constant) uniform Params { uint rows; uint n; uint chunk; uint chunks; uint zero; int off["
     << std::max<size_t>(inputs.size(), 1) << "]; } pc;\n";
   g << text.helpers;
-  for (size_t k = 0; k < inputs.size(); ++k) g << "int mv_base" << k << ";\n";
+  // An input that does not move along the reduced dimensions (a row statistic, a label, a
+  // scalar) is read once per row, into mv_row_load<k>.
+  std::vector<bool> per_row(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    per_row[k] = index_terms(places[k], kept, shape.size()).empty();
+    g << "int mv_base" << k << ";\n";
+    if (per_row[k]) g << ew_type_name(inputs[k].dtype, 1) << " mv_row_load" << k << ";\n";
+  }
   g << "uint mv_row;\n";
   // Element e of the current row (mv_base<k>: where the row's first element of input k is).
   g << T << " mv_element(uint e) {\n" << coordinates(shape, kept, shape.size(), "e");
-  for (size_t k = 0; k < inputs.size(); ++k)
-    g << "  const " << ew_type_name(inputs[k].dtype, 1) << " load" << k << " = "
-      << ew_decode("texelFetch(in" + std::to_string(k) + ", mv_base" + std::to_string(k) +
-                       index_terms(places[k], kept, shape.size()) + ")" + ew_fetch_component(inputs[k].dtype),
-                   inputs[k].dtype, 1)
-      << ";\n";
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    g << "  const " << ew_type_name(inputs[k].dtype, 1) << " load" << k << " = ";
+    if (per_row[k])
+      g << "mv_row_load" << k;
+    else
+      g << ew_decode("texelFetch(in" + std::to_string(k) + ", mv_base" + std::to_string(k) +
+                         index_terms(places[k], kept, shape.size()) + ")" + ew_fetch_component(inputs[k].dtype),
+                     inputs[k].dtype, 1);
+    g << ";\n";
+  }
   const std::string result = "v" + std::to_string(program.nodes.size() - 1);
   g << text.nodes;
   if (side) g << "  so[mv_row * pc.n + e] = " << (f ? "floatBitsToUint(" : "uint(") << result << ");\n";
@@ -133,6 +144,8 @@ std::string fused_kernel(ReduceOp op, const EwProgram& program, std::span<const 
       g << "  const " << ew_type_name(inputs[k].dtype, 4) << " load" << k << " = ";
       if ((*four)[k] == Read4::texel)
         g << ew_decode("texelFetch(" + in + ", (" + base + " + int(e)) >> 2)", inputs[k].dtype, 4);
+      else if (per_row[k])
+        g << ew_type_name(inputs[k].dtype, 4) << "(mv_row_load" << k << ")";
       else
         g << ew_type_name(inputs[k].dtype, 4) << "(" << ew_decode("texelFetch(" + in + ", " + base + ").x", inputs[k].dtype, 1) << ")";
       g << ";\n";
@@ -150,8 +163,15 @@ std::string fused_kernel(ReduceOp op, const EwProgram& program, std::span<const 
        "  const uint first = c * pc.chunk;\n"
        "  const uint len = min(pc.chunk, pc.n - first);\n";
   g << "  mv_row = row;\n  {\n" << (kept ? coordinates(shape, 0, kept, "row") : std::string());
-  for (size_t k = 0; k < inputs.size(); ++k)
+  for (size_t k = 0; k < inputs.size(); ++k) {
     g << "  mv_base" << k << " = pc.off[" << k << "]" << index_terms(places[k], 0, kept) << ";\n";
+    if (per_row[k])
+      g << "  mv_row_load" << k << " = "
+        << ew_decode("texelFetch(in" + std::to_string(k) + ", mv_base" + std::to_string(k) + ")" +
+                         ew_fetch_component(inputs[k].dtype),
+                     inputs[k].dtype, 1)
+        << ";\n";
+  }
   g << "  }\n";
   auto el = [](const std::string& q) { return "mv_element(first + " + q + ")"; };
   if (op == ReduceOp::sum) {
