@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "graph/array_impl.hpp"
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
 
@@ -136,4 +137,28 @@ TEST(MultiOutputFusion, AdamStepInJitEqualsEagerBitForBit) {
   }
   const std::string text = jitted.program_text(jit_params, jit_state);
   EXPECT_GE(count_of(text, "results in one kernel"), 2u) << text;
+}
+
+TEST(MultiOutputFusion, LoopBodyResultsReadingTheSameCarry) {
+  // A leapfrog-like update: both new values read both old ones; one kernel per iteration.
+  const mv::Array x0 = random_array({40}, 31), v0 = random_array({40}, 32);
+  const auto step = [](const auto&, const std::pair<mv::Array, mv::Array>& c) {
+    return std::make_pair(c.first + 0.1f * c.second, c.second - 0.1f * c.first);
+  };
+  const auto looped = mv::jit([&](const mv::Array& x, const mv::Array& v) {
+    const auto r = mv::lax::fori_loop(0, 5, step, std::make_pair(x, v));
+    return std::vector<mv::Array>{r.first, r.second};
+  });
+  std::pair<mv::Array, mv::Array> want{x0, v0};
+  for (int64_t i = 0; i < 5; ++i) {
+    want = step(i, want);
+    mv::detail::materialized(want.first);  // each alone
+    mv::detail::materialized(want.second);
+  }
+  for (int call = 0; call < 2; ++call) {
+    const auto got = looped(x0, v0);
+    expect_same_bits<float>(got[0], want.first, "x, call " + std::to_string(call));
+    expect_same_bits<float>(got[1], want.second, "v, call " + std::to_string(call));
+  }
+  EXPECT_GE(count_of(looped.program_text(x0, v0), "fusion of 2 results in one kernel"), 1u) << looped.program_text(x0, v0);
 }

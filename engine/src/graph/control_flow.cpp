@@ -59,6 +59,8 @@ class TracedLoop {
       // Results still partial (a layer's weight gradients over 'data') summed together: few
       // all-reduces per iteration, not one each.
       resolve_together(results);
+      // Results that read the same arrays (a backward body's gradients): one kernel.
+      materialize_together(results);
       // Every result in buffers of its own that the body wrote: a carry returned unchanged, or
       // one value returned twice, would be rewritten while read between iterations.
       std::vector<const DeviceBuffer*> seen;
