@@ -236,3 +236,54 @@ TEST(ReduceFused, ForwardLogSoftmaxDoesNotStoreItsExpSoftmaxDoes) {
   const auto s = sm(z).to_host<float>(), l = ls(z).to_host<float>();
   for (size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(std::log(s[i]), l[i], 1e-5f * (1 + std::abs(l[i]))) << i;
 }
+
+TEST(ReduceFused, MeanDividesInTheSumsOwnKernel) {
+  // Rows of every kind (vector, scalar, several passes, columns), plain and pending inputs: the
+  // mean equals the sum divided afterwards bit for bit, in one dispatch.
+  const std::vector<std::pair<mv::Shape, std::vector<int>>> cases = {
+      {{7, 10}, {1}}, {{16, 128}, {1}}, {{3, 9000}, {1}}, {{4100, 8}, {0}}, {{5, 6, 7}, {0, 1}},
+      {{8192}, {0}},  {{2, 3}, {}},     {{1001, 3}, {0}}};
+  uint32_t seed = 50;
+  for (const auto& c : cases) {
+    const mv::Shape shape = c.first;
+    const std::vector<int> axes = c.second;
+    const mv::Array x = mv::normal(mv::random_key(seed++), shape);
+    int64_t count = 1;
+    if (axes.empty()) count = x.size();
+    for (const int a : axes) count *= shape[static_cast<size_t>(a)];
+    const std::string what = mv::shape_to_string(shape) + " over " + std::to_string(axes.size()) + " axes";
+    mv::detail::materialized(x);
+    test_runtime().synchronize();
+    const uint64_t before = dispatches();
+    const mv::Array m = mv::mean(x, axes, true);
+    mv::detail::materialized(m);
+    const uint64_t used = dispatches() - before;
+    const mv::Array s = mv::sum(x, axes, true);
+    mv::detail::materialized(s);
+    const mv::Array want = s / static_cast<float>(count);
+    expect_same_bits<float>(m, want, "mean of " + what);
+    EXPECT_LE(used, static_cast<uint64_t>(count > 4096 ? 2 : 1)) << what << ": the division needs no kernel";
+    check_fused<float>([&] { return x * 3.f - 1.f; }, [&](const mv::Array& a) { return mv::mean(a, axes); },
+                       "mean of a program, " + what);
+  }
+  // Over a split axis the sum is taken across devices first, then divided, as before.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Array host = mv::normal(mv::random_key(77), {16, 12});
+  const mv::Array split = mv::device_put(host, mv::NamedSharding(mesh, P("x")));
+  const auto got = mv::mean(split, {0}).to_host<float>(), values = host.to_host<float>();
+  for (int col = 0; col < 12; ++col) {
+    double want = 0;
+    for (int r = 0; r < 16; ++r) want += values[static_cast<size_t>(r * 12 + col)];
+    EXPECT_NEAR(got[static_cast<size_t>(col)], want / 16, 1e-5) << col;
+  }
+  // Gradients: the division's, spread, as for sum / count; also through a split axis.
+  for (const mv::Array& a : {host, split}) {
+    const mv::Array g = mv::grad([](const mv::Array& v) { return mv::sum(mv::mean(v * v, {1})); })(a);
+    const mv::Array w = mv::grad([](const mv::Array& v) { return mv::sum(mv::sum(v * v, {1}) / 12.f); })(a);
+    expect_same_bits<float>(g, w, "gradient of mean");
+  }
+  EXPECT_TRUE(std::isnan(mv::mean(mv::zeros({0})).to_host<float>()[0])) << "the mean of nothing is NaN";
+  const mv::Array z = mv::normal(mv::random_key(78), {4, 6});
+  const auto f = mv::jit([](const mv::Array& a) { return mv::mean(a * 2.f, {1}); });
+  EXPECT_NE(f.program_text(z).find("then div(mean, 6) in the same kernel"), std::string::npos) << f.program_text(z);
+}

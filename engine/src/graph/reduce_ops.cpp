@@ -2,6 +2,7 @@
 // otherwise the array is first gathered whole onto each of its devices (until collectives do
 // this with an all-reduce of partial results).
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <mutex>
 #include <numeric>
@@ -55,7 +56,10 @@ std::vector<bool> reduced_axes(const char* op, std::vector<int> axes, size_t ran
   return reduced;
 }
 
-Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims);
+// With `epilogue` (a float32 sum's last step, a mean's division: kernels/reduce.hpp), applied in
+// the reduction's own dispatch where the result is not a partial sum; `*applied` says whether.
+Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced,
+                     bool keepdims, const kernels::EwProgram* epilogue = nullptr, bool* applied = nullptr);
 
 // The cotangent of a reduced array spread back over the input's shape.
 Array spread(const Array& ct, const Array& x, const std::vector<bool>& reduced) {
@@ -140,7 +144,9 @@ std::optional<FusedInput> fused_input(detail::RuntimeState& rt, kernels::ReduceO
   return f;
 }
 
-Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced, bool keepdims) {
+Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input, const std::vector<bool>& reduced,
+                     bool keepdims, const kernels::EwProgram* epilogue, bool* applied) {
+  if (applied) *applied = false;
   const detail::OpScope op_scope(op);  // profile hook: the line this prints ("sum", ...)
   const size_t rank = input.ndim();
   detail::reject_uint32(op, input);
@@ -187,6 +193,14 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
   if (const NamedSharding* n = x.sharding().named()) sharding = NamedSharding(n->mesh(), PartitionSpec(spec).trimmed());
   const DType out_dtype = (kind == kernels::ReduceOp::argmax || kind == kernels::ReduceOp::argmin) ? DType::int32 : x.dtype();
 
+  // A sum still partial over split axes takes its last step after the sum: not here.
+  if (epilogue && (!split_axes.empty() || count == 0 || x.dtype() != DType::float32 ||
+                   !kernels::can_take_epilogue(kind, x.dtype(), *epilogue)))
+    epilogue = nullptr;
+  if (applied) *applied = epilogue != nullptr;
+  const auto last_step = [&] {
+    return epilogue ? ", then " + epilogue->to_string({std::string(op)}) + " in the same kernel" : std::string();
+  };
   auto rt = x.impl()->runtime;
   std::lock_guard lock(rt->mutex());
   const auto in_map = x.sharding().devices_indices_map(x.shape());
@@ -210,7 +224,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
       const std::vector<kernels::EwInput>& inputs = fused->pieces[i];
       for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
       kernels::record_reduce_fused(*rt, rec, kind, fused->pending->program, inputs, local, fused->reduced, *buffer,
-                                   side.get());
+                                   side.get(), epilogue);
       const detail::Fence f = rt->submit(std::move(rec));
       for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
       buffer->written_by(f);
@@ -265,7 +279,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
       kernels::record_strided_copy(*rt, rec, {box, in_strides, out_strides, 0, 0}, in, *moved);
       src = moved.get();
     }
-    kernels::record_reduce_rows(*rt, rec, kind, x.dtype(), *src, rows, n, *buffer, columns);
+    kernels::record_reduce_rows(*rt, rec, kind, x.dtype(), *src, rows, n, *buffer, columns, epilogue);
     const detail::Fence f = rt->submit(std::move(rec));
     const_cast<DeviceBuffer&>(in).used_by(f);
     buffer->written_by(f);
@@ -277,7 +291,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
       if (fused->store) exec::log_op("fusion " + text + " (stored by the " + op + " below)");
       exec::log_op(std::string(op) + " of fusion " + text + ": local " + std::string(dtype_name(x.dtype())) +
                    shape_to_string(x.sharding().shard_shape(x.shape())) + " -> " +
-                   shape_to_string(sharding.shard_shape(shape)) + " on each device");
+                   shape_to_string(sharding.shard_shape(shape)) + " on each device" + last_step());
     }
     if (fused->store) {
       // x is materialized now: its later readers take the stored values.
@@ -289,7 +303,7 @@ Array reduce_untaped(const char* op, kernels::ReduceOp kind, const Array& input,
   } else if (exec::logging())  // the text is built only while a trace listens
     exec::log_op(std::string(op) + ": local " + std::string(dtype_name(x.dtype())) +
                  shape_to_string(x.sharding().shard_shape(x.shape())) + " -> " +
-                 shape_to_string(sharding.shard_shape(shape)) + " on each device");
+                 shape_to_string(sharding.shard_shape(shape)) + " on each device" + last_step());
   // A sum's per-device results are summands: partial over the split axes until a consumer needs
   // the sum (graph/partial_sum.hpp), so a batch sum is all-reduced after the local reductions
   // that follow it, and resolved with the other gradients.
@@ -322,12 +336,40 @@ namespace {
 // float64 for int64 and float64 (JAX's to_inexact_dtype).
 DType mean_dtype(const Array& x) { return x.valid() && is_64bit(x.dtype()) ? DType::float64 : DType::float32; }
 
+// The float32 sum divided by `count` in the sum's own dispatch (kernels/reduce.hpp's epilogue): the
+// same ops as `sum / count` after it, one kernel less; nothing where the sum is left partial over
+// a split axis (then divided after it is taken, as before).
+Array mean_in_one_kernel(const Array& x, const std::vector<bool>& reduced, bool keepdims, int64_t count) {
+  kernels::EwProgram divide;
+  const float c = static_cast<float>(count);
+  uint32_t bits;
+  std::memcpy(&bits, &c, 4);
+  divide.nodes = {{kernels::EwOp::input, DType::float32, -1, -1, -1, 0, 0},
+                  {kernels::EwOp::constant, DType::float32, -1, -1, -1, -1, bits},
+                  {kernels::EwOp::div, DType::float32, 0, 1, -1, -1, 0}};
+  divide.num_inputs = 1;
+  bool applied = false;
+  const Array y = reduce_untaped("mean", kernels::ReduceOp::sum, x, reduced, keepdims, &divide, &applied);
+  if (!applied) {  // a partial sum: reduce()'s sum, then the division
+    const Array total = detail::taping() ? detail::on_tape(y, {x}, [x, reduced](const Array& ct) {
+      return std::vector<Array>{spread(ct, x, reduced)};
+    }) : y;
+    return total / c;
+  }
+  if (!detail::taping()) return y;
+  // The gradient of the sum of the division: the division's (ct / count), spread.
+  return detail::on_tape(y, {x}, [x, reduced, c](const Array& ct) { return std::vector<Array>{spread(ct / c, x, reduced)}; });
+}
+
 Array mean_f32(const Array& x, std::vector<int> axes, bool keepdims) {
   const auto reduced = reduced_axes("mean", axes, x.ndim());
   int64_t count = 1;
   for (size_t d = 0; d < x.ndim(); ++d)
     if (reduced[d]) count *= x.shape()[d];
-  const Array total = reduce("mean", kernels::ReduceOp::sum, astype(x, mean_dtype(x)), reduced, keepdims);
+  const Array xf = astype(x, mean_dtype(x));
+  if (count > 0 && xf.dtype() == DType::float32 && !detail::is_partial(xf))
+    return mean_in_one_kernel(xf, reduced, keepdims, count);
+  const Array total = reduce("mean", kernels::ReduceOp::sum, xf, reduced, keepdims);
   return total / static_cast<float>(count);  // numpy: mean of nothing is NaN
 }
 

@@ -618,6 +618,7 @@ EwInlineText ew_inline_text(detail::RuntimeState& rt, const detail::Recording& r
   const vk::Adapter& adapter = rt.device_for(rec.device).adapter();
   const MathMode math = math_mode(rt, adapter);
   EwInlineText t;
+  t.result = static_cast<int>(p.nodes.size()) - 1;
   t.head = kernel_prologue(adapter.preserves_inf_nan32, adapter.preserves_denorm32, p.nodes.back().dtype,
                            uses(p, inputs, DType::int64));
   t.helpers = division_prelude(math) + kHelpers + helpers_16bit(p, inputs) + library_functions(p, math);

@@ -89,6 +89,7 @@ std::string float_controls(bool preserve_inf_nan, bool preserve_denorm);
 // the vector kernel does: the same bits).
 struct EwInlineText {
   std::string head, helpers, nodes, nodes4;
+  int result = -1;  // the node holding the program's value (v<result>)
 };
 EwInlineText ew_inline_text(detail::RuntimeState& rt, const detail::Recording& rec, const EwProgram& p,
                             std::span<const EwInput> inputs);

@@ -1,7 +1,9 @@
 #include "kernels/reduce.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "kernels/cost.hpp"
@@ -17,6 +19,14 @@ constexpr int64_t kChunk = kReduceChunk;
 
 bool is_arg(ReduceOp op) { return op == ReduceOp::argmax || op == ReduceOp::argmin; }
 
+// Stores `value` (a float32 sum where `f`) into `target`, through the epilogue's program where
+// there is one (its input 0 the value), as record_elementwise would compute it from the stored sum.
+std::string epilogue_store(const EwInlineText* epilogue, const std::string& target, const std::string& value, bool f) {
+  if (!epilogue) return "  " + target + " = " + (f ? "floatBitsToUint(" : "uint(") + value + ");\n";
+  return "  {\n  const float load0 = " + value + ";\n" + epilogue->nodes + "  " + target + " = floatBitsToUint(v" +
+         std::to_string(epilogue->result) + ");\n  }\n";
+}
+
 // One pass: invocation t reduces chunk t % chunks of row t / chunks. With `with_index`, the
 // input carries (value, index) pairs from an earlier pass. A `windowed` pass runs invocations
 // [t0, t_end) over windows of its buffers starting at element in_off (input) and out_off (output).
@@ -24,7 +34,7 @@ bool is_arg(ReduceOp op) { return op == ReduceOp::argmax || op == ReduceOp::argm
 // scalar loads, in the same order and with the same arithmetic as the row-major pass (`vec4`
 // then means: accumulate as the vector pass does), so its results are equal bit for bit.
 std::string pass_kernel(const std::string& controls, ReduceOp op, DType dtype, bool vec4, bool with_index,
-                        bool windowed, bool columns = false) {
+                        bool windowed, bool columns = false, const EwInlineText* epilogue = nullptr) {
   const bool f = dtype == DType::float32;
   const std::string T = f ? "float" : "int";
   const std::string V = f ? "vec4" : "ivec4";
@@ -39,6 +49,7 @@ std::string pass_kernel(const std::string& controls, ReduceOp op, DType dtype, b
   if (is_arg(op)) g << "layout(std430, binding = " << b++ << ") writeonly buffer OutIndex { int oi[]; };\n";
   g << "layout(push_constant) uniform Params { uint rows; uint n; uint chunk; uint chunks;"
     << (windowed ? " uint t0; uint t_end; uint in_off; uint out_off;" : "") << " } pc;\n";
+  if (epilogue) g << epilogue->helpers;
   g << "void main() {\n"
        "  const uint t = "
     << (windowed ? "pc.t0 + " : "")
@@ -65,44 +76,17 @@ std::string pass_kernel(const std::string& controls, ReduceOp op, DType dtype, b
   };
   const std::string at = windowed ? "t - pc.out_off" : "t";
   if (op == ReduceOp::sum) {
-    // Pairwise summation: blocks of 16 summed directly, block sums merged like a binary counter.
-    g << "  " << T << " stack[24];\n  uint count = 0u;\n";
-    // Blocks of 64 elements summed in four independent vector accumulators, block sums merged
-    // like a binary counter (pairwise), so the counter runs once per 64 elements.
-    g << "  for (uint blk = 0u; blk < len; blk += 64u) {\n";
-    if (vec4 && columns) {
-      g << "    " << V << " a0 = " << V << "(0), a1 = " << V << "(0), a2 = " << V << "(0), a3 = " << V << "(0);\n"
-        << "    const uint end = min(len, blk + 64u);\n"
-        << "    for (uint q = blk; q < end; q += 16u) {\n"
-        << "      a0 += " << load4_at("q") << ";\n"
-        << "      if (q + 4u < end) a1 += " << load4_at("q + 4u") << ";\n"
-        << "      if (q + 8u < end) a2 += " << load4_at("q + 8u") << ";\n"
-        << "      if (q + 12u < end) a3 += " << load4_at("q + 12u") << ";\n"
-        << "    }\n"
-        << "    const " << V << " a4 = (a0 + a1) + (a2 + a3);\n"
-        << "    " << T << " s = (a4.x + a4.y) + (a4.z + a4.w);\n";
-    } else if (vec4) {
-      g << "    " << V << " a0 = " << V << "(0), a1 = " << V << "(0), a2 = " << V << "(0), a3 = " << V << "(0);\n"
-        << "    const uint end = min(len, blk + 64u);\n"
-        << "    for (uint q = blk; q < end; q += 16u) {\n"
-        << "      const uint p0 = (base + q) / 4u;\n"
-        << "      { const uint p = p0; a0 += " << load4 << "; }\n"
-        << "      if (q + 4u < end) { const uint p = p0 + 1u; a1 += " << load4 << "; }\n"
-        << "      if (q + 8u < end) { const uint p = p0 + 2u; a2 += " << load4 << "; }\n"
-        << "      if (q + 12u < end) { const uint p = p0 + 3u; a3 += " << load4 << "; }\n"
-        << "    }\n"
-        << "    const " << V << " a4 = (a0 + a1) + (a2 + a3);\n"
-        << "    " << T << " s = (a4.x + a4.y) + (a4.z + a4.w);\n";
-    } else {
-      g << "    " << T << " s = " << T << "(0);\n"
-        << "    for (uint q = 0u; q < 64u && blk + q < len; ++q) { const uint p = " << at_elem("blk + q") << "; s += " << load1 << "; }\n";
-    }
-    g << "    uint k = 0u; uint m = count;\n"
-         "    while ((m & 1u) == 1u) { s = stack[k] + s; ++k; m >>= 1u; }\n"
-         "    stack[k] = s; ++count;\n  }\n"
-      << "  " << T << " total = " << T << "(0);\n"
-         "  for (uint k = 0u; k < 24u; ++k) if (((count >> k) & 1u) == 1u) total = stack[k] + total;\n";
-    g << "  o[" << at << "] = " << (f ? "floatBitsToUint(total)" : "uint(total)") << ";\n}\n";
+    const auto load4_texel = [&](const std::string& q) {
+      return f ? "uintBitsToFloat(texelFetch(src, int((base + " + q + ") / 4u)))"
+               : "ivec4(texelFetch(src, int((base + " + q + ") / 4u)))";
+    };
+    if (vec4 && columns)
+      g << pairwise_sum_glsl(f, load4_at, nullptr);
+    else if (vec4)
+      g << pairwise_sum_glsl(f, load4_texel, nullptr);
+    else
+      g << pairwise_sum_glsl(f, nullptr, load_at_typed);
+    g << epilogue_store(epilogue, "o[" + at + "]", "total", f) << "}\n";
     return g.str();
   }
   // max / min / argmax / argmin: a running best; NaN wins and stays, ties keep the first.
@@ -128,7 +112,7 @@ std::string pass_kernel(const std::string& controls, ReduceOp op, DType dtype, b
 // element e of the four, so each 16 elements take 16 fetches instead of 64. Each accumulator of
 // pass_kernel becomes a vec4 across the columns (A<m><j> holds component j of a<m>), and every
 // sum is formed in the same order, so each column's result is the same bit for bit.
-std::string columns4_kernel(const std::string& controls, DType dtype) {
+std::string columns4_kernel(const std::string& controls, DType dtype, const EwInlineText* epilogue = nullptr) {
   const bool f = dtype == DType::float32;
   const std::string V = f ? "vec4" : "ivec4";
   const std::string load = f ? "uintBitsToFloat(texelFetch(src, int(((first + (E)) * pc.rows + row) / 4u)))"
@@ -143,7 +127,8 @@ std::string columns4_kernel(const std::string& controls, DType dtype) {
        "layout(binding = 0) uniform usamplerBuffer src;\n"
        "layout(std430, binding = 1) writeonly buffer Out { uint o[]; };\n"
        "layout(push_constant) uniform Params { uint rows; uint n; uint chunk; uint chunks; } pc;\n"
-       "void main() {\n"
+    << (epilogue ? epilogue->helpers : std::string())
+    << "void main() {\n"
        "  const uint t = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * 64u + "
        "gl_LocalInvocationID.x;\n"
        "  if (t >= (pc.rows / 4u) * pc.chunks) return;\n"
@@ -171,12 +156,41 @@ std::string columns4_kernel(const std::string& controls, DType dtype) {
        "    stack[k] = s; ++count;\n  }\n"
     << "  " << V << " total = " << V << "(0);\n"
        "  for (uint k = 0u; k < 24u; ++k) if (((count >> k) & 1u) == 1u) total = stack[k] + total;\n"
-       "  for (uint i = 0u; i < 4u; ++i) o[(row + i) * pc.chunks + c] = "
-    << (f ? "floatBitsToUint(total[i])" : "uint(total[i])") << ";\n}\n";
+       "  for (uint i = 0u; i < 4u; ++i) {\n"
+    << epilogue_store(epilogue, "o[(row + i) * pc.chunks + c]", "total[i]", f) << "  }\n}\n";
   return g.str();
 }
 
 }  // namespace
+
+std::string pairwise_sum_glsl(bool f, const std::function<std::string(const std::string&)>& quad,
+                              const std::function<std::string(const std::string&)>& one) {
+  const std::string T = f ? "float" : "int", V = f ? "vec4" : "ivec4";
+  std::ostringstream g;
+  g << "  " << T << " stack[24];\n  uint count = 0u;\n"
+    << "  for (uint blk = 0u; blk < len; blk += 64u) {\n";
+  if (quad) {
+    g << "    " << V << " a0 = " << V << "(0), a1 = " << V << "(0), a2 = " << V << "(0), a3 = " << V << "(0);\n"
+      << "    const uint end = min(len, blk + 64u);\n"
+      << "    for (uint q = blk; q < end; q += 16u) {\n"
+      << "      a0 += " << quad("q") << ";\n"
+      << "      if (q + 4u < end) a1 += " << quad("q + 4u") << ";\n"
+      << "      if (q + 8u < end) a2 += " << quad("q + 8u") << ";\n"
+      << "      if (q + 12u < end) a3 += " << quad("q + 12u") << ";\n"
+      << "    }\n"
+      << "    const " << V << " a4 = (a0 + a1) + (a2 + a3);\n"
+      << "    " << T << " s = (a4.x + a4.y) + (a4.z + a4.w);\n";
+  } else {
+    g << "    " << T << " s = " << T << "(0);\n"
+      << "    for (uint q = 0u; q < 64u && blk + q < len; ++q) s += " << one("blk + q") << ";\n";
+  }
+  g << "    uint k = 0u; uint m = count;\n"
+       "    while ((m & 1u) == 1u) { s = stack[k] + s; ++k; m >>= 1u; }\n"
+       "    stack[k] = s; ++count;\n  }\n"
+    << "  " << T << " total = " << T << "(0);\n"
+       "  for (uint k = 0u; k < 24u; ++k) if (((count >> k) & 1u) == 1u) total = stack[k] + total;\n";
+  return g.str();
+}
 
 bool can_reduce_columns(detail::RuntimeState& rt, const detail::DeviceBuffer& in, int64_t rows,
                         int64_t n) {
@@ -188,9 +202,26 @@ bool can_reduce_columns(detail::RuntimeState& rt, const detail::DeviceBuffer& in
          static_cast<uint64_t>(rows) * static_cast<uint64_t>(n) < (uint64_t{1} << 32);
 }
 
+bool can_take_epilogue(ReduceOp op, DType dtype, const EwProgram& epilogue) {
+  if (op != ReduceOp::sum || dtype != DType::float32 || epilogue.nodes.empty() || epilogue.num_inputs != 1 ||
+      epilogue.nodes.back().dtype != DType::float32)
+    return false;
+  // Float zeros are read from push constants the reductions' kernels do not have (ew_constant).
+  // Arithmetic only, so the kernels need no helpers beyond the elementwise kernels' own
+  // (reduce_fused.cpp has them already).
+  return std::all_of(epilogue.nodes.begin(), epilogue.nodes.end(), [](const EwNode& n) {
+    const bool arithmetic = n.op == EwOp::input || n.op == EwOp::constant || n.op == EwOp::neg ||
+                            n.op == EwOp::add || n.op == EwOp::sub || n.op == EwOp::mul || n.op == EwOp::div;
+    return arithmetic && n.dtype == DType::float32 && (n.op != EwOp::input || n.input == 0) &&
+           !(n.op == EwOp::constant && n.bits == 0);
+  });
+}
+
 void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, ReduceOp op, DType dtype,
                         const detail::DeviceBuffer& in, int64_t rows, int64_t n,
-                        const detail::DeviceBuffer& out, bool columns) {
+                        const detail::DeviceBuffer& out, bool columns, const EwProgram* epilogue) {
+  if (epilogue && !can_take_epilogue(op, dtype, *epilogue))
+    throw Error("internal: a reduction epilogue its kernels do not take");
   if (columns && n > 0 && rows > 0 && !can_reduce_columns(rt, in, rows, n))
     throw Error("internal: a column reduction does not fit one binding");
   if (rows == 0) return;
@@ -199,10 +230,17 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
   const CountedOp counted(rec, [&] {
     const uint64_t r = static_cast<uint64_t>(rows), len = static_cast<uint64_t>(n);
     const DType out_dtype = op == ReduceOp::argmax || op == ReduceOp::argmin ? DType::int32 : dtype;
-    return OpCost{r * (len > 0 ? len - 1 : 0), 0, r * len * dtype_size(dtype) + r * dtype_size(out_dtype)};
+    OpCost c{r * (len > 0 ? len - 1 : 0), 0, r * len * dtype_size(dtype) + r * dtype_size(out_dtype)};
+    if (epilogue) {  // its arithmetic, once per row; no bytes of its own
+      const OpCost e = elementwise_cost(*epilogue, {}, Shape{rows}, r);
+      c.flops += e.flops;
+      c.transcendentals += e.transcendentals;
+    }
+    return c;
   }, OpKind::reduce, dtype);
   if (n == 0) {
     if (op != ReduceOp::sum) throw Error("internal: empty max/min reduction reached the kernel");
+    if (epilogue) throw Error("internal: an empty sum with an epilogue reached the kernel");
     if (rec.cb) vkCmdFillBuffer(rec.cb, out.vk_buffer(), out.offset(), static_cast<uint64_t>(rows) * 4, 0);
     barrier(rec.cb);
     return;
@@ -211,6 +249,8 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
   // bits here as in a fused reduction (reduce_fused.cpp) on every adapter.
   const vk::Adapter& adapter = rt.device_for(rec.device).adapter();
   const std::string controls = float_controls(adapter.preserves_inf_nan32, adapter.preserves_denorm32);
+  std::optional<EwInlineText> epilogue_text;
+  if (epilogue) epilogue_text = ew_inline_text(rt, rec, *epilogue, {});
   const detail::DeviceBuffer* src = &in;
   const detail::DeviceBuffer* src_index = nullptr;
   bool with_index = false;
@@ -218,6 +258,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
   for (;;) {
     const int64_t chunks = (length + kChunk - 1) / kChunk;
     const bool last = chunks == 1;
+    const EwInlineText* epi = last && epilogue_text ? &*epilogue_text : nullptr;
     // Partial results of this pass: values (and indices) of each chunk of each row.
     std::shared_ptr<detail::DeviceBuffer> values, indices;
     const detail::DeviceBuffer* dst = &out;
@@ -250,7 +291,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
                                   static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
       const uint64_t quads = static_cast<uint64_t>(rows / 4 * chunks);
-      dispatch(rt, rec, {"reduce_columns", columns4_kernel(controls, dtype)}, bindings, params, sizeof params,
+      dispatch(rt, rec, {"reduce_columns", columns4_kernel(controls, dtype, epi)}, bindings, params, sizeof params,
                groups_for(rt, (quads + 63) / 64));
     } else if (by_columns) {
       std::vector<Binding> bindings{
@@ -259,7 +300,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       if (out_indices) bindings.push_back(Binding::storage(*out_indices));
       const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
                                   static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
-      dispatch(rt, rec, {"reduce_columns", pass_kernel(controls, op, dtype, vec4, false, false, true)},
+      dispatch(rt, rec, {"reduce_columns", pass_kernel(controls, op, dtype, vec4, false, false, true, epi)},
                bindings, params, sizeof params, groups_for(rt, (invocations + 63) / 64));
     } else if (fits) {
       std::vector<Binding> bindings{
@@ -272,7 +313,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       if (out_indices) bindings.push_back(Binding::storage(*out_indices));
       const uint32_t params[4] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(length),
                                   static_cast<uint32_t>(kChunk), static_cast<uint32_t>(chunks)};
-      dispatch(rt, rec, {"reduce", pass_kernel(controls, op, dtype, vec4, with_index, false)}, bindings,
+      dispatch(rt, rec, {"reduce", pass_kernel(controls, op, dtype, vec4, with_index, false, false, epi)}, bindings,
                params, sizeof params, groups_for(rt, (invocations + 63) / 64));
     } else {
       // Pieces larger than one binding: runs of consecutive invocations, each reading one window
@@ -282,7 +323,7 @@ void record_reduce_rows(detail::RuntimeState& rt, detail::Recording& rec, Reduce
       const uint64_t run =
           std::min<uint64_t>(w.storage, in_words / std::min<uint64_t>(len, kChunk));
       if (run == 0) throw Error("internal: a reduction chunk does not fit one binding");
-      const std::string glsl = pass_kernel(controls, op, dtype, vec4, with_index, true);
+      const std::string glsl = pass_kernel(controls, op, dtype, vec4, with_index, true, false, epi);
       for (uint64_t t0 = 0; t0 < invocations; t0 += run) {
         const uint64_t t1 = std::min(invocations, t0 + run);
         const uint64_t first = t0 / chunks * len + t0 % chunks * kChunk;

@@ -95,13 +95,11 @@ std::string index_terms(const Placement& p, size_t begin, size_t end) {
 std::string fused_kernel(ReduceOp op, const EwProgram& program, std::span<const EwInput> inputs,
                          std::span<const Placement> places, const Shape& shape, size_t kept,
                          bool vec4, bool side, const std::optional<std::vector<Read4>>& four,
-                         const EwInlineText& text) {
+                         const EwInlineText& text, const EwInlineText* epilogue) {
   const DType dtype = program.nodes.back().dtype;
   const bool f = dtype == DType::float32;
   const std::string T = f ? "float" : "int";
   const std::string V = f ? "vec4" : "ivec4";
-  // Sums start from +0.0 as XLA's reduce does (a row of -0.0 sums to +0.0, as in JAX).
-  const std::string zero = T + "(0)";
   std::ostringstream g;
   g << text.head;
   for (size_t k = 0; k < inputs.size(); ++k)
@@ -175,33 +173,19 @@ std::string fused_kernel(ReduceOp op, const EwProgram& program, std::span<const 
   g << "  }\n";
   auto el = [](const std::string& q) { return "mv_element(first + " + q + ")"; };
   if (op == ReduceOp::sum) {
-    g << "  " << T << " stack[24];\n  uint count = 0u;\n"
-      << "  for (uint blk = 0u; blk < len; blk += 64u) {\n";
-    if (vec4) {
-      auto quad = [&](const std::string& q) {
-        if (four) return "mv_element4(first + " + q + ")";
-        return V + "(" + el(q) + ", " + el(q + " + 1u") + ", " + el(q + " + 2u") + ", " + el(q + " + 3u") + ")";
-      };
-      g << "    " << V << " a0 = " << V << "(" << zero << "), a1 = a0, a2 = a0, a3 = a0;\n"
-        << "    const uint end = min(len, blk + 64u);\n"
-        << "    for (uint q = blk; q < end; q += 16u) {\n"
-        << "      a0 += " << quad("q") << ";\n"
-        << "      if (q + 4u < end) a1 += " << quad("q + 4u") << ";\n"
-        << "      if (q + 8u < end) a2 += " << quad("q + 8u") << ";\n"
-        << "      if (q + 12u < end) a3 += " << quad("q + 12u") << ";\n"
-        << "    }\n"
-        << "    const " << V << " a4 = (a0 + a1) + (a2 + a3);\n"
-        << "    " << T << " s = (a4.x + a4.y) + (a4.z + a4.w);\n";
-    } else {
-      g << "    " << T << " s = " << zero << ";\n"
-        << "    for (uint q = 0u; q < 64u && blk + q < len; ++q) s += " << el("blk + q") << ";\n";
-    }
-    g << "    uint k = 0u; uint m = count;\n"
-         "    while ((m & 1u) == 1u) { s = stack[k] + s; ++k; m >>= 1u; }\n"
-         "    stack[k] = s; ++count;\n  }\n"
-      << "  " << T << " total = " << zero << ";\n"
-         "  for (uint k = 0u; k < 24u; ++k) if (((count >> k) & 1u) == 1u) total = stack[k] + total;\n"
-      << "  o[t] = " << (f ? "floatBitsToUint(total)" : "uint(total)") << ";\n}\n";
+    const auto quad = [&](const std::string& q) {
+      if (four) return "mv_element4(first + " + q + ")";
+      return V + "(" + el(q) + ", " + el(q + " + 1u") + ", " + el(q + " + 2u") + ", " + el(q + " + 3u") + ")";
+    };
+    if (vec4)
+      g << pairwise_sum_glsl(f, quad, nullptr);
+    else
+      g << pairwise_sum_glsl(f, nullptr, el);
+    if (epilogue)  // the sum's last step (a mean's division), as record_reduce_rows takes it
+      g << "  {\n  const float load0 = total;\n" << epilogue->nodes << "  o[t] = floatBitsToUint(v" << epilogue->result
+        << ");\n  }\n}\n";
+    else
+      g << "  o[t] = " << (f ? "floatBitsToUint(total)" : "uint(total)") << ";\n}\n";
     return g.str();
   }
   const std::string better = op == ReduceOp::max ? ">" : "<";
@@ -259,9 +243,11 @@ bool can_reduce_fused(detail::RuntimeState& rt, ReduceOp op, const EwProgram& pr
 void record_reduce_fused(detail::RuntimeState& rt, detail::Recording& rec, ReduceOp op,
                          const EwProgram& program, std::span<const EwInput> inputs,
                          const Shape& shape, size_t reduced, const detail::DeviceBuffer& out,
-                         const detail::DeviceBuffer* side) {
+                         const detail::DeviceBuffer* side, const EwProgram* epilogue) {
   if (!can_reduce_fused(rt, op, program, inputs, shape, reduced, side != nullptr))
     throw Error("internal: a fused reduction its kernel does not take");
+  if (epilogue && !can_take_epilogue(op, program.nodes.back().dtype, *epilogue))
+    throw Error("internal: a reduction epilogue its kernels do not take");
   const auto [rows, n] = rows_and_n(shape, reduced);
   const DType dtype = program.nodes.back().dtype;
   // As XLA counts a fusion: the program's work and the reduction's, the bytes read from its
@@ -271,6 +257,11 @@ void record_reduce_fused(detail::RuntimeState& rt, detail::Recording& rec, Reduc
     if (!side) c.bytes -= std::min(c.bytes, rows * n * 4);
     c.bytes += rows * 4;
     c.flops += rows * (n - 1);
+    if (epilogue) {  // its arithmetic, once per row
+      const OpCost e = elementwise_cost(*epilogue, {}, Shape{static_cast<int64_t>(rows)}, rows);
+      c.flops += e.flops;
+      c.transcendentals += e.transcendentals;
+    }
     return c;
   }, OpKind::reduce, dtype);
   const uint64_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
@@ -280,8 +271,11 @@ void record_reduce_fused(detail::RuntimeState& rt, detail::Recording& rec, Reduc
   const size_t kept = shape.size() - reduced;
   // Chunks start at multiples of 4 (kReduceChunk is one), so four-element reads stay in a row.
   const std::optional<std::vector<Read4>> four = reads4(places, kept, shape.size(), static_cast<int64_t>(n));
+  std::optional<EwInlineText> epilogue_text;
+  if (epilogue && chunks == 1) epilogue_text = ew_inline_text(rt, rec, *epilogue, {});
   const std::string glsl = fused_kernel(op, program, inputs, places, shape, kept, vec4, side != nullptr, four,
-                                        ew_inline_text(rt, rec, program, inputs));
+                                        ew_inline_text(rt, rec, program, inputs),
+                                        epilogue_text ? &*epilogue_text : nullptr);
   std::shared_ptr<detail::DeviceBuffer> partials;
   if (chunks > 1) {
     partials = rt.allocate(rec.device, rows * chunks * 4);
@@ -306,7 +300,8 @@ void record_reduce_fused(detail::RuntimeState& rt, detail::Recording& rec, Reduc
   dispatch(rt, rec, {"reduce_fused", glsl}, bindings, &params, push_bytes, groups_for(rt, (rows * chunks + 63) / 64));
   barrier(rec.cb);
   if (partials)
-    record_reduce_rows(rt, rec, op, dtype, *partials, static_cast<int64_t>(rows), static_cast<int64_t>(chunks), out);
+    record_reduce_rows(rt, rec, op, dtype, *partials, static_cast<int64_t>(rows), static_cast<int64_t>(chunks), out,
+                       false, epilogue);
 }
 
 }  // namespace meshvk::kernels

@@ -23,10 +23,11 @@ bool can_reduce_fused(detail::RuntimeState& rt, ReduceOp op, const EwProgram& pr
 // computed as record_elementwise computes it and reduced in record_reduce_rows's order, so the
 // result equals bit for bit that of running the program and then reducing it. With `side`, the
 // values are also stored there (row-major over `shape`), as record_elementwise would: for a
-// program whose values have other readers and cost more to compute again than to store.
+// program whose values have other readers and cost more to compute again than to store. With
+// `epilogue`, as record_reduce_rows's: each sum's last step (a mean's division).
 void record_reduce_fused(detail::RuntimeState& rt, detail::Recording& rec, ReduceOp op,
                          const EwProgram& program, std::span<const EwInput> inputs,
                          const Shape& shape, size_t reduced, const detail::DeviceBuffer& out,
-                         const detail::DeviceBuffer* side = nullptr);
+                         const detail::DeviceBuffer* side = nullptr, const EwProgram* epilogue = nullptr);
 
 }  // namespace meshvk::kernels
