@@ -248,7 +248,9 @@ void record_reduce_fused(detail::RuntimeState& rt, detail::Recording& rec, Reduc
     throw Error("internal: a fused reduction its kernel does not take");
   if (epilogue && !can_take_epilogue(op, program.nodes.back().dtype, *epilogue))
     throw Error("internal: a reduction epilogue its kernels do not take");
-  const auto [rows, n] = rows_and_n(shape, reduced);
+  // Not structured bindings: the cost lambda below captures them (clang 14 cannot).
+  const auto rows_n = rows_and_n(shape, reduced);
+  const uint64_t rows = rows_n.first, n = rows_n.second;
   const DType dtype = program.nodes.back().dtype;
   // As XLA counts a fusion: the program's work and the reduction's, the bytes read from its
   // inputs and written to its result (the values in between never reach memory).
