@@ -2,6 +2,7 @@
 // multi-output fusion): an optimizer's new parameter, first and second moments all read the
 // gradient and the moments, and each alone would read them again in a kernel of its own.
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <tuple>
 
@@ -76,6 +77,7 @@ size_t root(std::vector<size_t>& parent, size_t i) {
 void run_merged(const Merged& m, const std::vector<Array>& arrays) {
   const ArrayImpl& first = *arrays[m.members.front()].impl();
   RuntimeState& rt = *first.runtime;
+  std::lock_guard lock(rt.mutex());  // this group's runtime (a jit's results may span several)
   const OpScope op_scope("fusion");  // profile hook
   const PendingElementwise merged{m.program, m.inputs};
   const PendingInputs in = materialize_inputs(merged);
@@ -128,8 +130,9 @@ void materialize_together(const std::vector<Array>& arrays) {
   for (size_t i = 0; i < arrays.size(); ++i)
     if (arrays[i].valid() && fusable_result(arrays[i])) candidates.push_back(i);
   if (candidates.size() < 2) return;
-  RuntimeState& rt = *arrays[candidates.front()].impl()->runtime;
-  std::lock_guard lock(rt.mutex());
+  // The pending programs are read under their runtime's lock (a jit's results are on one runtime
+  // but for the rare mixed call; each group locks its own again to run).
+  std::lock_guard lock(arrays[candidates.front()].impl()->runtime->mutex());
   std::vector<size_t> parent(arrays.size());
   std::iota(parent.begin(), parent.end(), size_t{0});
   std::map<const ArrayImpl*, size_t> reader;  // an input array: the first candidate reading it
