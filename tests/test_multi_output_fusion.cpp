@@ -7,13 +7,10 @@
 #include <random>
 #include <vector>
 
+#include "fusion_checks.hpp"
 #include "graph/array_impl.hpp"
 #include "meshvk/meshvk.hpp"
 #include "test_support.hpp"
-
-namespace mv = meshvk;
-namespace optax = meshvk::optax;
-using mv::P;
 
 namespace {
 
@@ -27,14 +24,6 @@ mv::Array random_array(mv::Shape shape, uint32_t seed) {
   return mv::array(std::span<const float>(v), shape);
 }
 
-template <class T>
-void expect_same_bits(const mv::Array& got, const mv::Array& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const auto g = got.to_host<T>(), w = want.to_host<T>();
-  ASSERT_EQ(g.size(), w.size()) << what;
-  EXPECT_EQ(std::memcmp(g.data(), w.data(), g.size() * sizeof(T)), 0) << what;
-}
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -161,4 +150,39 @@ TEST(MultiOutputFusion, LoopBodyResultsReadingTheSameCarry) {
     expect_same_bits<float>(got[1], want.second, "v, call " + std::to_string(call));
   }
   EXPECT_GE(count_of(looped.program_text(x0, v0), "fusion of 2 results in one kernel"), 1u) << looped.program_text(x0, v0);
+}
+
+TEST(MultiOutputFusion, OddDeviceCountsFuseReductionsAndResults) {
+  // Meshes of 3 and 5 devices (rows 15 and 35, columns 13: nothing a multiple of 4), sharded by
+  // rows and replicated: fused reductions (a mean over the columns, a max over the split rows)
+  // and a jit's results sharing inputs, against the same computed unfused.
+  for (const int devices : {3, 5}) {
+    std::vector<int> ids(static_cast<size_t>(devices));
+    for (int i = 0; i < devices; ++i) ids[static_cast<size_t>(i)] = (i * 3 + 1) % 8;  // not 0..n-1
+    const mv::Mesh mesh = mv::make_mesh({devices}, {"x"}, {}, ids);
+    const int64_t rows = 5 * devices, cols = 13;
+    const mv::NamedSharding split(mesh, P("x"));
+    const mv::Array a = mv::device_put(random_array({rows, cols}, 40 + devices), split);
+    const mv::Array b = mv::device_put(random_array({rows, cols}, 50 + devices), split);
+    const mv::Array c = mv::device_put(random_array({cols}, 60 + devices), mv::NamedSharding(mesh, P()));
+    const Fn f = [](const mv::Array& x, const mv::Array& y, const mv::Array& z) {
+      return std::vector<mv::Array>{mv::mean(mv::exp(x) * z, {1}), mv::max(x - y, {0}), x * y + z, y - z * 2.f};
+    };
+    const auto unfused = [&] {
+      const mv::Array p0 = mv::exp(a) * c, p1 = a - b, p2 = a * b + c, p3 = b - c * 2.f;
+      for (const auto* p : {&p0, &p1, &p2, &p3}) mv::detail::materialized(*p);
+      return std::vector<mv::Array>{mv::mean(p0, {1}), mv::max(p1, {0}), p2, p3};
+    }();
+    const auto jitted = mv::jit([&](const mv::Array& x, const mv::Array& y, const mv::Array& z) { return f(x, y, z); });
+    for (int call = 0; call < 2; ++call) {
+      const auto got = call ? jitted(a, b, c) : f(a, b, c);
+      for (size_t i = 0; i < got.size(); ++i)
+        expect_same_bits<float>(got[i], unfused[i],
+                                std::to_string(devices) + " devices, result " + std::to_string(i) + ", call " +
+                                    std::to_string(call));
+    }
+    const std::string text = jitted.program_text(a, b, c);
+    EXPECT_EQ(count_of(text, "fusion of 2 results in one kernel"), 1u) << text;
+    EXPECT_NE(text.find("mean of fusion"), std::string::npos) << text;
+  }
 }

@@ -19,14 +19,11 @@ namespace {
 using kernels::EwNode;
 using kernels::EwOp;
 
-// The fused kernels' input limit (kernels/elementwise.cpp).
-constexpr size_t kMaxInputs = 16;
-
 bool fusable_result(const Array& a) {
   const ArrayImpl& impl = *a.impl();
   if (!impl.pending || impl.partial || shape_size(a.shape()) == 0) return false;
   const DType d = impl.pending->program.nodes.back().dtype;
-  return dtype_size(d) == 4 && !is_64bit(d);
+  return dtype_size(d) == 4;
 }
 
 // Programs merged into one: common nodes computed once, inputs read once.
@@ -159,8 +156,8 @@ void materialize_together(const std::vector<Array>& arrays) {
     for (const size_t i : members) {
       if (!taken.emplace(arrays[i].impl().get(), true).second) continue;
       const PendingElementwise& p = *arrays[i].impl()->pending;
-      if (p.inputs.size() > kMaxInputs) continue;
-      if (merged.back().inputs.size() + merged.back().new_inputs(p) > kMaxInputs) merged.emplace_back();
+      if (p.inputs.size() > kernels::kMaxKernelInputs) continue;
+      if (merged.back().inputs.size() + merged.back().new_inputs(p) > kernels::kMaxKernelInputs) merged.emplace_back();
       merged.back().add(p, i);
     }
     for (const Merged& m : merged)

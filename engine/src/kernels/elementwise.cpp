@@ -522,7 +522,7 @@ void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec
   if (results.empty() || results.size() != outs.size())
     throw Error("internal: an elementwise kernel needs one buffer per result");
   for (const int r : results)
-    if (results.size() > 1 && (dtype_size(p.nodes[r].dtype) != 4 || is_64bit(p.nodes[r].dtype)))
+    if (results.size() > 1 && dtype_size(p.nodes[r].dtype) != 4)
       throw Error("internal: an elementwise kernel with several results takes 32-bit ones only");
   const DType out_dtype = p.nodes[results.front()].dtype;
   const CountedOp counted(rec, [&] {
@@ -549,9 +549,9 @@ void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec
              : strided_kernel(p, results, inputs, out_dtype, shape, preserve_inf_nan, preserve_denorm, math);
   struct Params {
     uint32_t n, base, zero;
-    int32_t off[16];
+    int32_t off[kMaxKernelInputs];
   } params{};
-  if (inputs.size() > 16) throw Error("internal: a fused elementwise kernel takes at most 16 inputs");
+  if (inputs.size() > kMaxKernelInputs) throw Error("internal: a fused elementwise kernel takes at most 16 inputs");
   const uint32_t push_bytes = 12 + 4 * static_cast<uint32_t>(std::max<size_t>(inputs.size(), 1));
 
   if (is_16bit(out_dtype)) require_storage16(rt, rec.device);

@@ -38,6 +38,10 @@ struct EwNode {
   bool operator==(const EwNode&) const = default;
 };
 
+// The inputs one fused kernel reads at most (one texel binding and one push-constant offset each):
+// the elementwise kernels', the fused reductions' and the multi-output fusions' limit.
+constexpr size_t kMaxKernelInputs = 16;
+
 // Nodes in dependency order; the last one is the result.
 struct EwProgram {
   std::vector<EwNode> nodes;

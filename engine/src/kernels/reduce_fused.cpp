@@ -14,10 +14,9 @@ namespace meshvk::kernels {
 
 namespace {
 
-constexpr size_t kMaxInputs = 16;
 static_assert(kReduceChunk % 4 == 0, "four-element reads need chunks that start at multiples of 4");
 
-bool is_32bit(DType d) { return dtype_size(d) == 4 || d == DType::bool_; }
+bool is_32bit(DType d) { return dtype_size(d) == 4; }  // bool too (stored as 32 bits)
 
 // Where input k's element at coordinates c of `shape` is: offset + sum of c[d] * strides[d].
 struct Placement {
@@ -220,7 +219,7 @@ std::pair<uint64_t, uint64_t> rows_and_n(const Shape& shape, size_t reduced) {
 bool can_reduce_fused(detail::RuntimeState& rt, ReduceOp op, const EwProgram& program,
                       std::span<const EwInput> inputs, const Shape& shape, size_t reduced, bool side) {
   if (op != ReduceOp::sum && op != ReduceOp::max && op != ReduceOp::min) return false;
-  if (program.nodes.empty() || reduced == 0 || reduced > shape.size() || inputs.size() > kMaxInputs) return false;
+  if (program.nodes.empty() || reduced == 0 || reduced > shape.size() || inputs.size() > kMaxKernelInputs) return false;
   const DType out = program.nodes.back().dtype;
   if (out != DType::float32 && out != DType::int32) return false;
   if (!std::all_of(program.nodes.begin(), program.nodes.end(), [](const EwNode& n) { return is_32bit(n.dtype); }))
@@ -233,7 +232,7 @@ bool can_reduce_fused(detail::RuntimeState& rt, ReduceOp op, const EwProgram& pr
   if (rows * n >= (uint64_t{1} << 31) || rows * chunks * 4 > w.storage_bytes) return false;
   if (side && rows * n * 4 > w.storage_bytes) return false;
   for (const EwInput& in : inputs) {
-    if (!is_32bit(in.dtype) || is_64bit(in.dtype) || !in.buffer) return false;
+    if (!is_32bit(in.dtype) || !in.buffer) return false;
     if (in.buffer->capacity() / 4 > w.texel_count || in.buffer->capacity() / 4 >= (uint64_t{1} << 31)) return false;
     if (in.mode == EwInput::Mode::strided && in.strides.size() != shape.size()) return false;
   }
@@ -286,7 +285,7 @@ void record_reduce_fused(detail::RuntimeState& rt, detail::Recording& rec, Reduc
   std::vector<Binding> bindings;
   struct Params {
     uint32_t rows, n, chunk, chunks, zero;
-    int32_t off[kMaxInputs];
+    int32_t off[kMaxKernelInputs];
   } params{static_cast<uint32_t>(rows), static_cast<uint32_t>(n), static_cast<uint32_t>(kReduceChunk),
            static_cast<uint32_t>(chunks), 0, {}};
   for (size_t k = 0; k < inputs.size(); ++k) {
