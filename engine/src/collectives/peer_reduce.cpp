@@ -342,12 +342,14 @@ bool record_rank_fold(RuntimeState& rt, Recording& rec,
 
 bool record_pair_fold(RuntimeState& rt, Recording& rec, const DeviceBuffer& a, uint64_t a_start,
                       const FoldInput& b, uint64_t count, DType dtype, Reduction op,
-                      const DeviceBuffer& out, uint64_t out_start) {
+                      const DeviceBuffer& out, uint64_t out_start, bool b_first) {
   if (!fold_kernel_supports(dtype)) return false;
   kernels::barrier(rec.cb);
-  if (count)
-    record_fold(rt, rec, {piece_of(a, a_start), {b.buffer, b.offset, b.bytes, 0}}, count, dtype, op,
-                Order::rank, out, out_start);
+  if (count) {
+    const Piece pa = piece_of(a, a_start), pb{b.buffer, b.offset, b.bytes, 0};
+    record_fold(rt, rec, b_first ? std::vector<Piece>{pb, pa} : std::vector<Piece>{pa, pb}, count,
+                dtype, op, Order::rank, out, out_start);
+  }
   kernels::barrier(rec.cb);
   return true;
 }

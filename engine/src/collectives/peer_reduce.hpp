@@ -50,12 +50,13 @@ struct FoldInput {
   uint64_t offset;
   uint64_t bytes;
 };
-// out[out_start..] = op(a[a_start..], b[0..]) over `count` elements with the same kernel and bits
-// as record_rank_fold; false, with nothing recorded, for a dtype it does not fold.
+// out[out_start..] = op(a[a_start..], b[0..]) over `count` elements (op(b, a) where b_first)
+// with the same kernel and bits as record_rank_fold; false, with nothing recorded, for a dtype
+// it does not fold.
 bool record_pair_fold(detail::RuntimeState& rt, detail::Recording& rec,
                       const detail::DeviceBuffer& a, uint64_t a_start, const FoldInput& b,
                       uint64_t count, DType dtype, Reduction op, const detail::DeviceBuffer& out,
-                      uint64_t out_start);
+                      uint64_t out_start, bool b_first = false);
 
 // One-shot: every member folds all members' `count` elements in rank order.
 std::optional<Buffers> peer_one_shot_all_reduce(detail::RuntimeState& rt, const Buffers& in,

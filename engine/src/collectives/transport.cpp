@@ -103,8 +103,8 @@ using ReceiveSide =
 // `receive_side` takes each piece on `dst_device`, after what wrote each of `dst_waits`; those are
 // kept (used_by) until it is done, and dst_rec waits for every piece.
 void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
-                       const detail::DeviceBuffer& src, int dst_device,
-                       std::span<const VkBufferCopy> regions,
+                       const detail::DeviceBuffer& src, const detail::Fence& src_ready,
+                       int dst_device, std::span<const VkBufferCopy> regions,
                        const std::vector<const detail::DeviceBuffer*>& dst_waits,
                        const ReceiveSide& receive_side) {
   if (regions.empty()) return;
@@ -134,11 +134,22 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
   for (const auto& piece : pieces) {
     const uint64_t piece_bytes = total_bytes(piece);
     const detail::RuntimeState::RingRange range = rt.reserve_ring(sp, dp, piece_bytes);
-    // 1. The source's process writes the piece into the ring.
+    // 1. The source's process writes the piece into the ring. Staged, where device memory is
+    //    host memory and the piece is one region, the communication thread sends it straight
+    //    from the source instead, once this (empty) send is done. The source then stays
+    //    unchanged and allocated until the destination took the bytes (used_by(received)
+    //    below: a replay rewrites its buffers, and memory is reused, only after their last use),
+    //    so no MPI request still reads it.
     detail::Recording send = rt.begin_peer(src.device());
-    send.wait_for(src.ready());
+    send.wait_for(src_ready);
     for (const detail::Fence& f : range.waits) send.wait_for(f);
-    if (!send.remote) {
+    const uint8_t* direct =
+        send.remote || piece.size() != 1
+            ? nullptr
+            : rt.sendable_bytes(src, piece.front().srcOffset, piece.front().size);
+    if (direct) {
+      kernels::barrier_to_host(send.cb);  // what wrote the source, visible to the host
+    } else if (!send.remote) {
       uint64_t start = 0;
       const VkBuffer ring = rt.ring_view(src.device(), sp, dp, start);
       std::vector<VkBufferCopy> out;
@@ -160,7 +171,7 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     std::unique_lock held(rt.mutex());
     if (!send.remote)
       rt.note_send(send.timeline, rt.last_submitted(send.timeline) + 1, dp, range.offset,
-                   piece_bytes);
+                   piece_bytes, direct);
     const detail::Fence sent = rt.submit(std::move(send));
     held.unlock();
     if (!sent.none() && rt.is_local(src.device()))
@@ -178,8 +189,9 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     }
     const detail::Fence received = rt.submit(std::move(receive));
     rt.ring_read_by(sp, dp, range.offset, piece_bytes, received);
+    if (direct && !received.none()) const_cast<detail::DeviceBuffer&>(src).used_by(received);
     for (detail::Capture* c : rt.captures())
-      c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received});
+      c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received, direct});
     if (!received.none())
       for (const detail::DeviceBuffer* b : dst_waits)
         const_cast<detail::DeviceBuffer*>(b)->used_by(received);
@@ -193,7 +205,16 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                                     const detail::DeviceBuffer& src,
                                     const detail::DeviceBuffer& dst,
                                     std::span<const VkBufferCopy> regions, const char* what) {
-  through_processes(rt, dst_rec, src, dst.device(), regions, {&dst},
+  copy_regions_after(rt, dst_rec, src, src.ready(), dst, regions, what);
+}
+
+void ProcessTransport::copy_regions_after(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                                          const detail::DeviceBuffer& src,
+                                          const detail::Fence& src_ready,
+                                          const detail::DeviceBuffer& dst,
+                                          std::span<const VkBufferCopy> regions,
+                                          const char* what) {
+  through_processes(rt, dst_rec, src, src_ready, dst.device(), regions, {&dst},
                     [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                         std::span<const VkBufferCopy> piece, const detail::Fence& sent) {
                       std::vector<VkBufferCopy> in;
@@ -213,18 +234,19 @@ bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& ds
                                  const detail::DeviceBuffer& src, uint64_t src_elem,
                                  const detail::DeviceBuffer& local, uint64_t local_elem,
                                  const detail::DeviceBuffer& out, uint64_t out_elem, uint64_t count,
-                                 DType dtype, Reduction op) {
+                                 DType dtype, Reduction op, bool src_first) {
   if (!fold_kernel_supports(dtype)) return false;
   // One region whose dstOffset counts the bytes from the transfer's start.
   const VkBufferCopy region{src.offset() + src_elem * 4, 0, count * 4};
-  through_processes(rt, dst_rec, src, out.device(), std::span(&region, count ? 1 : 0),
+  through_processes(rt, dst_rec, src, src.ready(), out.device(), std::span(&region, count ? 1 : 0),
                     {&local, &out},
                     [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                         std::span<const VkBufferCopy> piece, const detail::Fence&) {
                       const uint64_t from = piece.front().dstOffset / 4;
                       const uint64_t n = total_bytes(piece) / 4;
                       record_pair_fold(rt, receive, local, local_elem + from,
-                                       {ring, ring_at, n * 4}, n, dtype, op, out, out_elem + from);
+                                       {ring, ring_at, n * 4}, n, dtype, op, out, out_elem + from,
+                                       src_first);
                     });
   return true;
 }

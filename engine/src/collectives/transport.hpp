@@ -43,13 +43,15 @@ class Transport {
                             const detail::DeviceBuffer& src, const detail::DeviceBuffer& dst,
                             std::span<const VkBufferCopy> regions, const char* what) = 0;
   // Records, into `dst_rec` (a recording of out's device), what makes out[out_elem..] =
-  // op(local[local_elem..], src[src_elem..]) over `count` elements of `dtype`, `local` and `out`
-  // on one device, with the fold kernel's bits; the caller treats local and out as read and
-  // written by dst_rec. False, with nothing recorded, where the tier folds no better than a copy
-  // followed by the caller's own fold (the caller then does that).
+  // op(local[local_elem..], src[src_elem..]) (op(src, local) where src_first) over `count`
+  // elements of `dtype`, `local` and `out` on one device, with the fold kernel's bits; the caller
+  // treats local and out as read and written by dst_rec. False, with nothing recorded, where the
+  // tier folds no better than a copy followed by the caller's own fold (the caller then does
+  // that).
   virtual bool fold_into(detail::RuntimeState&, detail::Recording&, const detail::DeviceBuffer&,
                          uint64_t, const detail::DeviceBuffer&, uint64_t,
-                         const detail::DeviceBuffer&, uint64_t, uint64_t, DType, Reduction) {
+                         const detail::DeviceBuffer&, uint64_t, uint64_t, DType, Reduction,
+                         bool /*src_first*/ = false) {
     return false;
   }
   // One region of `bytes`, at `src_offset` and `dst_offset` from the buffers' starts.
@@ -95,7 +97,13 @@ class ProcessTransport final : public Transport {
                  const detail::DeviceBuffer& src, uint64_t src_elem,
                  const detail::DeviceBuffer& local, uint64_t local_elem,
                  const detail::DeviceBuffer& out, uint64_t out_elem, uint64_t count, DType dtype,
-                 Reduction op) override;
+                 Reduction op, bool src_first) override;
+  // copy_regions, the bytes leaving `src` once `src_ready` is reached instead of src.ready():
+  // a part of src that an earlier submission finished, while later ones still write the rest.
+  void copy_regions_after(detail::RuntimeState& rt, detail::Recording& dst_rec,
+                          const detail::DeviceBuffer& src, const detail::Fence& src_ready,
+                          const detail::DeviceBuffer& dst, std::span<const VkBufferCopy> regions,
+                          const char* what);
 };
 
 // The transport for copies from `src_device` to `dst_device` on `rt`. The transports hold no

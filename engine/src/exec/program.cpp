@@ -193,7 +193,8 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
         if (const auto it = ring_waits.find({t, sub.signal}); it != ring_waits.end())
           waits.insert(waits.end(), it->second.begin(), it->second.end());
         if (const auto it = sends.find({t, sub.signal}); it != sends.end())
-          rt_->note_send(t, next, it->second->dst_process, it->second->offset, it->second->bytes);
+          rt_->note_send(t, next, it->second->dst_process, it->second->offset, it->second->bytes,
+                         it->second->from);
         moved[{t, sub.signal}] = next++;
         batch.push_back({sub.cb, std::move(waits), sub.activity});
         pending[t].pop_front();

@@ -40,8 +40,11 @@ int MemoryPool::place(std::unique_ptr<Block> block) {
 
 int MemoryPool::add_block(uint64_t bytes, bool dedicated) {
   auto block = std::make_unique<Block>();
+  // Device memory that is host memory is mapped (free there), so the staged transport between
+  // processes can send straight out of it (host_pointer).
   block->buffer = std::make_unique<vk::Buffer>(device_, bytes, vk::kDeviceBufferUsage,
-                                               device_.device_memory_type(), false, exportable_);
+                                               device_.device_memory_type(),
+                                               device_.device_memory_is_host_memory(), exportable_);
   block->free_ranges[0] = bytes;
   block->dedicated = dedicated;
   return place(std::move(block));
@@ -100,6 +103,11 @@ std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
     if (auto a = carve(static_cast<int>(i), bytes)) return a;
   }
   return carve(add_block(block_size_, false), bytes);
+}
+
+const uint8_t* MemoryPool::host_pointer(const Allocation& a) const {
+  const void* base = blocks_[a.block]->buffer->mapped();
+  return base ? static_cast<const uint8_t*>(base) + a.offset : nullptr;
 }
 
 VkBuffer MemoryPool::view_on(const Allocation& a, const vk::Device& importer) {

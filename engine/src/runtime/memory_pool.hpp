@@ -57,6 +57,9 @@ class MemoryPool {
   // device (vk::can_share_opaque_fd): the same bytes at the same offset. Imported on first use
   // and kept with the block, so it lives as long as any allocation in it.
   VkBuffer view_on(const Allocation& allocation, const vk::Device& importer);
+  // The allocation's bytes as the host sees them, where device memory is host memory
+  // (vk::Device::device_memory_is_host_memory); else null.
+  const uint8_t* host_pointer(const Allocation& allocation) const;
 
   // Its own budget; kUnbounded when it shares the adapter's (adapter().limit).
   uint64_t budget() const { return budget_; }

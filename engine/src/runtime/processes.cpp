@@ -18,6 +18,7 @@
 
 #include "meshvk/error.hpp"
 #include "runtime/env.hpp"
+#include "runtime/env.hpp"
 #include "runtime/process_group.hpp"
 #include "runtime/runtime_state.hpp"
 
@@ -199,7 +200,7 @@ void RuntimeState::publish_progress() {
       uint64_t* told = &progress_told_[t * processes_];
       while (!notes.empty() && notes.front().value <= value) {
         const SendNote& n = notes.front();
-        link_->send_data(n.dst_process, static_cast<int>(t), n.value, n.offset, n.bytes);
+        link_->send_data(n.dst_process, static_cast<int>(t), n.value, n.offset, n.bytes, n.from);
         told[n.dst_process] = std::max(told[n.dst_process], n.value);
         notes.pop_front();
       }
@@ -316,13 +317,24 @@ bool RuntimeState::progress_published() const {
 }
 
 void RuntimeState::note_send(int timeline, uint64_t value, int dst_process, uint64_t offset,
-                             uint64_t bytes) {
+                             uint64_t bytes, const uint8_t* from) {
   if (!link_) return;
   std::lock_guard lock(held_mutex_);
   auto& notes = send_notes_[timeline];
   if (!notes.empty() && notes.back().value >= value)
     throw Error("internal: sends between processes noted out of order");
-  notes.push_back({value, dst_process, offset, bytes});
+  notes.push_back({value, dst_process, offset, bytes, from});
+}
+
+const uint8_t* RuntimeState::sendable_bytes(const DeviceBuffer& b, uint64_t offset, uint64_t bytes) {
+  if (!link_ || !is_local(b.device()) || offset < b.offset() ||
+      offset - b.offset() > b.capacity() || bytes > b.capacity() - (offset - b.offset()))
+    return nullptr;
+  if (!env_switch("MESHVK_STAGED_ZERO_COPY").value_or(true)) return nullptr;
+  std::lock_guard lock(mutex_);
+  const uint8_t* base = pools_[b.device()]->host_pointer(b.allocation_);
+  // offset counts from the VkBuffer's start, as the copy regions do.
+  return base ? base - b.offset() + offset : nullptr;
 }
 
 // True when a message arrived or one of this process's completed (the link moves).

@@ -168,6 +168,7 @@ struct Capture {
     int src_process, dst_process;
     uint64_t offset, bytes;
     Fence sent, received;
+    const uint8_t* from = nullptr;  // RuntimeState::note_send's
   };
   std::vector<RingUse> ring_uses;
   void retain(std::shared_ptr<DeviceBuffer> buffer);
@@ -247,7 +248,14 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // bytes) of the ring to `dst_process`; the communication thread ships it once the value is
   // reached. Called before that submission (its value is then last_submitted + 1), so that no
   // progress message of the timeline overtakes its data. Nothing with the shared transport.
-  void note_send(int timeline, uint64_t value, int dst_process, uint64_t offset, uint64_t bytes);
+  // `from`, where not null, is where the bytes lie in this process's memory (a buffer's own,
+  // see sendable_bytes): shipped from there, they skip the ring.
+  void note_send(int timeline, uint64_t value, int dst_process, uint64_t offset, uint64_t bytes,
+                 const uint8_t* from = nullptr);
+  // Staged, where device memory is host memory (lavapipe): `bytes` at `offset` of the local buffer
+  // `b` as the communication thread may send them, once what wrote them is done; else null
+  // (the bytes go through the ring). MESHVK_STAGED_ZERO_COPY=0 turns it off.
+  const uint8_t* sendable_bytes(const DeviceBuffer& b, uint64_t offset, uint64_t bytes);
   // The ring from `src_process` to `dst_process` as a buffer of `virtual_device`'s VkDevice, and
   // where the ring starts in it.
   VkBuffer ring_view(int virtual_device, int src_process, int dst_process, uint64_t& start);
@@ -455,6 +463,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
     uint64_t value;
     int dst_process;
     uint64_t offset, bytes;
+    const uint8_t* from;  // null: the ring's bytes at offset
   };
   std::vector<std::deque<SendNote>> send_notes_;  // per timeline; guarded by held_mutex_
   // Communication thread only: per timeline, the value every other process was told (progress

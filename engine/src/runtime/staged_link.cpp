@@ -152,10 +152,11 @@ void StagedLink::post_header(const Header& h, int dst) {
   pending_.push_back(std::move(p));
 }
 
-void StagedLink::send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes) {
+void StagedLink::send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes,
+                           const uint8_t* from) {
   if (finalized()) return;
   post_header({kData, static_cast<uint64_t>(timeline), value, offset, bytes}, dst);
-  const uint8_t* from = memory_ + outbound(dst) + offset;
+  if (!from) from = memory_ + outbound(dst) + offset;
   for (uint64_t at = 0; at < bytes; at += kChunk)
     outbox_[dst].push_back({from + at, std::min(kChunk, bytes - at)});
   post_payloads();
@@ -294,7 +295,7 @@ StagedLink::StagedLink(ProcessGroup& group, int, uint64_t)
   throw Error("internal: the staged transport without Open MPI");
 }
 StagedLink::~StagedLink() = default;
-void StagedLink::send_data(int, int, uint64_t, uint64_t, uint64_t) {}
+void StagedLink::send_data(int, int, uint64_t, uint64_t, uint64_t, const uint8_t*) {}
 void StagedLink::send_progress(int, int, uint64_t) {}
 void StagedLink::send_heartbeat(uint64_t, uint64_t, uint64_t) {}
 bool StagedLink::receive() {

@@ -43,8 +43,10 @@ class StagedLink {
   uint64_t mirror(int timeline) const { return mirror_[timeline].load(std::memory_order_acquire); }
 
   // Communication thread only, from here on.
-  // Ships [offset, offset + bytes) of the ring to `dst`, then tells it `timeline` reached `value`.
-  void send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes);
+  // Ships [offset, offset + bytes) of the ring (or, where `from` is not null, the bytes there)
+  // into `dst`'s ring at `offset`, then tells it `timeline` reached `value`.
+  void send_data(int dst, int timeline, uint64_t value, uint64_t offset, uint64_t bytes,
+                 const uint8_t* from = nullptr);
   // Tells `dst` that `timeline` reached `value`.
   void send_progress(int dst, int timeline, uint64_t value);
   // This process's heartbeat to every other (runtime/liveness.hpp); arriving ones go to the

@@ -125,6 +125,12 @@ Device::Device(const Adapter& adapter) : adapter_(adapter) {
   const int dev = find_memory_type(adapter_.memory, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
   const int any = find_memory_type(adapter_.memory, 0, 0);
   device_type_ = static_cast<uint32_t>(dev >= 0 ? dev : any);
+  {
+    const VkMemoryPropertyFlags host =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    device_memory_is_host_ =
+        adapter_.is_cpu() && (adapter_.memory.memoryTypes[device_type_].propertyFlags & host) == host;
+  }
   const int staging = find_memory_type(
       adapter_.memory, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
       VK_MEMORY_PROPERTY_HOST_CACHED_BIT);

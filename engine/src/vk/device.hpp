@@ -42,6 +42,9 @@ class Device {
   uint32_t staging_memory_type() const { return staging_type_; }
   // Size of the heap device buffers come from.
   uint64_t device_heap_size() const;
+  // Device memory is the host's own (a CPU adapter whose device type is host-visible and
+  // coherent): mapping it costs nothing and the host may read it directly.
+  bool device_memory_is_host_memory() const { return device_memory_is_host_; }
 
   // External memory, for sharing memory with the runtime's other VkDevices: device memory
   // exported and imported as an opaque fd (VK_KHR_external_memory_fd, exportable storage
@@ -58,6 +61,7 @@ class Device {
   std::vector<std::unique_ptr<Queue>> queues_;
   uint32_t device_type_ = 0;
   uint32_t staging_type_ = 0;
+  bool device_memory_is_host_ = false;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_set_ = nullptr;
   bool opaque_fd_ = false;
   bool host_pointer_ = false;
