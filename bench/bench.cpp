@@ -12,8 +12,10 @@
 namespace meshvk::bench {
 
 int thread_count() {
-  if (const char* env = std::getenv("LP_NUM_THREADS"); env && std::atoi(env) > 0)
-    return std::atoi(env);
+  // LP_NUM_THREADS=0: lavapipe computes on its queue thread, one thread, without handing each
+  // dispatch to a worker (the one-thread setting that costs least per dispatch).
+  if (const char* env = std::getenv("LP_NUM_THREADS"); env && *env)
+    return std::max(1, std::atoi(env));
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
@@ -51,7 +53,11 @@ std::string machine_summary(const std::string& adapter) {
   s << "machine:        " << cpu_model() << ", nproc " << std::thread::hardware_concurrency()
     << "\n"
     << "adapter:        " << adapter << "\n"
-    << "LP_NUM_THREADS: " << (lp ? lp : "unset (lavapipe uses nproc)") << "; CPU baselines use "
+    << "LP_NUM_THREADS: "
+    << (!lp || !*lp                 ? "unset (lavapipe uses nproc)"
+        : std::string(lp) == "0" ? "0 (compute on lavapipe's queue thread)"
+                                 : lp)
+    << "; CPU baselines use "
     << thread_count() << " thread(s)\n"
     << "date:           " << today() << "\n";
   return s.str();

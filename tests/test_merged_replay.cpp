@@ -81,6 +81,44 @@ TEST(MergedReplay, SameBitsAsStreamByStreamWithAndWithoutTransferStreams) {
   }
 }
 
+// Where replays merge, captured work is recorded in secondary command buffers and a replay runs
+// them from one primary; a replay that goes out stream by stream (MESHVK_MERGE_REPLAYS=0 after
+// the trace) or profiled (profiling started after the trace) runs the same secondaries, each in
+// a primary of its own: the same bits every way.
+TEST(MergedReplay, SecondariesReplayEveryWay) {
+  auto& state = *test_runtime().state();
+  ASSERT_TRUE(state.merges_replays());
+  const mv::Mesh mesh = mv::make_mesh({4, 2}, {"a", "b"});
+  std::vector<std::vector<float>> reference;
+  {
+    const ScopedEnv off("MESHVK_MERGE_REPLAYS", "0");
+    reference = replays(mesh, 4);  // primaries throughout
+  }
+  auto f = program(mesh);
+  auto call = [&](int c) {
+    const auto host = random_floats(64 * 256, 90 + c, -10.f, 10.f);
+    const Array x =
+        mv::device_put(host_array(host, {64, 256}), mv::NamedSharding(mesh, P("a", "b")));
+    const auto got = f(x).to_host<float>();
+    ASSERT_EQ(got.size(), reference[c].size());
+    EXPECT_EQ(std::memcmp(got.data(), reference[c].data(), got.size() * 4), 0) << "call " << c;
+  };
+  const uint64_t secondaries = state.captured_secondaries.load();
+  const uint64_t merged = state.merged_replays.load();
+  call(0);  // the trace
+  EXPECT_GT(state.captured_secondaries.load(), secondaries) << "the trace records secondaries";
+  {
+    const ScopedEnv off("MESHVK_MERGE_REPLAYS", "0");
+    call(1);
+  }
+  EXPECT_EQ(state.merged_replays.load(), merged) << "call 1 went out stream by stream";
+  prof::start();
+  call(2);
+  prof::stop();
+  call(3);
+  EXPECT_EQ(state.merged_replays.load(), merged + 2) << "calls 2 and 3 merged";
+}
+
 // A profiled merged replay has the device spans of a stream-by-stream one, and every span lies
 // inside its own replay's call.
 TEST(MergedReplay, ProfilesKeepEverySpan) {

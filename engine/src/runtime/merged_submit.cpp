@@ -43,6 +43,9 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
   std::vector<uint64_t> next(timelines), need(timelines, 0);
   for (size_t t = 0; t < timelines; ++t) next[t] = streams_[t]->last_submitted;
   std::vector<VkCommandBuffer> cbs;
+  // Secondaries (captured unprofiled): executed from one primary, the barriers in it.
+  std::vector<VkCommandBuffer> secondaries;
+  bool all_secondary = true;
   std::vector<Fence> fences;
   std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
   SaveSettler settler{*this, {}};
@@ -61,11 +64,30 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
     const VkCommandBuffer save = save_previous_run(e.timeline, e.submission.cb, signal, settler.saves);
     hooks.emplace_back(*profiler_, e.timeline, e.submission.cb, signal, entry_need);
     if (!cbs.empty()) cbs.push_back(merge_barrier_);
-    if (save) cbs.push_back(save);
-    if (e.submission.cb) cbs.push_back(e.submission.cb);
+    if (save) {
+      cbs.push_back(save);
+      all_secondary = false;
+    }
+    if (e.submission.cb) {
+      cbs.push_back(e.submission.cb);
+      if (is_secondary(e.submission.cb))
+        secondaries.push_back(e.submission.cb);
+      else
+        all_secondary = false;
+    }
     fences.push_back(Fence{e.timeline, signal});
   }
   if (entries.empty()) return fences;
+  std::vector<VkCommandBuffer> wrappers;
+  if (all_secondary) {
+    cbs.clear();
+    if (!secondaries.empty()) cbs.push_back(wrappers.emplace_back(wrap(secondaries)));
+  } else {
+    // Some entries are primaries (recorded while profiling, or before replays merged): the
+    // secondaries among them each go in a primary of their own.
+    for (VkCommandBuffer& cb : cbs)
+      if (is_secondary(cb)) cb = wrappers.emplace_back(wrap({&cb, 1}));
+  }
   std::vector<VkSemaphore> wait_semaphores, signal_semaphores;
   std::vector<uint64_t> wait_values, signal_values;
   std::vector<VkPipelineStageFlags> wait_stages;
@@ -100,6 +122,7 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
     vk::check(vkQueueSubmit(queue.handle, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
     settler.submitted = true;
   }
+  for (const VkCommandBuffer w : wrappers) wrap_submitted(w, fences.back());
   merged_replays.fetch_add(1);
   for (size_t i = 0; i < entries.size(); ++i) {
     Stream& s = *streams_[entries[i].timeline];

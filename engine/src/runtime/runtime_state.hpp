@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "meshvk/runtime.hpp"
@@ -393,6 +394,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   };
   std::vector<Fence> resubmit_merged(const std::vector<MergedEntry>& entries);
   std::atomic<uint64_t> merged_replays{0};  // resubmit_merged calls (tests check replays use it)
+  std::atomic<uint64_t> captured_secondaries{0};  // recordings captured as secondaries (tests)
   // Returns a captured command buffer to its stream's pool.
   void release_command_buffer(int timeline, VkCommandBuffer cb);
   // Keeps `objects` alive until every timeline t has reached `values[t]` (shorter: the rest 0):
@@ -512,6 +514,21 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::vector<std::unordered_map<std::string, std::unique_ptr<vk::ComputePipeline>>> pipelines_;
   uint64_t wait_timeout_ns_;
   VkCommandBuffer merge_barrier_ = VK_NULL_HANDLE;  // resubmit_merged's, from stream 0's pool
+  // Captured work where replays merge (merges_replays, profiling off) is recorded in secondary
+  // command buffers: a replay then goes to the queue as one primary that executes them all, and
+  // lavapipe pays its per-command-buffer set-up once instead of per recording
+  // (docs/LAVAPIPE.md). The primaries that carry them (`wrap`) come from a pool of their own,
+  // used under mutex_ only, and go back to wrap_idle_ once their fence is reached.
+  std::unordered_set<VkCommandBuffer> secondaries_;
+  std::unique_ptr<vk::CommandPool> wrap_pool_;
+  std::vector<VkCommandBuffer> wrap_idle_;
+  std::deque<std::pair<Fence, VkCommandBuffer>> wrap_in_flight_;
+  bool is_secondary(VkCommandBuffer cb) const { return cb && secondaries_.count(cb) != 0; }
+  // A primary that executes `cbs` (secondaries) in order, each after everything before it (a
+  // memory barrier between them, as between merged entries); the caller hands it to
+  // wrap_submitted once submitted.
+  VkCommandBuffer wrap(std::span<const VkCommandBuffer> cbs);
+  void wrap_submitted(VkCommandBuffer wrapper, const Fence& done);
   bool fast_math_ = false;
   bool mathlib_float64_ = true;
   Fence submit_command_buffer(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits,

@@ -124,14 +124,22 @@ Recording RuntimeState::begin_on(int timeline) {
     return r;
   }
   recycle(s);
-  if (s.idle.empty()) {
+  r.captured = capture() != nullptr;
+  // See secondaries_: captured work that replays merge, unprofiled (timestamps stay in primaries).
+  const bool secondary = r.captured && !profile::on() && merges_replays();
+  if (secondary) {
+    r.cb = s.pool.allocate(true);
+    secondaries_.insert(r.cb);
+    captured_secondaries.fetch_add(1);
+  } else if (s.idle.empty()) {
     r.cb = s.pool.allocate();
   } else {
     r.cb = s.idle.back();
     s.idle.pop_back();
   }
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  r.captured = capture() != nullptr;
+  const VkCommandBufferInheritanceInfo inherit{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
+  if (secondary) begin.pInheritanceInfo = &inherit;
   // Captured buffers are submitted again on replay, possibly while the previous one is pending.
   begin.flags = r.captured ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk::check(vkBeginCommandBuffer(r.cb, &begin), "vkBeginCommandBuffer");
@@ -156,7 +164,9 @@ Fence RuntimeState::submit(Recording&& r) {
   }
   if (r.profile) profiler_->close(r.profile, capturing != nullptr);  // profile hook
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
-  const Fence f = submit_command_buffer(r.timeline, r.cb, r.waits, current_activity());
+  const VkCommandBuffer wrapper = is_secondary(r.cb) ? wrap({&r.cb, 1}) : VK_NULL_HANDLE;
+  const Fence f = submit_command_buffer(r.timeline, wrapper ? wrapper : r.cb, r.waits, current_activity());
+  if (wrapper) wrap_submitted(wrapper, f);
   if (capturing) {
     Capture::Submission entry{r.timeline, r.cb, r.waits, f.value, current_activity()};
     entry.trace_only = r.constant;
@@ -212,8 +222,11 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
   if (host_holds()) {
     // One by one: each may have to be held until what it waits for on another VkDevice is there.
     std::vector<Fence> fences;
-    for (const Resubmission& e : entries)
-      fences.push_back(submit_command_buffer(timeline, e.cb, e.waits, e.activity));
+    for (const Resubmission& e : entries) {
+      const VkCommandBuffer wrapper = is_secondary(e.cb) ? wrap({&e.cb, 1}) : VK_NULL_HANDLE;
+      fences.push_back(submit_command_buffer(timeline, wrapper ? wrapper : e.cb, e.waits, e.activity));
+      if (wrapper) wrap_submitted(wrapper, fences.back());
+    }
     note_resubmitted(timeline, entries, fences);
     return fences;
   }
@@ -245,7 +258,7 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     uint32_t n = 0;
     if (const VkCommandBuffer save = save_previous_run(timeline, entries[i].cb, signals[i], settler.saves))
       cbs[i][n++] = save;
-    if (entries[i].cb) cbs[i][n++] = entries[i].cb;
+    if (entries[i].cb) cbs[i][n++] = is_secondary(entries[i].cb) ? wrap({&entries[i].cb, 1}) : entries[i].cb;
     hooks.emplace_back(*profiler_, timeline, entries[i].cb, signals[i], need);
     timelines[i] = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     timelines[i].waitSemaphoreValueCount = static_cast<uint32_t>(values[i].size());
@@ -268,6 +281,8 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     vk::check(vkQueueSubmit(s.queue.handle, static_cast<uint32_t>(count), submits.data(), VK_NULL_HANDLE), "vkQueueSubmit");
     settler.submitted = true;
   }
+  for (size_t i = 0; i < count; ++i)
+    if (is_secondary(entries[i].cb)) wrap_submitted(cbs[i][submits[i].commandBufferCount - 1], fences[i]);
   s.last_submitted += count;
   s.queued = s.last_submitted;
   for (size_t i = 0; i < count; ++i) remember(s, signals[i], entries[i].activity, entries[i].waits);
@@ -287,7 +302,43 @@ void RuntimeState::note_resubmitted(int timeline, const std::vector<Resubmission
 void RuntimeState::release_command_buffer(int timeline, VkCommandBuffer cb) {
   std::lock_guard lock(mutex_);
   profiler_->release(cb);  // profile hook
+  secondaries_.erase(cb);
   streams_[timeline]->pool.free(cb);
+}
+
+VkCommandBuffer RuntimeState::wrap(std::span<const VkCommandBuffer> cbs) {
+  if (!wrap_pool_) wrap_pool_ = std::make_unique<vk::CommandPool>(device().handle(), streams_.front()->queue.family);
+  while (!wrap_in_flight_.empty() &&
+         timeline_value(wrap_in_flight_.front().first.timeline) >= wrap_in_flight_.front().first.value) {
+    vk::check(vkResetCommandBuffer(wrap_in_flight_.front().second, 0), "vkResetCommandBuffer");
+    wrap_idle_.push_back(wrap_in_flight_.front().second);
+    wrap_in_flight_.pop_front();
+  }
+  VkCommandBuffer cb;
+  if (wrap_idle_.empty()) {
+    cb = wrap_pool_->allocate();
+  } else {
+    cb = wrap_idle_.back();
+    wrap_idle_.pop_back();
+  }
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  vk::check(vkBeginCommandBuffer(cb, &begin), "vkBeginCommandBuffer");
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+  for (size_t i = 0; i < cbs.size(); ++i) {
+    if (i)
+      vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                           0, 1, &barrier, 0, nullptr, 0, nullptr);
+    vkCmdExecuteCommands(cb, 1, &cbs[i]);
+  }
+  vk::check(vkEndCommandBuffer(cb), "vkEndCommandBuffer");
+  return cb;
+}
+
+void RuntimeState::wrap_submitted(VkCommandBuffer wrapper, const Fence& done) {
+  wrap_in_flight_.push_back({done, wrapper});
 }
 
 void RuntimeState::begin_capture(Capture* c) {

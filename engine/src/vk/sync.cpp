@@ -52,10 +52,10 @@ CommandPool::~CommandPool() {
   if (pool_) vkDestroyCommandPool(device_, pool_, nullptr);
 }
 
-VkCommandBuffer CommandPool::allocate() {
+VkCommandBuffer CommandPool::allocate(bool secondary) {
   VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   info.commandPool = pool_;
-  info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  info.level = secondary ? VK_COMMAND_BUFFER_LEVEL_SECONDARY : VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   info.commandBufferCount = 1;
   VkCommandBuffer cb = VK_NULL_HANDLE;
   check(vkAllocateCommandBuffers(device_, &info, &cb), "vkAllocateCommandBuffers");

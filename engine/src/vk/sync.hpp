@@ -31,7 +31,7 @@ class CommandPool {
   ~CommandPool();
   CommandPool(const CommandPool&) = delete;
   CommandPool& operator=(const CommandPool&) = delete;
-  VkCommandBuffer allocate();
+  VkCommandBuffer allocate(bool secondary = false);
   void free(VkCommandBuffer cb);
 
  private:
