@@ -209,73 +209,42 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
   }
 }
 
-// A ring of two members in two processes. Where the input is small, in one phase: each member
-// folds the other's whole input as it arrives, instead of folding one chunk and then fetching
-// the other (the same bytes cross the link, each member's whole input one way, but nothing waits
-// for a phase to end). Past kPairLimit, each member folding the whole input costs more than the
-// second phase saves (two simulated nodes on 2 cores, 2026-11-27: 1 MiB 0.50 -> 0.71 GB/s busbw,
-// 4 MiB 0.60 -> 0.50, 16 MiB 0.65 -> 0.55), so the ring runs as usual but part by part: each part
-// of a chunk leaves for the other member as soon as its own fold is done, while the next part is
-// still on its way in. Either way chunk c is folded as the ring folds it, in[c] then in[1-c], so
-// the bits are the ring's on both members. False where it does not apply.
+// A ring of two members in two processes whose bytes go staged (between nodes), up to
+// kPairLimit, in one phase: each member folds the other's whole input as it arrives, instead of
+// folding one chunk and then fetching the other. The same bytes cross the link (each member's
+// whole input one way), but nothing waits for a phase to end. Chunk c is folded as the ring
+// folds it, in[c] then in[1-c], so the bits are the ring's on both members. False where it does
+// not apply. Measured with 2 processes, 2026-11-27 (busbw): 1 MiB between two simulated nodes
+// 0.50-0.62 -> 0.63-0.71 GB/s; larger inputs were slower so (4 MiB 0.60 -> 0.50, 16 MiB 0.65 ->
+// 0.55: each member folds twice the bytes, and the folds' CPU competes with the sockets), and so
+// was 1 MiB on one node (2.4-2.6 -> 1.5-1.7 GB/s: there the fold is the limit, not the link).
+// Folding the ring's chunks in parts of 4 MiB, each handed on once folded, measured no different.
 constexpr uint64_t kPairLimit = 1ull << 20;
-
-// A chunk [lo, hi) in parts of at most 4 MiB (a hop between processes costs more than smaller
-// pieces overlap), at least two where it spans 1 MiB, cut at multiples of 64 elements.
-std::vector<uint64_t> pair_parts(uint64_t lo, uint64_t hi) {
-  const uint64_t len = hi - lo, part = 1ull << 20;  // elements of 4 bytes
-  const uint64_t parts = std::max<uint64_t>((len + part - 1) / part, len * 4 >= (1ull << 20) ? 2 : 1);
-  std::vector<uint64_t> b{lo};
-  for (uint64_t k = 1; k < parts; ++k) b.push_back(lo + len * k / parts / 64 * 64);
-  b.push_back(hi);
-  return b;
-}
 
 bool pair_all_reduce(RuntimeState& rt, const Buffers& in, const Buffers& acc,
                      const std::vector<uint64_t>& bounds, DType dtype, Reduction op) {
-  if (in.size() != 2 || rt.process_of(in[0]->device()) == rt.process_of(in[1]->device()) ||
+  if (in.size() != 2 || bounds[2] * 4 > kPairLimit ||
+      rt.process_of(in[0]->device()) == rt.process_of(in[1]->device()) ||
+      rt.between_processes() != RuntimeState::BetweenProcesses::staged ||
       !fold_kernel_supports(dtype))
     return false;
-  const bool one_phase = bounds[2] * 4 <= kPairLimit;
-  // Where member r folds the other's input: its own chunk, or (one phase) both.
-  std::vector<std::vector<uint64_t>> parts[2];
-  for (int r = 0; r < 2; ++r)
-    for (int c = 0; c < 2; ++c)
-      if (one_phase || c == r) parts[r].push_back(one_phase ? std::vector<uint64_t>{bounds[c], bounds[c + 1]}
-                                                            : pair_parts(bounds[c], bounds[c + 1]));
-  std::vector<Fence> folded[2];
+  std::vector<Recording> steps;
   for (int r = 0; r < 2; ++r) {
+    Recording rec = rt.begin_transfer(acc[r]->device());
     Transport& link = transport_between(rt, in[1 - r]->device(), acc[r]->device());
-    for (size_t k = 0; k < parts[r].size(); ++k) {
-      const std::vector<uint64_t>& b = parts[r][k];
-      const int c = one_phase ? static_cast<int>(k) : r;
-      for (size_t j = 0; j + 1 < b.size(); ++j) {
-        Recording rec = rt.begin_transfer(acc[r]->device());
-        if (!link.fold_into(rt, rec, *in[1 - r], b[j], *in[r], b[j], *acc[r], b[j], b[j + 1] - b[j],
-                            dtype, op, /*src_first=*/c != r))
-          throw Error("internal: the transport between processes did not fold");
-        rec.wait_for(acc[r]->ready());
-        rec.wait_for(in[r]->ready());
-        finish(rt, std::move(rec), {in[1 - r].get(), in[r].get()}, {acc[r].get()});
-        folded[r].push_back(acc[r]->ready());
-      }
+    for (int c = 0; c < 2; ++c) {
+      const uint64_t lo = bounds[c], len = bounds[c + 1] - bounds[c];
+      if (!link.fold_into(rt, rec, *in[1 - r], lo, *in[r], lo, *acc[r], lo, len, dtype, op,
+                          /*src_first=*/c != r))
+        throw Error("internal: the transport between processes did not fold");
     }
+    steps.push_back(std::move(rec));
   }
-  if (one_phase) return true;
-  // Member 1-r takes chunk r from member r, each part after its fold.
-  for (size_t j = 0; j + 1 < std::max(parts[0][0].size(), parts[1][0].size()); ++j)
-    for (int r = 0; r < 2; ++r) {
-      const std::vector<uint64_t>& b = parts[r][0];
-      if (j + 1 >= b.size()) continue;
-      Recording rec = rt.begin_transfer(acc[1 - r]->device());
-      rec.wait_for(acc[1 - r]->ready());
-      const VkBufferCopy region{acc[r]->offset() + b[j] * 4, acc[1 - r]->offset() + b[j] * 4,
-                                (b[j + 1] - b[j]) * 4};
-      static_cast<ProcessTransport&>(transport_between(rt, acc[r]->device(), acc[1 - r]->device()))
-          .copy_regions_after(rt, rec, *acc[r], folded[r][j], *acc[1 - r],
-                              std::span(&region, region.size ? 1 : 0), "copy");
-      finish(rt, std::move(rec), {acc[r].get()}, {acc[1 - r].get()});
-    }
+  for (int r = 0; r < 2; ++r) {
+    steps[r].wait_for(acc[r]->ready());
+    steps[r].wait_for(in[r]->ready());
+    finish(rt, std::move(steps[r]), {in[1 - r].get(), in[r].get()}, {acc[r].get()});
+  }
   return true;
 }
 

@@ -103,8 +103,8 @@ using ReceiveSide =
 // `receive_side` takes each piece on `dst_device`, after what wrote each of `dst_waits`; those are
 // kept (used_by) until it is done, and dst_rec waits for every piece.
 void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
-                       const detail::DeviceBuffer& src, const detail::Fence& src_ready,
-                       int dst_device, std::span<const VkBufferCopy> regions,
+                       const detail::DeviceBuffer& src, int dst_device,
+                       std::span<const VkBufferCopy> regions,
                        const std::vector<const detail::DeviceBuffer*>& dst_waits,
                        const ReceiveSide& receive_side) {
   if (regions.empty()) return;
@@ -141,7 +141,7 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     //    below: a replay rewrites its buffers, and memory is reused, only after their last use),
     //    so no MPI request still reads it.
     detail::Recording send = rt.begin_peer(src.device());
-    send.wait_for(src_ready);
+    send.wait_for(src.ready());
     for (const detail::Fence& f : range.waits) send.wait_for(f);
     const uint8_t* direct =
         send.remote || piece.size() != 1
@@ -205,16 +205,7 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                                     const detail::DeviceBuffer& src,
                                     const detail::DeviceBuffer& dst,
                                     std::span<const VkBufferCopy> regions, const char* what) {
-  copy_regions_after(rt, dst_rec, src, src.ready(), dst, regions, what);
-}
-
-void ProcessTransport::copy_regions_after(detail::RuntimeState& rt, detail::Recording& dst_rec,
-                                          const detail::DeviceBuffer& src,
-                                          const detail::Fence& src_ready,
-                                          const detail::DeviceBuffer& dst,
-                                          std::span<const VkBufferCopy> regions,
-                                          const char* what) {
-  through_processes(rt, dst_rec, src, src_ready, dst.device(), regions, {&dst},
+  through_processes(rt, dst_rec, src, dst.device(), regions, {&dst},
                     [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                         std::span<const VkBufferCopy> piece, const detail::Fence& sent) {
                       std::vector<VkBufferCopy> in;
@@ -238,7 +229,7 @@ bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& ds
   if (!fold_kernel_supports(dtype)) return false;
   // One region whose dstOffset counts the bytes from the transfer's start.
   const VkBufferCopy region{src.offset() + src_elem * 4, 0, count * 4};
-  through_processes(rt, dst_rec, src, src.ready(), out.device(), std::span(&region, count ? 1 : 0),
+  through_processes(rt, dst_rec, src, out.device(), std::span(&region, count ? 1 : 0),
                     {&local, &out},
                     [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                         std::span<const VkBufferCopy> piece, const detail::Fence&) {

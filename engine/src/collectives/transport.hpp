@@ -98,12 +98,6 @@ class ProcessTransport final : public Transport {
                  const detail::DeviceBuffer& local, uint64_t local_elem,
                  const detail::DeviceBuffer& out, uint64_t out_elem, uint64_t count, DType dtype,
                  Reduction op, bool src_first) override;
-  // copy_regions, the bytes leaving `src` once `src_ready` is reached instead of src.ready():
-  // a part of src that an earlier submission finished, while later ones still write the rest.
-  void copy_regions_after(detail::RuntimeState& rt, detail::Recording& dst_rec,
-                          const detail::DeviceBuffer& src, const detail::Fence& src_ready,
-                          const detail::DeviceBuffer& dst, std::span<const VkBufferCopy> regions,
-                          const char* what);
 };
 
 // The transport for copies from `src_device` to `dst_device` on `rt`. The transports hold no
