@@ -49,6 +49,7 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
   std::vector<Fence> fences;
   std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
   SaveSettler settler{*this, {}};
+  WrapSettler wrapped{*this};
   for (const MergedEntry& e : entries) {
     std::vector<uint64_t> entry_need(timelines, 0);
     for (const Fence& f : e.submission.waits) {
@@ -78,15 +79,15 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
     fences.push_back(Fence{e.timeline, signal});
   }
   if (entries.empty()) return fences;
-  std::vector<VkCommandBuffer> wrappers;
+  // Every wrapper is reusable once the whole submission is done.
   if (all_secondary) {
     cbs.clear();
-    if (!secondaries.empty()) cbs.push_back(wrappers.emplace_back(wrap(secondaries)));
+    if (!secondaries.empty()) cbs.push_back(wrapped.wrap(secondaries, fences.back()));
   } else {
     // Some entries are primaries (recorded while profiling, or before replays merged): the
     // secondaries among them each go in a primary of their own.
     for (VkCommandBuffer& cb : cbs)
-      if (is_secondary(cb)) cb = wrappers.emplace_back(wrap({&cb, 1}));
+      if (is_secondary(cb)) cb = wrapped.wrap({&cb, 1}, fences.back());
   }
   std::vector<VkSemaphore> wait_semaphores, signal_semaphores;
   std::vector<uint64_t> wait_values, signal_values;
@@ -121,8 +122,8 @@ std::vector<Fence> RuntimeState::resubmit_merged(const std::vector<MergedEntry>&
     std::lock_guard queue_lock(queue.submit_mutex);
     vk::check(vkQueueSubmit(queue.handle, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
     settler.submitted = true;
+    wrapped.submitted = true;
   }
-  for (const VkCommandBuffer w : wrappers) wrap_submitted(w, fences.back());
   merged_replays.fetch_add(1);
   for (size_t i = 0; i < entries.size(); ++i) {
     Stream& s = *streams_[entries[i].timeline];

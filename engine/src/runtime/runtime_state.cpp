@@ -138,6 +138,10 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
 RuntimeState::~RuntimeState() {
   stop_communication();
   for (auto& a : adapters_) vkDeviceWaitIdle(a->handle());
+  // The link's requests go before the memory they may send from (pool blocks, zero-copy) does,
+  // and the buffers that import its rings before the rings.
+  segment_views_.clear();
+  link_.reset();
   for (auto& s : streams_) s->in_flight.clear();
   std::vector<Deferred> deferred = std::move(deferred_);
   deferred.clear();

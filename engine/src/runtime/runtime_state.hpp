@@ -525,10 +525,19 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::deque<std::pair<Fence, VkCommandBuffer>> wrap_in_flight_;
   bool is_secondary(VkCommandBuffer cb) const { return cb && secondaries_.count(cb) != 0; }
   // A primary that executes `cbs` (secondaries) in order, each after everything before it (a
-  // memory barrier between them, as between merged entries); the caller hands it to
-  // wrap_submitted once submitted.
+  // memory barrier between them, as between merged entries).
   VkCommandBuffer wrap(std::span<const VkCommandBuffer> cbs);
-  void wrap_submitted(VkCommandBuffer wrapper, const Fence& done);
+  // The primaries wrap() made for one submission: once it is submitted, each is reused after its
+  // fence; if it never is (something threw), at once.
+  struct WrapSettler {
+    RuntimeState& rt;
+    std::vector<std::pair<VkCommandBuffer, Fence>> wrappers;
+    bool submitted = false;
+    VkCommandBuffer wrap(std::span<const VkCommandBuffer> cbs, const Fence& done = {}) {
+      return wrappers.emplace_back(rt.wrap(cbs), done).first;
+    }
+    ~WrapSettler();
+  };
   bool fast_math_ = false;
   bool mathlib_float64_ = true;
   Fence submit_command_buffer(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits,

@@ -125,8 +125,9 @@ Recording RuntimeState::begin_on(int timeline) {
   }
   recycle(s);
   r.captured = capture() != nullptr;
+  const bool profiled = profile::on() && s.adapter == 0;
   // See secondaries_: captured work that replays merge, unprofiled (timestamps stay in primaries).
-  const bool secondary = r.captured && !profile::on() && merges_replays();
+  const bool secondary = r.captured && !profiled && merges_replays();
   if (secondary) {
     r.cb = s.pool.allocate(true);
     secondaries_.insert(r.cb);
@@ -143,7 +144,7 @@ Recording RuntimeState::begin_on(int timeline) {
   // Captured buffers are submitted again on replay, possibly while the previous one is pending.
   begin.flags = r.captured ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk::check(vkBeginCommandBuffer(r.cb, &begin), "vkBeginCommandBuffer");
-  if (profile::on() && s.adapter == 0) r.profile = profiler_->begin(timeline, r.cb);  // profile hook
+  if (profiled) r.profile = profiler_->begin(timeline, r.cb);  // profile hook
   return r;
 }
 
@@ -164,9 +165,11 @@ Fence RuntimeState::submit(Recording&& r) {
   }
   if (r.profile) profiler_->close(r.profile, capturing != nullptr);  // profile hook
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
-  const VkCommandBuffer wrapper = is_secondary(r.cb) ? wrap({&r.cb, 1}) : VK_NULL_HANDLE;
-  const Fence f = submit_command_buffer(r.timeline, wrapper ? wrapper : r.cb, r.waits, current_activity());
-  if (wrapper) wrap_submitted(wrapper, f);
+  WrapSettler wrapped{*this};
+  const Fence next{r.timeline, streams_[r.timeline]->last_submitted + 1};
+  const VkCommandBuffer cb = is_secondary(r.cb) ? wrapped.wrap({&r.cb, 1}, next) : r.cb;
+  const Fence f = submit_command_buffer(r.timeline, cb, r.waits, current_activity());
+  wrapped.submitted = true;
   if (capturing) {
     Capture::Submission entry{r.timeline, r.cb, r.waits, f.value, current_activity()};
     entry.trace_only = r.constant;
@@ -181,7 +184,12 @@ Fence RuntimeState::submit(Recording&& r) {
 
 Fence RuntimeState::resubmit(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits) {
   std::lock_guard lock(mutex_);
-  return submit_command_buffer(timeline, cb, waits, nullptr);
+  WrapSettler wrapped{*this};
+  const Fence next{timeline, streams_[timeline]->last_submitted + 1};
+  const Fence f = submit_command_buffer(timeline, is_secondary(cb) ? wrapped.wrap({&cb, 1}, next) : cb,
+                                        waits, nullptr);
+  wrapped.submitted = true;
+  return f;
 }
 
 VkCommandBuffer RuntimeState::save_previous_run(int timeline, VkCommandBuffer captured, uint64_t signal,
@@ -223,9 +231,11 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     // One by one: each may have to be held until what it waits for on another VkDevice is there.
     std::vector<Fence> fences;
     for (const Resubmission& e : entries) {
-      const VkCommandBuffer wrapper = is_secondary(e.cb) ? wrap({&e.cb, 1}) : VK_NULL_HANDLE;
-      fences.push_back(submit_command_buffer(timeline, wrapper ? wrapper : e.cb, e.waits, e.activity));
-      if (wrapper) wrap_submitted(wrapper, fences.back());
+      WrapSettler wrapped{*this};
+      const Fence next{timeline, streams_[timeline]->last_submitted + 1};
+      fences.push_back(submit_command_buffer(
+          timeline, is_secondary(e.cb) ? wrapped.wrap({&e.cb, 1}, next) : e.cb, e.waits, e.activity));
+      wrapped.submitted = true;
     }
     note_resubmitted(timeline, entries, fences);
     return fences;
@@ -241,6 +251,7 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
   std::vector<VkSubmitInfo> submits(count);
   std::vector<std::array<VkCommandBuffer, 2>> cbs(count);  // a loop body's saved ticks, then it
   SaveSettler settler{*this, {}};
+  WrapSettler wrapped{*this};
   std::deque<profile::SubmitHook> hooks;  // profile hook: one span per entry
   const VkSemaphore signal_semaphore = s.semaphore.handle();
   std::vector<Fence> fences;
@@ -258,7 +269,10 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     uint32_t n = 0;
     if (const VkCommandBuffer save = save_previous_run(timeline, entries[i].cb, signals[i], settler.saves))
       cbs[i][n++] = save;
-    if (entries[i].cb) cbs[i][n++] = is_secondary(entries[i].cb) ? wrap({&entries[i].cb, 1}) : entries[i].cb;
+    if (entries[i].cb)
+      cbs[i][n++] = is_secondary(entries[i].cb)
+                        ? wrapped.wrap({&entries[i].cb, 1}, Fence{timeline, signals[i]})
+                        : entries[i].cb;
     hooks.emplace_back(*profiler_, timeline, entries[i].cb, signals[i], need);
     timelines[i] = {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     timelines[i].waitSemaphoreValueCount = static_cast<uint32_t>(values[i].size());
@@ -280,9 +294,8 @@ std::vector<Fence> RuntimeState::resubmit_batch(int timeline,
     std::lock_guard queue_lock(s.queue.submit_mutex);
     vk::check(vkQueueSubmit(s.queue.handle, static_cast<uint32_t>(count), submits.data(), VK_NULL_HANDLE), "vkQueueSubmit");
     settler.submitted = true;
+    wrapped.submitted = true;
   }
-  for (size_t i = 0; i < count; ++i)
-    if (is_secondary(entries[i].cb)) wrap_submitted(cbs[i][submits[i].commandBufferCount - 1], fences[i]);
   s.last_submitted += count;
   s.queued = s.last_submitted;
   for (size_t i = 0; i < count; ++i) remember(s, signals[i], entries[i].activity, entries[i].waits);
@@ -337,8 +350,14 @@ VkCommandBuffer RuntimeState::wrap(std::span<const VkCommandBuffer> cbs) {
   return cb;
 }
 
-void RuntimeState::wrap_submitted(VkCommandBuffer wrapper, const Fence& done) {
-  wrap_in_flight_.push_back({done, wrapper});
+RuntimeState::WrapSettler::~WrapSettler() {
+  for (const auto& [cb, done] : wrappers) {
+    if (submitted) {
+      rt.wrap_in_flight_.push_back({done, cb});
+    } else if (vkResetCommandBuffer(cb, 0) == VK_SUCCESS) {
+      rt.wrap_idle_.push_back(cb);
+    }
+  }
 }
 
 void RuntimeState::begin_capture(Capture* c) {
