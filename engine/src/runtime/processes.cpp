@@ -147,6 +147,9 @@ void RuntimeState::share_memory() {
     }
   }
   if (between_processes_ == BetweenProcesses::staged) {
+    // Read here, not per transfer: a bad value is an Error of the set-up, not of a transfer
+    // half recorded on every process.
+    staged_zero_copy_ = env_switch("MESHVK_STAGED_ZERO_COPY").value_or(true);
     link_ = std::make_unique<StagedLink>(group, num_timelines(), ring_bytes_);
     send_notes_.resize(streams_.size());
     progress_sent_.assign(streams_.size(), 0);
@@ -330,11 +333,13 @@ const uint8_t* RuntimeState::sendable_bytes(const DeviceBuffer& b, uint64_t offs
   if (!link_ || !is_local(b.device()) || offset < b.offset() ||
       offset - b.offset() > b.capacity() || bytes > b.capacity() - (offset - b.offset()))
     return nullptr;
-  if (!env_switch("MESHVK_STAGED_ZERO_COPY").value_or(true)) return nullptr;
+  if (!staged_zero_copy_) return nullptr;
   std::lock_guard lock(mutex_);
   const uint8_t* base = pools_[b.device()]->host_pointer(b.allocation_);
+  if (!base) return nullptr;
+  direct_sends.fetch_add(1);
   // offset counts from the VkBuffer's start, as the copy regions do.
-  return base ? base - b.offset() + offset : nullptr;
+  return base - b.offset() + offset;
 }
 
 // True when a message arrived or one of this process's completed (the link moves).

@@ -395,6 +395,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::vector<Fence> resubmit_merged(const std::vector<MergedEntry>& entries);
   std::atomic<uint64_t> merged_replays{0};  // resubmit_merged calls (tests check replays use it)
   std::atomic<uint64_t> captured_secondaries{0};  // recordings captured as secondaries (tests)
+  std::atomic<uint64_t> direct_sends{0};  // pieces sendable_bytes let go out of their buffer (tests)
   // Returns a captured command buffer to its stream's pool.
   void release_command_buffer(int timeline, VkCommandBuffer cb);
   // Keeps `objects` alive until every timeline t has reached `values[t]` (shorter: the rest 0):
@@ -468,6 +469,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
     const uint8_t* from;  // null: the ring's bytes at offset
   };
   std::vector<std::deque<SendNote>> send_notes_;  // per timeline; guarded by held_mutex_
+  bool staged_zero_copy_ = true;                  // MESHVK_STAGED_ZERO_COPY
   // Communication thread only: per timeline, the value every other process was told (progress
   // or a send's data), and per timeline and process, what that process was told.
   std::vector<uint64_t> progress_sent_;
