@@ -1,6 +1,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct ArrayImpl {
   // Inside shard_map: the mesh axes along which the per-device values may differ. A value that
   // varies over an axis cannot be returned as replicated over it.
   std::vector<std::string> varying;
+  // The summands of a partial value (PartialSum::summands, set by make_partial): its pieces differ
+  // along the partial axes though its sharding calls them replicas.
+  mutable bool summands = false;
   // A jitted function's result whose buffers are still the compiled program's outputs, which its
   // next replay overwrites (jit.cpp copies this array's buffers first, then clears the flag).
   // Only this ArrayImpl is moved to copies then, so nothing else may share its buffers: see
@@ -86,6 +90,16 @@ struct PendingInputs {
 PendingInputs materialize_inputs(const PendingElementwise& p);
 // How the kernel computing `piece` of the program's result (of `out_shape`) reads each input.
 std::vector<kernels::EwInput> piece_inputs(const PendingInputs& in, const Shape& out_shape, const DeviceIndex& piece);
+// Runs `program` over the pieces of a result of `shape` laid out by `sharding` (`pieces`, its
+// devices_indices_map), storing nodes `results` (32-bit ones where there are several): per result,
+// one new buffer per piece. Devices of one VkDevice holding the same piece compute a share each and
+// copy the others' (graph/pending_pieces.cpp), unless `pieces_differ` (pieces_may_differ).
+std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
+    RuntimeState& rt, const kernels::EwProgram& program, std::span<const int> results, const PendingInputs& in,
+    const Shape& shape, const std::vector<DeviceIndex>& pieces, const Sharding& sharding, bool pieces_differ);
+// Whether the pieces of `result` (pending `p`) may differ between devices its sharding calls
+// replicas: inside a shard_map (varying), or where it or an input holds a partial value's summands.
+bool pieces_may_differ(const ArrayImpl& result, const PendingElementwise& p);
 // While alive, and while no tape records, the thread's reductions take a pending input of costly
 // ops as read by them alone (log_softmax's and logsumexp's exp): computed inside the reduction and
 // not stored (graph/reduce_ops.cpp). Under a tape the input is stored, for the backward pass.

@@ -80,27 +80,10 @@ void run_merged(const Merged& m, const std::vector<Array>& arrays) {
   const PendingInputs in = materialize_inputs(merged);
   const Shape& shape = first.value.shape;
   const auto pieces = first.value.sharding.devices_indices_map(shape);
-  std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> shards(m.members.size());
-  for (const DeviceIndex& piece : pieces) {
-    Shape local;
-    for (const Slice& s : piece.index) local.push_back(s.size());
-    std::vector<std::shared_ptr<DeviceBuffer>> buffers;
-    std::vector<const DeviceBuffer*> outs;
-    for (size_t j = 0; j < m.members.size(); ++j) {
-      buffers.push_back(rt.allocate(piece.device, static_cast<uint64_t>(shape_size(local)) * 4));
-      outs.push_back(buffers.back().get());
-    }
-    Recording rec = rt.begin(piece.device);
-    const std::vector<kernels::EwInput> inputs = piece_inputs(in, shape, piece);
-    for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
-    kernels::record_elementwise_outputs(rt, rec, m.program, m.results, inputs, local, outs);
-    const Fence f = rt.submit(std::move(rec));
-    for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
-    for (size_t j = 0; j < buffers.size(); ++j) {
-      buffers[j]->written_by(f);
-      shards[j].push_back(std::move(buffers[j]));
-    }
-  }
+  bool differ = false;
+  for (const size_t j : m.members)
+    differ = differ || pieces_may_differ(*arrays[j].impl(), *arrays[j].impl()->pending);
+  auto shards = run_pending_pieces(rt, m.program, m.results, in, shape, pieces, first.value.sharding, differ);
   if (exec::logging()) {  // the text is built only while a trace listens
     std::string text;
     for (size_t j = 0; j < m.members.size(); ++j) {

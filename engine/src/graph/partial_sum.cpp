@@ -76,6 +76,7 @@ Array make_partial(const Array& summands, std::vector<std::string> axes, const s
   std::sort(axes.begin(), axes.end(),
             [&](const std::string& a, const std::string& b) { return mesh.axis_position(a) < mesh.axis_position(b); });
   const ArrayImpl& s = *base.impl();
+  s.summands = true;
   auto impl = std::make_shared<ArrayImpl>(
       ArrayImpl{s.runtime, exec::ShardedValue{s.value.shape, s.value.dtype, s.value.sharding, {}}, s.committed, nullptr,
                 s.varying});

@@ -96,21 +96,10 @@ const exec::ShardedValue& materialized(const Array& x) {
   const auto pieces = out.sharding.devices_indices_map(out.shape);
   // Inputs are laid out for the result already; see choose_layout.
   const PendingInputs in = materialize_inputs(p);
-  std::vector<std::shared_ptr<DeviceBuffer>> shards;
-  for (const DeviceIndex& piece : pieces) {
-    Shape local;
-    for (const Slice& s : piece.index) local.push_back(s.size());
-    auto buffer = rt.allocate(piece.device, static_cast<uint64_t>(shape_size(local)) * dtype_size(out.dtype));
-    Recording rec = rt.begin(piece.device);
-    const std::vector<kernels::EwInput> inputs = piece_inputs(in, out.shape, piece);
-    for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
-    kernels::record_elementwise(rt, rec, p.program, inputs, local, *buffer);
-    const Fence f = rt.submit(std::move(rec));
-    for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
-    buffer->written_by(f);
-    shards.push_back(std::move(buffer));
-  }
-  out.shards = std::move(shards);
+  const int result = static_cast<int>(p.program.nodes.size()) - 1;
+  auto shards = run_pending_pieces(rt, p.program, std::span<const int>(&result, 1), in, out.shape, pieces,
+                                   out.sharding, pieces_may_differ(impl, p));
+  out.shards = std::move(shards.front());
   if (exec::logging()) {  // the text is built only while a trace listens
     const std::string text = pending_text(p, in);
     exec::name_result(out.shards.empty() ? nullptr : out.shards.front().get(), "fusion");

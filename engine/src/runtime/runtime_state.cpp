@@ -49,6 +49,7 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   // Read before any Vulkan object is made, so that a malformed value costs nothing.
   const MemorySetting memory = memory_setting(options);
   fast_math_ = env_switch("MESHVK_FAST_MATH").value_or(false);
+  split_replicas_ = env_switch("MESHVK_SPLIT_REPLICAS").value_or(true);
   const std::optional<bool> float64 = env_switch("MESHVK_MATHLIB_FLOAT64");
   mathlib_float64_ = float64.value_or(true);
 

@@ -350,6 +350,10 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // MESHVK_FAST_MATH=1: generated kernels use the driver's exp, sin, ... (faster, but a few ulp
   // off and different on each adapter) instead of meshvk's math library.
   bool fast_math() const { return fast_math_; }
+  // Whether devices of one VkDevice that hold the same piece of an elementwise result each
+  // compute a share of it and copy the others' (graph/pending_pieces.cpp); MESHVK_SPLIT_REPLICAS=0
+  // computes it whole on each.
+  bool splits_replicas() const { return split_replicas_; }
   // Whether kernels on `adapter` use the math library's float64 variants of sin, cos, tan and
   // arctan2 (mathlib.hpp): where it has shaderFloat64, unless MESHVK_MATHLIB_FLOAT64=0 keeps the
   // float-float ones (=1 requires every adapter to have it).
@@ -358,6 +362,8 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   }
   // Compute dispatches recorded so far, over all devices (tests check fusion with it).
   std::atomic<uint64_t> dispatches{0};
+  // Pieces of elementwise results computed in shares (splits_replicas), over all devices.
+  std::atomic<uint64_t> split_pieces{0};
 
   // While a capture is active, every recording is kept for replay instead of recycled. A
   // capture belongs to the thread that began it (a jit trace): other threads' commands on the
@@ -541,6 +547,7 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
     ~WrapSettler();
   };
   bool fast_math_ = false;
+  bool split_replicas_ = true;
   bool mathlib_float64_ = true;
   Fence submit_command_buffer(int timeline, VkCommandBuffer cb, const std::vector<Fence>& waits,
                               const char* activity);

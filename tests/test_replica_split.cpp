@@ -1,0 +1,193 @@
+// Devices of one VkDevice that hold the same piece of an elementwise result compute a share of
+// it each and copy the others' (graph/pending_pieces.cpp). Every device's piece must hold exactly
+// the bits of the same program computed whole on one device, at sizes that do not divide evenly,
+// for one result and for a jit's several, eagerly and in replays; and nothing may be split whose
+// pieces differ though the layout calls them replicas (a partial value's summands, a shard_map
+// body).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "graph/array_impl.hpp"
+#include "meshvk/meshvk.hpp"
+#include "test_support.hpp"
+
+namespace mv = meshvk;
+using mv::P;
+
+namespace {
+
+uint64_t split_pieces() {
+  return test_runtime().state()->split_pieces.load();
+}
+bool splits() {
+  return test_runtime().state()->splits_replicas();
+}
+
+std::vector<float> random_values(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-3, 3);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+int64_t size_of(const mv::Shape& s) {
+  int64_t n = 1;
+  for (const int64_t d : s) n *= d;
+  return n;
+}
+
+// Every device's piece of `got` against the same box of `want` (on one device), bit for bit.
+void expect_pieces_equal(const mv::Array& got, const mv::Array& want, const std::string& what) {
+  const std::vector<float> w = want.to_host<float>();
+  const mv::Shape& shape = want.shape();
+  for (const mv::Shard& s : got.addressable_shards()) {
+    const std::vector<float> g = s.data.to_host<float>();
+    // Row-major walk of the piece's box within the whole.
+    std::vector<int64_t> at(shape.size(), 0);
+    for (size_t d = 0; d < shape.size(); ++d) at[d] = s.index[d].start;
+    for (size_t i = 0; i < g.size(); ++i) {
+      int64_t flat = 0;
+      for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + at[d];
+      uint32_t a = 0, b = 0;
+      std::memcpy(&a, &g[i], 4);
+      std::memcpy(&b, &w[static_cast<size_t>(flat)], 4);
+      if (a != b) {
+        ADD_FAILURE() << what << ": device " << s.device << ", element " << i << " of its piece is "
+                      << g[i] << ", computed whole on one device " << w[static_cast<size_t>(flat)];
+        return;
+      }
+      for (size_t d = shape.size(); d-- > 0;) {
+        if (++at[d] < s.index[d].stop) break;
+        at[d] = s.index[d].start;
+      }
+    }
+  }
+}
+
+mv::Array on(const std::vector<float>& v, const mv::Shape& shape, const mv::Sharding& s) {
+  return mv::device_put(std::span<const float>(v), shape, s);
+}
+
+}  // namespace
+
+TEST(ReplicaSplit, ReplicatedResultsHoldTheWholeProgramsBits) {
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Sharding replicated = mv::NamedSharding(mesh, P());
+  const mv::Sharding one = mv::SingleDeviceSharding(0);
+  // Around the threshold (32768 elements), odd sizes, several dimensions.
+  for (const mv::Shape& shape :
+       std::vector<mv::Shape>{{32768}, {32771}, {100003}, {3, 40001}, {2, 129, 257}, {1000}}) {
+    const int64_t n = size_of(shape);
+    const auto va = random_values(n, 1), vb = random_values(n, 2);
+    const auto f = [](const mv::Array& a, const mv::Array& b) {
+      return mv::exp(a) * b + mv::tanh(a - 0.5f * b);
+    };
+    const uint64_t before = split_pieces();
+    const mv::Array got = f(on(va, shape, replicated), on(vb, shape, replicated));
+    const mv::Array want = f(on(va, shape, one), on(vb, shape, one));
+    expect_pieces_equal(got, want, mv::shape_to_string(shape));
+    const uint64_t split = split_pieces() - before;
+    if (splits() && n >= 32768)
+      EXPECT_EQ(split, 8u) << mv::shape_to_string(shape);
+    else
+      EXPECT_EQ(split, 0u) << mv::shape_to_string(shape)
+                           << ": below the threshold, or MESHVK_SPLIT_REPLICAS=0";
+  }
+}
+
+TEST(ReplicaSplit, PartlyReplicatedPiecesAndScalars) {
+  // P('x') on a (2, 4) mesh: each half is held by the 4 devices along 'y'.
+  const mv::Mesh mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const mv::Sharding half = mv::NamedSharding(mesh, P("x"));
+  const mv::Sharding one = mv::SingleDeviceSharding(0);
+  const mv::Shape shape{6, 13001};
+  const int64_t n = size_of(shape);
+  const auto va = random_values(n, 3), vb = random_values(n, 4);
+  const auto f = [](const mv::Array& a, const mv::Array& b, const mv::Array& s) {
+    return mv::where(a > b, a * s, mv::log1p(mv::abs(b)) - s);
+  };
+  const std::vector<float> scalar{0.75f};
+  const uint64_t before = split_pieces();
+  const mv::Array got = f(on(va, shape, half), on(vb, shape, half),
+                          mv::array(std::span<const float>(scalar), mv::Shape{}));
+  const mv::Array want = f(on(va, shape, one), on(vb, shape, one),
+                           mv::array(std::span<const float>(scalar), mv::Shape{}));
+  expect_pieces_equal(got, want, "P('x') on (2, 4)");
+  if (splits()) EXPECT_EQ(split_pieces() - before, 8u);
+}
+
+TEST(ReplicaSplit, JitResultsOfOneKernelInReplays) {
+  // Adam's update of a replicated parameter: three results of one kernel, traced and replayed.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Sharding replicated = mv::NamedSharding(mesh, P());
+  const mv::Sharding one = mv::SingleDeviceSharding(0);
+  const mv::Shape shape{257, 129};
+  const int64_t n = size_of(shape);
+  const auto step =
+      mv::jit([](const mv::Array& p, const mv::Array& g, const mv::Array& m, const mv::Array& v) {
+        const mv::Array m2 = 0.1f * g + 0.9f * m;
+        const mv::Array v2 = 0.001f * (g * g) + 0.999f * v;
+        const mv::Array p2 = p - 0.01f * (m2 / (mv::sqrt(v2) + 1e-8f));
+        return std::vector<mv::Array>{p2, m2, v2};
+      });
+  for (int call = 0; call < 3; ++call) {
+    const auto vp = random_values(n, 10 + call), vg = random_values(n, 20 + call),
+               vm = random_values(n, 30 + call);
+    auto vv = random_values(n, 40 + call);
+    for (auto& x : vv) x = x * x;
+    const auto got = step(on(vp, shape, replicated), on(vg, shape, replicated),
+                          on(vm, shape, replicated), on(vv, shape, replicated));
+    const auto want =
+        step(on(vp, shape, one), on(vg, shape, one), on(vm, shape, one), on(vv, shape, one));
+    ASSERT_EQ(got.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      expect_pieces_equal(got[i], want[i],
+                          "call " + std::to_string(call) + ", result " + std::to_string(i));
+  }
+}
+
+TEST(ReplicaSplit, PartialSummandsAreNotSplit) {
+  // x @ w contracted over a sharded dimension leaves each device a summand; 2 * (x @ w) doubles the
+  // summands before the sum is taken. Splitting the doubling would mix different devices' summands.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const int64_t m = 96, k = 64, cols = 1031;  // the result: 98,976 elements, past the threshold
+  const auto vx = random_values(m * k, 5), vw = random_values(k * cols, 6);
+  const mv::Array x = on(vx, {m, k}, mv::NamedSharding(mesh, P(mv::None, "x")));
+  const mv::Array w = on(vw, {k, cols}, mv::NamedSharding(mesh, P("x")));
+  const auto doubled =
+      mv::jit([](const mv::Array& a, const mv::Array& b) { return 2.0f * mv::matmul(a, b); });
+  const auto plain =
+      mv::jit([](const mv::Array& a, const mv::Array& b) { return mv::matmul(a, b); });
+  const mv::Array got = doubled(x, w);
+  const mv::Array sum = plain(x, w);
+  // Doubling is exact: the doubled sum of the summands is twice their sum, bit for bit.
+  const std::vector<float> g = got.to_host<float>(), s = sum.to_host<float>();
+  ASSERT_EQ(g.size(), s.size());
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i] != 2.0f * s[i]) {
+      FAIL() << "element " << i << ": " << g[i] << ", want 2 * " << s[i];
+    }
+  // And every device's piece is the same.
+  expect_pieces_equal(got, mv::device_put(got, mv::SingleDeviceSharding(0)), "every piece");
+}
+
+TEST(ReplicaSplit, ShardMapBodiesComputeTheirOwnValues) {
+  // Inside shard_map every device's value is its own, whatever the spec calls it.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const int64_t per = 40000;
+  std::vector<float> v(static_cast<size_t>(8 * per));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i / per) + 0.25f;
+  const mv::Array x = on(v, {8 * per}, mv::NamedSharding(mesh, P("x")));
+  const auto f = mv::shard_map([](const mv::Array& a) { return mv::exp(a * 0.5f) + a; }, mesh,
+                               {P("x")}, P("x"));
+  const std::vector<float> got = f(x).to_host<float>();
+  for (size_t i = 0; i < got.size(); i += 997) {
+    const float a = v[i];
+    const float want = std::exp(a * 0.5f) + a;
+    EXPECT_NEAR(got[i], want, 1e-5f * std::abs(want)) << "element " << i;
+  }
+}
