@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -190,4 +191,31 @@ TEST(ReplicaSplit, ShardMapBodiesComputeTheirOwnValues) {
     const float want = std::exp(a * 0.5f) + a;
     EXPECT_NEAR(got[i], want, 1e-5f * std::abs(want)) << "element " << i;
   }
+}
+
+TEST(ReplicaSplit, TheProjectionSeesEachDeviceComputeItsOwnReplica) {
+  // Lowered::graph (what estimate replays) is the program separate hardware would run: each
+  // device's kernel counts the whole piece, and no device waits on another's share.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Shape shape{100003};
+  const auto va = random_values(size_of(shape), 9);
+  const mv::Array x = on(va, shape, mv::NamedSharding(mesh, P()));
+  const auto f = mv::jit([](const mv::Array& a) { return mv::exp(a) * 2.0f + 1.0f; });
+  const mv::Array first = f(x);
+  expect_pieces_equal(first, f(on(va, shape, mv::SingleDeviceSharding(0))), "jit");
+  const mv::ProgramGraph& g = f.lower(x).graph();
+  std::map<int, int> device_of;  // timeline -> device
+  for (const auto& n : g.nodes) device_of[n.timeline] = n.device;
+  std::map<int, uint64_t> flops;
+  for (const auto& n : g.nodes) {
+    for (const auto& [timeline, value] : n.waits)
+      EXPECT_EQ(device_of.at(timeline), n.device)
+          << "device " << n.device << " waits on device " << device_of.at(timeline);
+    for (const uint32_t w : n.work) flops[n.device] += g.work[w].flops + g.work[w].transcendentals;
+  }
+  ASSERT_EQ(flops.size(), 8u);
+  for (const auto& [device, count] : flops)
+    EXPECT_EQ(count, flops.begin()->second) << "device " << device;
+  EXPECT_GE(flops.begin()->second, static_cast<uint64_t>(size_of(shape)))
+      << "each device counts the whole piece";
 }

@@ -30,14 +30,14 @@ bool manual_mesh(const Sharding& s) {
   return false;
 }
 
+// `counted`: the elements of the whole piece where this is a share of it
+// (kernels::record_elementwise_outputs).
 void record_piece(RuntimeState& rt, Recording& rec, const kernels::EwProgram& program,
                   std::span<const int> results, std::span<const kernels::EwInput> inputs,
-                  const Shape& local, std::span<const DeviceBuffer* const> outs,
-                  uint64_t out_start) {
-  if (results.size() == 1 && results.front() == static_cast<int>(program.nodes.size()) - 1)
-    kernels::record_elementwise(rt, rec, program, inputs, local, *outs.front(), out_start);
-  else
-    kernels::record_elementwise_outputs(rt, rec, program, results, inputs, local, outs, out_start);
+                  const Shape& local, std::span<const DeviceBuffer* const> outs, uint64_t out_start,
+                  uint64_t counted = 0) {
+  kernels::record_elementwise_outputs(rt, rec, program, results, inputs, local, outs, out_start,
+                                      counted);
 }
 
 // Pieces (indices into `pieces`) that may split: those of one box on local devices of one
@@ -152,7 +152,7 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
         if (e.mode == kernels::EwInput::Mode::same) e.start = static_cast<uint64_t>(r.lo);
       }
       record_piece(rt, rec, program, results, inputs, {r.hi - r.lo}, outs,
-                   static_cast<uint64_t>(r.lo));
+                   static_cast<uint64_t>(r.lo), static_cast<uint64_t>(count));
       const Fence f = rt.submit(std::move(rec));
       for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
       for (size_t j = 0; j < results.size(); ++j) out[j][i]->written_by(f);
@@ -170,6 +170,7 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
           const Range r = ranges[from];
           if (from == k || r.hi <= r.lo) continue;
           DeviceBuffer& src = *out[j][g[from]];
+          rec.wait_for_replica(src.ready());
           const VkBufferCopy region{src.offset() + static_cast<uint64_t>(r.lo) * es,
                                     dst.offset() + static_cast<uint64_t>(r.lo) * es,
                                     static_cast<uint64_t>(r.hi - r.lo) * es};

@@ -1,5 +1,6 @@
 // Lowered::graph(): a jit trace's captured submissions with what each one runs, and
 // Lowered::estimate() over it (meshvk/estimate.hpp).
+#include <algorithm>
 #include <deque>
 #include <mutex>
 
@@ -48,7 +49,8 @@ std::shared_ptr<const ProgramGraph> program_graph_of(const RuntimeState& rt, con
     n.device = rt.device_of(s.timeline);
     n.value = s.signal;
     for (const Fence& f : s.waits)
-      if (!f.none()) n.waits.emplace_back(f.timeline, f.value);
+      if (!f.none() && std::find(s.replica_waits.begin(), s.replica_waits.end(), f) == s.replica_waits.end())
+        n.waits.emplace_back(f.timeline, f.value);
     for (const uint32_t id : s.work)
       if (id >= 1 && id <= g->work.size()) n.work.push_back(id - 1);
     if (s.activity) n.activity = s.activity;

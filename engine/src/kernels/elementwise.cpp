@@ -516,7 +516,8 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
 
 void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& p,
                                 std::span<const int> results, std::span<const EwInput> inputs, const Shape& shape,
-                                std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start) {
+                                std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start,
+                                uint64_t counted) {
   const uint64_t count = static_cast<uint64_t>(shape_size(shape));
   if (count == 0) return;
   if (results.empty() || results.size() != outs.size())
@@ -525,9 +526,10 @@ void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec
     if (results.size() > 1 && dtype_size(p.nodes[r].dtype) != 4)
       throw Error("internal: an elementwise kernel with several results takes 32-bit ones only");
   const DType out_dtype = p.nodes[results.front()].dtype;
-  const CountedOp counted(rec, [&] {
-    OpCost c = elementwise_cost(p, inputs, shape, count);
-    c.bytes += (results.size() - 1) * count * 4;  // the other results' stores
+  const CountedOp counted_op(rec, [&] {
+    const uint64_t n = counted ? counted : count;
+    OpCost c = elementwise_cost(p, inputs, counted ? Shape{static_cast<int64_t>(n)} : shape, n);
+    c.bytes += (results.size() - 1) * n * 4;  // the other results' stores
     return c;
   }, OpKind::elementwise, out_dtype);
   // 64-bit values are read as uvec2 texels, one element each: scalar kernels only.

@@ -76,9 +76,12 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
 // The same with several results, nodes `results` of the program, stored into `outs` (one buffer
 // each, 32-bit dtypes): one pass over the inputs for values that read the same data (an
 // optimizer's new parameter and its moments).
+// `counted`, where not 0, is the elements whose cost the op counts (kernels/cost.hpp) instead of
+// the shape's: a share of a piece that separate hardware would compute whole.
 void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& program,
                                 std::span<const int> results, std::span<const EwInput> inputs, const Shape& shape,
-                                std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start = 0);
+                                std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start = 0,
+                                uint64_t counted = 0);
 
 // The float controls every kernel computing float32 values declares where the adapter has them
 // (after #version): infinities, NaN and signed zeros kept (SignedZeroInfNanPreserve), subnormals

@@ -41,6 +41,7 @@ struct Fence {
   int timeline = -1;
   uint64_t value = 0;
   bool none() const { return timeline < 0 || value == 0; }
+  bool operator==(const Fence&) const = default;
 };
 
 // Commands being recorded for one virtual device, with what they must wait for and what must
@@ -64,8 +65,16 @@ struct Recording {
   // its buffers keeping what the trace wrote. A jit step's index constants and masks cost no
   // dispatch per replay (on 8 virtual devices, 8 each).
   bool constant = false;
+  // Waits on work another device of the adapter did in this one's stead (replicas' shares,
+  // graph/pending_pieces.cpp): Lowered::estimate leaves them out, as separate hardware would
+  // compute its own replica.
+  std::vector<Fence> replica_waits;
   void wait_for(const Fence& f) {
     if (!f.none()) waits.push_back(f);
+  }
+  void wait_for_replica(const Fence& f) {
+    wait_for(f);
+    if (!f.none()) replica_waits.push_back(f);
   }
 };
 
@@ -153,6 +162,7 @@ struct Capture {
     // Ids of the cost events of the ops recorded into it (Recording::work), and of the
     // collective it belongs to (current_collective_work()), for Lowered::estimate.
     std::vector<uint32_t> work;
+    std::vector<Fence> replica_waits;  // Recording::replica_waits
   };
   std::vector<Submission> submissions;
   // Each captured command buffer's work ids: a loop's resubmitted body costs what it did.

@@ -174,6 +174,7 @@ Fence RuntimeState::submit(Recording&& r) {
     Capture::Submission entry{r.timeline, r.cb, r.waits, f.value, current_activity()};
     entry.trace_only = r.constant;
     entry.work = std::move(r.work);
+    entry.replica_waits = std::move(r.replica_waits);
     if (current_collective_work()) entry.work.push_back(current_collective_work());
     note_captured(entry, r.keep_alive);
   } else {
