@@ -219,3 +219,60 @@ TEST(ReplicaSplit, TheProjectionSeesEachDeviceComputeItsOwnReplica) {
   EXPECT_GE(flops.begin()->second, static_cast<uint64_t>(size_of(shape)))
       << "each device counts the whole piece";
 }
+
+TEST(ReplicaSplit, ScanGradientInsideShardMapIsSummedOverTheDevices) {
+  // The scan's cotangents vary over 'd' only through what follows the scan (x differs per device);
+  // the gradient of the replicated w must be summed over 'd' as the unrolled loop's is, and be the
+  // same on every device.
+  const mv::Mesh mesh = mv::make_mesh({4}, {"d"}, {}, {0, 1, 2, 3});
+  const int64_t n = 192;  // w: 36,864 elements, past the split's threshold
+  const auto vw = random_values(n * n, 21), vx = random_values(4 * 8 * n, 22);
+  for (float& v : const_cast<std::vector<float>&>(vw)) v *= 0.05f;
+  const mv::Array w = on(vw, {n, n}, mv::NamedSharding(mesh, P()));
+  const mv::Array x = on(vx, {4 * 8, n}, mv::NamedSharding(mesh, P("d")));
+  const auto body_of = [](bool scanned) {
+    return [scanned](const mv::Array& xl, const mv::Array& wl) {
+      const mv::Array h0 = mv::ones({8, n});
+      mv::Array ys;
+      if (scanned) {
+        auto [last, stacked] = mv::lax::scan(
+            [wl](const mv::Array& h, const mv::Array&) {
+              const mv::Array next = mv::tanh(mv::matmul(h, wl));
+              return std::make_pair(next, next);
+            },
+            h0, mv::zeros({3, 1}));
+        ys = stacked;
+      } else {
+        std::vector<mv::Array> steps;
+        mv::Array h = h0;
+        for (int i = 0; i < 3; ++i) steps.push_back(h = mv::tanh(mv::matmul(h, wl)));
+        ys = mv::stack(steps, 0);
+      }
+      return mv::psum(mv::sum(ys * xl), "d");
+    };
+  };
+  auto loss = [&](bool scanned) {
+    return [&, scanned](const mv::Array& wv) {
+      return mv::shard_map(body_of(scanned), mesh, {P("d"), P()}, P())(x, wv);
+    };
+  };
+  const mv::Array g_scan = mv::grad(loss(true))(w);
+  const mv::Array g_loop = mv::grad(loss(false))(w);
+  const std::vector<float> a = g_scan.to_host<float>(), b = g_loop.to_host<float>();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], 1e-3f * (1.0f + std::abs(b[i]))) << "element " << i;
+  expect_pieces_equal(g_scan, mv::device_put(g_scan, mv::SingleDeviceSharding(0)),
+                      "every device's gradient");
+  const auto jitted = mv::jit(mv::grad(loss(true)));
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<float> j = jitted(w).to_host<float>();
+    for (size_t i = 0; i < j.size(); ++i)
+      ASSERT_NEAR(j[i], b[i], 1e-3f * (1.0f + std::abs(b[i])))
+          << "jit call " << call << ", element " << i;
+  }
+  // An update of w from it: every device's piece the same.
+  const mv::Array updated = w - 0.1f * g_scan;
+  expect_pieces_equal(updated, mv::device_put(updated, mv::SingleDeviceSharding(0)),
+                      "w after the update");
+}

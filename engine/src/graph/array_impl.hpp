@@ -52,8 +52,10 @@ struct ArrayImpl {
   bool committed = false;
   mutable std::shared_ptr<const PendingElementwise> pending;
   // Inside shard_map: the mesh axes along which the per-device values may differ. A value that
-  // varies over an axis cannot be returned as replicated over it.
-  std::vector<std::string> varying;
+  // varies over an axis cannot be returned as replicated over it. Mutable for a scan's backward
+  // pass only: its cotangent placeholders, traced before the cotangents were known, take the axes
+  // the real ones vary over (control_flow.cpp).
+  mutable std::vector<std::string> varying;
   // The summands of a partial value (PartialSum::summands, set by make_partial): its pieces differ
   // along the partial axes though its sharding calls them replicas.
   mutable bool summands = false;

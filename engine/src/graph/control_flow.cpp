@@ -136,6 +136,9 @@ class TracedLoop {
   }
   size_t recorded() const { return loop_->recorded(); }
   bool unrolled() const { return unrolled_; }
+  // From now on the body runs op by op (as unrolled_ loops do), so results take their inputs'
+  // `varying` as the ops compute it, not what the trace saw.
+  void unroll() { unrolled_ = true; }
   // The next iteration starts from `carry` instead of the current one.
   void restart_from(const std::vector<Array>& carry) {
     for (size_t i = 0; i < carry.size(); ++i) {
@@ -576,13 +579,31 @@ ScanLeaves scan_leaves(const ScanBody& body, const std::vector<Array>& init, con
                     "then unrolls it");
     auto rt = Runtime::current().state();
     std::lock_guard lock(rt->mutex());
+    TracedLoop& loop = *backward->loop;
+    // Inside a shard_map, cotangents that vary over a manual axis the placeholders the loop was
+    // traced with did not (the loss reads each device's own data after the scan) make the
+    // gradients vary too; the trace's results would still say they do not, and shard_map would
+    // then skip their psum. The placeholders take the cotangents' axes and the loop runs op by op.
+    bool widened = false;
+    for (size_t j = 0; j < nyy; ++j) {
+      const Array& placeholder = backward->ct_ys[j];
+      if (!placeholder.valid() || !cts[nc + j].valid()) continue;
+      const std::vector<std::string> axes = varying_of({&placeholder, &cts[nc + j]});
+      widened = widened || axes.size() != placeholder.impl()->varying.size();
+      placeholder.impl()->varying = axes;
+    }
+    for (size_t i = 0; i < nc && i + 1 < loop.current().size(); ++i) {
+      const Array& traced = loop.current()[1 + i];
+      if (traced.valid() && cts[i].valid())
+        widened = widened || varying_of({&traced, &cts[i]}).size() != traced.impl()->varying.size();
+    }
+    if (widened) loop.unroll();
     for (size_t j = 0; j < nyy; ++j)
       exec::overwrite(*rt, materialized(backward->ct_ys[j]),
                       materialized(device_put(cts[nc + j], backward->ct_ys[j].sharding())));
     std::vector<Array> from{first_index(backward->n, backward->reverse, {})};  // placed as the loop's
     for (size_t i = 0; i < nc; ++i) from.push_back(is_floating(init[i].dtype()) ? cts[i] : zeros_like(init[i]));
     for (const Array& c : closure) from.push_back(zeros_like(c));
-    TracedLoop& loop = *backward->loop;
     loop.restart_from(from);
     Stacker steps;
     for (int64_t k = 0; k < backward->n; ++k) {

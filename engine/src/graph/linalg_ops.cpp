@@ -194,7 +194,12 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     out.shards.push_back(std::move(buffer));
   }
   const bool handed_back = detail::saving_collectives() && saved_key.empty();
-  if (!saved_key.empty()) detail::record_result(saved_key, detail::make_array(rt, out, true, {}));
+  if (!saved_key.empty()) {
+    // With k split, each device's product is a summand (replicas in name only): never shared.
+    const Array product = detail::make_array(rt, out, true, {});
+    product.impl()->summands = !contract_axes.empty();
+    detail::record_result(saved_key, product);
+  }
   const Shape la = a.sharding().shard_shape(a.shape()), lb = b.sharding().shard_shape(b.shape());
   if (exec::logging() && !handed_back)  // the text is built only while a trace listens
     exec::log_op("dot_general: local " + std::string(dtype_name(dtype)) + shape_to_string(la) +
