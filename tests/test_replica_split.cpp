@@ -100,6 +100,26 @@ TEST(ReplicaSplit, ReplicatedResultsHoldTheWholeProgramsBits) {
   }
 }
 
+TEST(ReplicaSplit, OddDeviceCounts) {
+  // 3 and 5 devices: shares of uneven length, the last one short.
+  const mv::Sharding one = mv::SingleDeviceSharding(0);
+  for (const std::vector<int>& ids :
+       std::vector<std::vector<int>>{{0, 1, 2}, {1, 2, 3, 4, 5}, {7, 3}}) {
+    const mv::Mesh mesh = mv::make_mesh({static_cast<int>(ids.size())}, {"x"}, {}, ids);
+    const mv::Shape shape{65537};
+    const auto va = random_values(size_of(shape), 31), vb = random_values(size_of(shape), 32);
+    const auto f = [](const mv::Array& a, const mv::Array& b) {
+      return mv::sqrt(mv::abs(a)) * b - a;
+    };
+    const uint64_t before = split_pieces();
+    const mv::Array got =
+        f(on(va, shape, mv::NamedSharding(mesh, P())), on(vb, shape, mv::NamedSharding(mesh, P())));
+    expect_pieces_equal(got, f(on(va, shape, one), on(vb, shape, one)),
+                        std::to_string(ids.size()) + " devices");
+    if (splits()) EXPECT_EQ(split_pieces() - before, ids.size());
+  }
+}
+
 TEST(ReplicaSplit, PartlyReplicatedPiecesAndScalars) {
   // P('x') on a (2, 4) mesh: each half is held by the 4 devices along 'y'.
   const mv::Mesh mesh = mv::make_mesh({2, 4}, {"x", "y"});
