@@ -296,3 +296,51 @@ TEST(ReplicaSplit, ScanGradientInsideShardMapIsSummedOverTheDevices) {
   expect_pieces_equal(updated, mv::device_put(updated, mv::SingleDeviceSharding(0)),
                       "w after the update");
 }
+
+namespace {
+uint64_t dispatches() {
+  return test_runtime().state()->dispatches.load();
+}
+}  // namespace
+
+TEST(ReplicaSplit, ReplicatedWeightsArePackedOnceAndCopied) {
+  // x split over rows times a replicated w: the first device packs w for the blocked kernel and
+  // the others copy its pack; every product the same bits as on one device. Plain, transposed,
+  // batched, and sizes that are not multiples of 4.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Sharding rows = mv::NamedSharding(mesh, P("x"));
+  const mv::Sharding replicated = mv::NamedSharding(mesh, P());
+  const mv::Sharding one = mv::SingleDeviceSharding(0);
+  struct Case {
+    mv::Shape x, w;
+    bool transpose;
+  };
+  for (const Case& c : std::vector<Case>{{{8 * 37, 131}, {131, 77}, false},
+                                         {{8 * 16, 128}, {384, 128}, true},
+                                         {{8, 40, 33}, {33, 259}, false},
+                                         {{8 * 3, 97}, {97, 1001}, false}}) {
+    const auto vx = random_values(size_of(c.x), 7), vw = random_values(size_of(c.w), 8);
+    const auto f = [&](const mv::Array& a, const mv::Array& b) {
+      return c.transpose ? mv::matmul(a, mv::transpose(b)) : mv::matmul(a, b);
+    };
+    const std::string what = mv::shape_to_string(c.x) + " x " + mv::shape_to_string(c.w);
+    const mv::Array x1 = on(vx, c.x, one), w1 = on(vw, c.w, one);
+    const mv::Array x8 = on(vx, c.x, rows), w8 = on(vw, c.w, replicated);
+    const mv::Array want = f(x1, w1);
+    uint64_t before = dispatches();
+    const mv::Array got = f(x8, w8);
+    const uint64_t shared = dispatches() - before;
+    expect_pieces_equal(got, want, what);
+    // Jitted and replayed: the copies are part of the program.
+    const auto jf = mv::jit(f);
+    for (int call = 0; call < 2; ++call)
+      expect_pieces_equal(jf(x8, w8), want, what + ", jit call " + std::to_string(call));
+    // Packing w on each of the 8 devices would take 8 times one device's kernels: fewer here.
+    if (splits() && size_of(c.w) >= 8192) {
+      before = dispatches();
+      const mv::Array again = f(x1, w1);
+      const uint64_t single = dispatches() - before;
+      EXPECT_LT(shared, 8 * single) << what << ": w packed on every device";
+    }
+  }
+}

@@ -102,6 +102,9 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
 // Whether the pieces of `result` (pending `p`) may differ between devices its sharding calls
 // replicas: inside a shard_map (varying), or where it or an input holds a partial value's summands.
 bool pieces_may_differ(const ArrayImpl& result, const PendingElementwise& p);
+// Whether x's pieces may differ between devices its sharding calls replicas (as above), or work
+// on its replicas may not be shared (MESHVK_SPLIT_REPLICAS=0).
+bool replicas_may_differ(const Array& x);
 // While alive, and while no tape records, the thread's reductions take a pending input of costly
 // ops as read by them alone (log_softmax's and logsumexp's exp): computed inside the reduction and
 // not stored (graph/reduce_ops.cpp). Under a tape the input is stored, for the backward pass.

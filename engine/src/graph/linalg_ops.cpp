@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "collectives/transport.hpp"
 #include "exec/program_log.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/call_site.hpp"
@@ -20,6 +21,7 @@
 #include "graph/partial_sum.hpp"
 #include "graph/saved_collectives.hpp"
 #include "graph/tape.hpp"
+#include "kernels/launch.hpp"
 #include "kernels/matmul.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
@@ -32,6 +34,10 @@ using detail::DeviceBuffer;
 using detail::Recording;
 
 namespace {
+
+// A replicated B's pack is copied from the first device that made it from this many elements up;
+// below, the copy's command costs about what packing it again does.
+constexpr int64_t kMinSharedPack = 8192;
 
 // Why a contraction communicates: its summed dimension is split, so each device holds a partial sum.
 std::string contraction_rule(size_t dim, const std::vector<std::string>& axes) {
@@ -165,6 +171,20 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
       saved_key.clear();
     }
   }
+  // Devices of one VkDevice that multiply by the same piece of a B whose pieces are replicas (a
+  // replicated weight in data parallelism): the first packs B for the kernel, the others copy its
+  // pack (a copy moves the bytes several times faster than the pack kernel on lavapipe) instead of
+  // packing their own. Each still has a pack of its own, and counts the whole product.
+  struct SharedPack {
+    std::shared_ptr<DeviceBuffer> packed;
+    kernels::MatmulShape shape;
+  };
+  std::map<std::pair<int, std::vector<std::pair<int64_t, int64_t>>>, SharedPack> b_packs;
+  const bool share_b = !detail::replicas_may_differ(b);
+  auto same_b = [](const kernels::MatmulShape& x, const kernels::MatmulShape& y) {
+    return x.k == y.k && x.n == y.n && x.trans_b == y.trans_b && x.b_batch_stride == y.b_batch_stride &&
+           x.batch == y.batch && x.dtype == y.dtype;
+  };
   for (size_t i = 0; i < map_out.size() && out.shards.size() < map_out.size(); ++i) {
     const Index& piece = map_out[i].index;
     const Index& pa = map_a[i].index;
@@ -186,8 +206,30 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     const DeviceBuffer& bb = *vb.shards[i];
     rec.wait_for(ba.ready());
     rec.wait_for(bb.ready());
-    kernels::record_matmul(*rt, rec, ms, ba, bb, *buffer);
+    SharedPack* shared = nullptr;
+    if (share_b && rt->is_local(map_out[i].device) && ms.k * ms.n >= kMinSharedPack) {
+      std::vector<std::pair<int64_t, int64_t>> box;
+      for (const Slice& sl : pb) box.emplace_back(sl.start, sl.stop);
+      shared = &b_packs[{rt->adapter_of(map_out[i].device), std::move(box)}];
+      if (shared->packed && !same_b(shared->shape, ms)) shared = nullptr;
+    }
+    std::shared_ptr<DeviceBuffer> packed, copied_from;
+    if (shared && shared->packed) {
+      copied_from = shared->packed;
+      packed = rt->allocate(map_out[i].device, copied_from->bytes());
+      rec.wait_for_replica(copied_from->ready());
+      const VkBufferCopy whole{copied_from->offset(), packed->offset(), copied_from->bytes()};
+      collectives::transport_between(*rt, copied_from->device(), map_out[i].device)
+          .copy_regions(*rt, rec, *copied_from, *packed, std::span<const VkBufferCopy>(&whole, 1), "replica pack");
+      kernels::barrier(rec.cb);
+    } else if (shared) {
+      packed = kernels::record_pack_b(*rt, rec, ms, bb);
+    }
+    kernels::record_matmul(*rt, rec, ms, ba, bb, *buffer, packed);
     const detail::Fence f = rt->submit(std::move(rec));
+    if (copied_from) copied_from->used_by(f);
+    if (packed) packed->written_by(f);
+    if (shared && !shared->packed && packed) *shared = {packed, ms};
     const_cast<DeviceBuffer&>(ba).used_by(f);
     const_cast<DeviceBuffer&>(bb).used_by(f);
     buffer->written_by(f);

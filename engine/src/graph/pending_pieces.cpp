@@ -78,6 +78,11 @@ std::vector<std::vector<size_t>> split_groups(RuntimeState& rt, const kernels::E
 
 }  // namespace
 
+bool replicas_may_differ(const Array& x) {
+  const ArrayImpl& impl = *x.impl();
+  return !impl.runtime->splits_replicas() || !impl.varying.empty() || impl.summands || manual_mesh(impl.value.sharding);
+}
+
 bool pieces_may_differ(const ArrayImpl& result, const PendingElementwise& p) {
   if (!result.varying.empty() || result.summands) return true;
   for (const Array& a : p.inputs)

@@ -341,8 +341,16 @@ void check_shape(const MatmulShape& s, const DeviceBuffer& a, const DeviceBuffer
 
 }  // namespace
 
+std::shared_ptr<DeviceBuffer> record_pack_b(RuntimeState& rt, Recording& rec, const MatmulShape& s,
+                                            const DeviceBuffer& b) {
+  if (choose_path(rt) != Path::blocked || s.m == 0 || s.n == 0 || s.k == 0) return nullptr;
+  MatmulShape shape = s;
+  if (shape.batch == 1) shape.a_batch_stride = shape.b_batch_stride = 0;
+  return matmul_parts::pack_blocked_b(rt, rec, shape, b);
+}
+
 void record_matmul(RuntimeState& rt, Recording& rec, const MatmulShape& s, const DeviceBuffer& a,
-                   const DeviceBuffer& b, const DeviceBuffer& c) {
+                   const DeviceBuffer& b, const DeviceBuffer& c, const std::shared_ptr<DeviceBuffer>& packed_b) {
   check_shape(s, a, b, c);
   if (c.device() != rec.device)
     throw Error("matmul: operands on device " + std::to_string(c.device()) +
@@ -368,7 +376,7 @@ void record_matmul(RuntimeState& rt, Recording& rec, const MatmulShape& s, const
   MatmulShape shape = s;
   if (shape.batch == 1) shape.a_batch_stride = shape.b_batch_stride = 0;
   if (path == Path::blocked)
-    record_blocked(rt, rec, shape, a, b, c);
+    record_blocked(rt, rec, shape, a, b, c, packed_b);
   else
     record_tiled(rt, rec, shape, a, b, c);
   barrier(rec.cb);

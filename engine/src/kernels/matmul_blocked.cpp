@@ -259,8 +259,19 @@ BlockShape block_shape_for(RuntimeState& rt, const MatmulShape& s) {
 
 }  // namespace
 
+std::shared_ptr<DeviceBuffer> pack_blocked_b(RuntimeState& rt, Recording& rec, const MatmulShape& s,
+                                             const DeviceBuffer& b) {
+  const BlockShape shape = block_shape_for(rt, s);
+  const int64_t k4 = (s.k + 3) / 4, n4 = (s.n + 3) / 4;
+  const int64_t panel = shape.panel();
+  const int64_t n4_out = (n4 + panel - 1) / panel * panel;
+  const int64_t b_batches = s.b_batch_stride == 0 ? 1 : s.batch;
+  return pack_operand(rt, rec, b, {0, s.b_batch_stride, s.trans_b ? s.k : s.n}, s.trans_b, b_batches, s.k, s.n,
+                      4 * k4, n4_out, {Packing::column_panels, panel}, s);
+}
+
 void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, const DeviceBuffer& a,
-                    const DeviceBuffer& b, const DeviceBuffer& c) {
+                    const DeviceBuffer& b, const DeviceBuffer& c, const std::shared_ptr<DeviceBuffer>& packed_b) {
   BlockShape shape = block_shape_for(rt, s);
   const int64_t k4 = (s.k + 3) / 4, n4 = (s.n + 3) / 4;
   // Packed sizes: whole blocks of rows (and whole groups of L rows), whole panels of columns.
@@ -288,9 +299,15 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
     pa = a_buf.get();
     a_batch = s.a_batch_stride == 0 ? 0 : m_out * k4;
   }
-  const auto b_buf =
-      pack_operand(rt, rec, b, {0, s.b_batch_stride, s.trans_b ? s.k : s.n}, s.trans_b, b_batches,
-                   s.k, s.n, 4 * k4, n4_out, {Packing::column_panels, panel}, s);
+  std::shared_ptr<DeviceBuffer> b_buf = packed_b;
+  if (b_buf) {
+    // Packed by pack_blocked_b for the same shape (here or on another device, then copied).
+    if (b_buf->bytes() != static_cast<uint64_t>(b_batches * 4 * k4 * n4_out) * 16)
+      throw Error("internal: a packed B of " + std::to_string(b_buf->bytes()) + " bytes for " + describe(s));
+    rec.keep_alive.push_back(b_buf);
+  } else {
+    b_buf = pack_blocked_b(rt, rec, s, b);
+  }
   const int64_t b_batch = s.b_batch_stride == 0 ? 0 : 4 * k4 * n4_out;
 
   const bool vec4_store = s.n % 4 == 0;

@@ -81,6 +81,10 @@ std::shared_ptr<detail::DeviceBuffer> pack_operand(detail::RuntimeState& rt, det
 
 void record_blocked(detail::RuntimeState& rt, detail::Recording& rec, const MatmulShape& s,
                     const detail::DeviceBuffer& a, const detail::DeviceBuffer& b,
-                    const detail::DeviceBuffer& c);
+                    const detail::DeviceBuffer& c,
+                    const std::shared_ptr<detail::DeviceBuffer>& packed_b = nullptr);
+// B packed for the blocked kernel (the column panels record_blocked reads).
+std::shared_ptr<detail::DeviceBuffer> pack_blocked_b(detail::RuntimeState& rt, detail::Recording& rec,
+                                                     const MatmulShape& s, const detail::DeviceBuffer& b);
 
 }  // namespace meshvk::kernels::matmul_parts
