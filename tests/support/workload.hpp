@@ -94,6 +94,25 @@ inline Results workload() {
       r["jit call " + std::to_string(call)] = f(x).to_host<float>();
     }
   }
+  // Replicated elementwise results past the share threshold (graph/pending_pieces.cpp): each
+  // process's devices of one adapter compute shares; eagerly, and a jit's several results.
+  {
+    const auto ha = random_floats(260 * 131, 30), hb = random_floats(260 * 131, 31);
+    const std::vector<std::pair<std::string, mv::Sharding>> layouts = {
+        {"replicated", mv::NamedSharding(line, P())}, {"(4,2) P('x')", mv::NamedSharding(grid, P("x"))}};
+    for (const auto& [name, sharding] : layouts) {
+      const Array a = mv::device_put(std::span<const float>(ha), {260, 131}, sharding);
+      const Array b = mv::device_put(std::span<const float>(hb), {260, 131}, sharding);
+      r["shares " + name] = (mv::exp(a * 0.5f) * b - mv::tanh(a)).to_host<float>();
+      const auto step = mv::jit([](const Array& p, const Array& g) {
+        const Array m = 0.1f * g + 0.9f * p;
+        return std::vector<Array>{p - 0.01f * m / (mv::sqrt(g * g) + 1e-8f), m};
+      });
+      const std::vector<Array> out = step(a, b);
+      r["shares jit " + name + " 0"] = out[0].to_host<float>();
+      r["shares jit " + name + " 1"] = out[1].to_host<float>();
+    }
+  }
   // The MLP training step (samples/mlp_training.cpp) in dp and tp, 3 steps each.
   for (const std::string mode : {"dp", "tp"}) {
     const std::vector<int> layers = {32, 64, 64, 64, 8};

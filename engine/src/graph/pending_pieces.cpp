@@ -30,16 +30,6 @@ bool manual_mesh(const Sharding& s) {
   return false;
 }
 
-// `counted`: the elements of the whole piece where this is a share of it
-// (kernels::record_elementwise_outputs).
-void record_piece(RuntimeState& rt, Recording& rec, const kernels::EwProgram& program,
-                  std::span<const int> results, std::span<const kernels::EwInput> inputs,
-                  const Shape& local, std::span<const DeviceBuffer* const> outs, uint64_t out_start,
-                  uint64_t counted = 0) {
-  kernels::record_elementwise_outputs(rt, rec, program, results, inputs, local, outs, out_start,
-                                      counted);
-}
-
 // Pieces (indices into `pieces`) that may split: those of one box on local devices of one
 // VkDevice, whose inputs are read whole (the same box) or as scalars, 32-bit throughout.
 std::vector<std::vector<size_t>> split_groups(RuntimeState& rt, const kernels::EwProgram& program,
@@ -80,7 +70,8 @@ std::vector<std::vector<size_t>> split_groups(RuntimeState& rt, const kernels::E
 
 bool replicas_may_differ(const Array& x) {
   const ArrayImpl& impl = *x.impl();
-  return !impl.runtime->splits_replicas() || !impl.varying.empty() || impl.summands || manual_mesh(impl.value.sharding);
+  return !impl.runtime->splits_replicas() || !impl.varying.empty() || impl.summands ||
+         manual_mesh(impl.value.sharding);
 }
 
 bool pieces_may_differ(const ArrayImpl& result, const PendingElementwise& p) {
@@ -125,7 +116,7 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
     Recording rec = rt.begin(pieces[i].device);
     const std::vector<kernels::EwInput> inputs = piece_inputs(in, shape, pieces[i]);
     for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
-    record_piece(rt, rec, program, results, inputs, local, outs, 0);
+    kernels::record_elementwise_outputs(rt, rec, program, results, inputs, local, outs);
     const Fence f = rt.submit(std::move(rec));
     for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
     for (size_t j = 0; j < results.size(); ++j) out[j][i]->written_by(f);
@@ -156,8 +147,10 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
         rec.wait_for(e.buffer->ready());
         if (e.mode == kernels::EwInput::Mode::same) e.start = static_cast<uint64_t>(r.lo);
       }
-      record_piece(rt, rec, program, results, inputs, {r.hi - r.lo}, outs,
-                   static_cast<uint64_t>(r.lo), static_cast<uint64_t>(count));
+      // The kernel counts the whole piece's cost: separate hardware would compute it whole.
+      kernels::record_elementwise_outputs(rt, rec, program, results, inputs, {r.hi - r.lo}, outs,
+                                          static_cast<uint64_t>(r.lo),
+                                          static_cast<uint64_t>(count));
       const Fence f = rt.submit(std::move(rec));
       for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
       for (size_t j = 0; j < results.size(); ++j) out[j][i]->written_by(f);
