@@ -1,9 +1,10 @@
-// Devices of one VkDevice that hold the same piece of an elementwise result compute a share of
-// it each and copy the others' (graph/pending_pieces.cpp). Every device's piece must hold exactly
-// the bits of the same program computed whole on one device, at sizes that do not divide evenly,
-// for one result and for a jit's several, eagerly and in replays; and nothing may be split whose
+// Devices of one VkDevice that hold the same piece of a replicated result compute it once: the
+// first computes it (an elementwise program, graph/pending_pieces.cpp; a take, take_ops.cpp; a
+// matmul's packed weight, linalg_ops.cpp) and the others copy it. Every device's piece must hold
+// exactly the bits of the same work done on one device, at sizes that do not divide evenly, for
+// one result and for a jit's several, eagerly and in replays; and nothing may be shared whose
 // pieces differ though the layout calls them replicas (a partial value's summands, a shard_map
-// body).
+// body). The projection (Lowered::graph) still sees every device do its own work.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -21,7 +22,7 @@ using mv::P;
 namespace {
 
 uint64_t split_pieces() {
-  return test_runtime().state()->split_pieces.load();
+  return test_runtime().state()->shared_pieces.load();
 }
 bool splits() {
   return test_runtime().state()->splits_replicas();
@@ -101,7 +102,7 @@ TEST(ReplicaSplit, ReplicatedResultsHoldTheWholeProgramsBits) {
 }
 
 TEST(ReplicaSplit, OddDeviceCounts) {
-  // 3 and 5 devices: shares of uneven length, the last one short.
+  // 3, 5 and 2 devices, not the mesh's first ones.
   const mv::Sharding one = mv::SingleDeviceSharding(0);
   for (const std::vector<int>& ids :
        std::vector<std::vector<int>>{{0, 1, 2}, {1, 2, 3, 4, 5}, {7, 3}}) {
@@ -116,7 +117,9 @@ TEST(ReplicaSplit, OddDeviceCounts) {
         f(on(va, shape, mv::NamedSharding(mesh, P())), on(vb, shape, mv::NamedSharding(mesh, P())));
     expect_pieces_equal(got, f(on(va, shape, one), on(vb, shape, one)),
                         std::to_string(ids.size()) + " devices");
-    if (splits()) EXPECT_EQ(split_pieces() - before, ids.size());
+    if (splits()) {
+      EXPECT_EQ(split_pieces() - before, ids.size());
+    }
   }
 }
 
@@ -138,7 +141,9 @@ TEST(ReplicaSplit, PartlyReplicatedPiecesAndScalars) {
   const mv::Array want = f(on(va, shape, one), on(vb, shape, one),
                            mv::array(std::span<const float>(scalar), mv::Shape{}));
   expect_pieces_equal(got, want, "P('x') on (2, 4)");
-  if (splits()) EXPECT_EQ(split_pieces() - before, 8u);
+  if (splits()) {
+    EXPECT_EQ(split_pieces() - before, 8u);
+  }
 }
 
 TEST(ReplicaSplit, JitResultsOfOneKernelInReplays) {
@@ -343,4 +348,90 @@ TEST(ReplicaSplit, ReplicatedWeightsArePackedOnceAndCopied) {
       EXPECT_LT(shared, 8 * single) << what << ": w packed on every device";
     }
   }
+}
+
+TEST(ReplicaSplit, ReplicatedTakesRunOncePerAdapter) {
+  // A take from a replicated array with replicated indices: the first device takes, the others
+  // copy; every piece the bits of one device's take. Slices of whole vec4s and not, one index and
+  // several, indices out of bounds in each mode, on 8 devices and on odd counts.
+  const mv::Sharding one = mv::SingleDeviceSharding(0);
+  struct Case {
+    mv::Shape x;
+    std::vector<int32_t> indices;
+    int axis;
+    mv::TakeMode mode;
+  };
+  for (const std::vector<int>& ids : std::vector<std::vector<int>>{{0, 1, 2, 3, 4, 5, 6, 7}, {1, 4, 6}, {2, 7}}) {
+    const mv::Mesh mesh = mv::make_mesh({static_cast<int>(ids.size())}, {"x"}, {}, ids);
+    const mv::Sharding replicated = mv::NamedSharding(mesh, P());
+    for (const Case& c : std::vector<Case>{{{3, 128, 64}, {2}, 0, mv::TakeMode::fill},
+                                           {{5, 7, 3}, {4, 0, -1}, 0, mv::TakeMode::fill},
+                                           {{6, 33, 5}, {1, 9, 40}, 1, mv::TakeMode::clip},
+                                           {{2, 1001}, {-3, 1000, 7}, 1, mv::TakeMode::wrap},
+                                           {{4, 12}, {7}, 0, mv::TakeMode::fill}}) {
+      const auto vx = random_values(size_of(c.x), 51);
+      const mv::Shape ishape{static_cast<int64_t>(c.indices.size())};
+      const auto f = [&](const mv::Array& x, const mv::Array& i) { return mv::take(x, i, c.axis, c.mode); };
+      const std::string what = std::to_string(ids.size()) + " devices, " + mv::shape_to_string(c.x) + " axis " +
+                               std::to_string(c.axis);
+      const mv::Array i8 = mv::device_put(std::span<const int32_t>(c.indices), ishape, replicated);
+      const mv::Array i1 = mv::device_put(std::span<const int32_t>(c.indices), ishape, one);
+      const mv::Array want = f(on(vx, c.x, one), i1);
+      const mv::Array x8 = on(vx, c.x, replicated);
+      uint64_t before = dispatches();
+      const mv::Array got = f(x8, i8);
+      const uint64_t shared = dispatches() - before;
+      expect_pieces_equal(got, want, what);
+      if (splits()) {
+        EXPECT_EQ(shared, 1u) << what << ": the take ran on more than one device";
+      }
+      const auto jf = mv::jit(f);
+      for (int call = 0; call < 2; ++call)
+        expect_pieces_equal(jf(x8, i8), want, what + ", jit call " + std::to_string(call));
+    }
+  }
+}
+
+TEST(ReplicaSplit, ScanSlicesOfReplicatedStacksAreTakenOnce) {
+  // A scan over replicated stacked weights (a transformer's layers in data parallelism): each
+  // iteration's slice is taken once per adapter. The result and the gradient as on one device,
+  // and the projection counts each device's own take.
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const int64_t layers = 3, d = 36;
+  const auto vw = random_values(layers * d * d, 61), vh = random_values(8 * 4 * d, 62);
+  std::vector<float> scaled = vw;
+  for (float& v : scaled) v *= 0.1f;
+  const auto loss = [](const mv::Array& w, const mv::Array& h0) {
+    auto [last, ys] = mv::lax::scan(
+        [](const mv::Array& h, const mv::Array& wl) {
+          const mv::Array next = mv::tanh(mv::matmul(h, wl));
+          return std::make_pair(next, next);
+        },
+        h0, w);
+    return mv::sum(last * last) + mv::mean(ys);
+  };
+  const auto step = mv::jit([&](const mv::Array& w, const mv::Array& h0) {
+    auto [value, g] = mv::value_and_grad(loss)(w, h0);
+    return std::vector<mv::Array>{value, g};
+  });
+  const mv::Array w8 = on(scaled, {layers, d, d}, mv::NamedSharding(mesh, P()));
+  const mv::Array h8 = on(vh, {8 * 4, d}, mv::NamedSharding(mesh, P("x")));
+  const mv::Array w1 = on(scaled, {layers, d, d}, mv::SingleDeviceSharding(0));
+  const mv::Array h1 = on(vh, {8 * 4, d}, mv::SingleDeviceSharding(0));
+  const auto want = step(w1, h1);
+  for (int call = 0; call < 2; ++call) {
+    const auto got = step(w8, h8);
+    EXPECT_NEAR(got[0].to_host<float>()[0], want[0].to_host<float>()[0], 1e-4f) << "call " << call;
+    const std::vector<float> g = got[1].to_host<float>(), gw = want[1].to_host<float>();
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], gw[i], 1e-4f * (1.0f + std::abs(gw[i]))) << "call " << call << ", element " << i;
+    expect_pieces_equal(got[1], mv::device_put(got[1], mv::SingleDeviceSharding(0)), "every device's gradient");
+  }
+  // Every device counts the same work, its own takes included.
+  const mv::ProgramGraph& g = step.lower(w8, h8).graph();
+  std::map<int, uint64_t> bytes;
+  for (const auto& n : g.nodes)
+    for (const uint32_t w : n.work) bytes[n.device] += g.work[w].bytes;
+  ASSERT_EQ(bytes.size(), 8u);
+  for (const auto& [device, count] : bytes) EXPECT_EQ(count, bytes.begin()->second) << "device " << device;
 }

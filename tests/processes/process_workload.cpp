@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
                      meshvk::process_index(),
                      static_cast<unsigned long long>(rt.state()->direct_sends.load()));
       // And that a process's devices share replicated elementwise work (graph/pending_pieces.cpp).
-      std::fprintf(stderr, "process %d: %llu pieces computed in shares\n", meshvk::process_index(),
-                   static_cast<unsigned long long>(rt.state()->split_pieces.load()));
+      std::fprintf(stderr, "process %d: %llu pieces computed once for their adapter\n", meshvk::process_index(),
+                   static_cast<unsigned long long>(rt.state()->shared_pieces.load()));
     }
     std::printf("devices %d processes %d\n", rt.num_devices(), meshvk::process_count());
     for (const auto& [name, values] : results) {

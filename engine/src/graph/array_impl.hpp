@@ -94,8 +94,8 @@ PendingInputs materialize_inputs(const PendingElementwise& p);
 std::vector<kernels::EwInput> piece_inputs(const PendingInputs& in, const Shape& out_shape, const DeviceIndex& piece);
 // Runs `program` over the pieces of a result of `shape` laid out by `sharding` (`pieces`, its
 // devices_indices_map), storing nodes `results` (32-bit ones where there are several): per result,
-// one new buffer per piece. Devices of one VkDevice holding the same piece compute a share each and
-// copy the others' (graph/pending_pieces.cpp), unless `pieces_differ` (pieces_may_differ).
+// one new buffer per piece. Of devices of one VkDevice holding the same piece, the first computes it
+// and the others copy it (graph/pending_pieces.cpp), unless `pieces_differ` (pieces_may_differ).
 std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
     RuntimeState& rt, const kernels::EwProgram& program, std::span<const int> results, const PendingInputs& in,
     const Shape& shape, const std::vector<DeviceIndex>& pieces, const Sharding& sharding, bool pieces_differ);

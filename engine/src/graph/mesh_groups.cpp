@@ -93,4 +93,15 @@ void copy_box(RuntimeState& rt, int device, const DeviceBuffer& from, const Devi
   const_cast<DeviceBuffer&>(to).written_by(f);
 }
 
+void copy_runs(RuntimeState& rt, int device, std::span<const kernels::CopyRun> runs, uint32_t element_bytes) {
+  Recording rec = rt.begin(device);
+  for (const kernels::CopyRun& r : runs) rec.wait_for(r.from->ready());
+  kernels::record_copy_runs(rt, rec, runs, element_bytes);
+  const Fence f = rt.submit(std::move(rec));
+  for (const kernels::CopyRun& r : runs) {
+    const_cast<DeviceBuffer*>(r.from)->used_by(f);
+    const_cast<DeviceBuffer*>(r.to)->written_by(f);
+  }
+}
+
 }  // namespace meshvk::detail

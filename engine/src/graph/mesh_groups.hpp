@@ -32,5 +32,7 @@ std::string bytes_text(uint64_t bytes);                       // "128 KiB"
 // A strided copy on `device` between two of its buffers, ordered after what wrote `from`: the
 // packing and unpacking of combined collectives.
 void copy_box(RuntimeState& rt, int device, const DeviceBuffer& from, const DeviceBuffer& to, const kernels::StridedCopy& box);
+// Contiguous runs between buffers of `device`, in one submission (kernels::record_copy_runs).
+void copy_runs(RuntimeState& rt, int device, std::span<const kernels::CopyRun> runs, uint32_t element_bytes);
 
 }  // namespace meshvk::detail

@@ -237,17 +237,16 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
   if (exec::logging())
     exec::log_op("all-reduce combiner: " + std::to_string(group.size()) + " values partial over " + axes_text(axes) +
                  " packed into one buffer of " + bytes_text(total * dtype_size(dtype)) + " per device");
-  const auto copy_run = [&](int device, const DeviceBuffer& from, int64_t from_offset, const DeviceBuffer& to,
-                            int64_t to_offset, int64_t n) {
-    copy_box(rt, device, from, to, {{n}, {1}, {1}, from_offset, to_offset, static_cast<uint32_t>(dtype_size(dtype))});
-  };
+  const uint32_t element = static_cast<uint32_t>(dtype_size(dtype));
   collectives::Buffers packed;
   for (int p = 0; p < mesh.size(); ++p) {
     const int device = mesh.device_ids()[static_cast<size_t>(p)];
-    packed.push_back(rt.allocate(device, total * dtype_size(dtype)));
+    packed.push_back(rt.allocate(device, total * element));
+    std::vector<kernels::CopyRun> runs;
     for (size_t i = 0; i < group.size(); ++i)
-      copy_run(device, *values[i]->shards[static_cast<size_t>(p)], 0, *packed.back(),
-               static_cast<int64_t>(offsets[i]), static_cast<int64_t>(local_count(group[i])));
+      runs.push_back({values[i]->shards[static_cast<size_t>(p)].get(), packed.back().get(), 0, offsets[i],
+                      local_count(group[i])});
+    copy_runs(rt, device, runs, element);
   }
   // Named after the first value's rule and line, with how many more it carries.
   const PartialSum& lead = *group.front().impl()->partial;
@@ -256,17 +255,21 @@ void resolve_packed(RuntimeState& rt, const std::vector<Array>& group) {
       (lead.rule.empty() ? exec::current_rule() : lead.rule) +
       (group.size() > 1 ? " (and " + std::to_string(group.size() - 1) + " more values, combined)" : ""));
   const collectives::Buffers summed = all_reduce_over(rt, mesh, axes, packed, total, dtype, collectives::Reduction::sum);
+  // Each device copies every value's part out in one submission.
+  std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> shards(group.size());
+  for (int p = 0; p < mesh.size(); ++p) {
+    const int device = mesh.device_ids()[static_cast<size_t>(p)];
+    std::vector<kernels::CopyRun> runs;
+    for (size_t i = 0; i < group.size(); ++i) {
+      const uint64_t n = local_count(group[i]);
+      shards[i].push_back(rt.allocate(device, n * element));
+      runs.push_back({summed[static_cast<size_t>(p)].get(), shards[i].back().get(), offsets[i], 0, n});
+    }
+    copy_runs(rt, device, runs, element);
+  }
   for (size_t i = 0; i < group.size(); ++i) {
     const ArrayImpl& impl = *group[i].impl();
-    const uint64_t n = local_count(group[i]);
-    std::vector<std::shared_ptr<DeviceBuffer>> shards;
-    for (int p = 0; p < mesh.size(); ++p) {
-      const int device = mesh.device_ids()[static_cast<size_t>(p)];
-      shards.push_back(rt.allocate(device, n * dtype_size(dtype)));
-      copy_run(device, *summed[static_cast<size_t>(p)], static_cast<int64_t>(offsets[i]), *shards.back(), 0,
-               static_cast<int64_t>(n));
-    }
-    impl.value.shards = std::move(shards);
+    impl.value.shards = std::move(shards[i]);
     const Array addend = impl.partial->addend;
     impl.partial = nullptr;
     add_addend(rt, impl, addend);

@@ -1,11 +1,11 @@
 // Running a pending elementwise program over its result's pieces, one kernel per device piece;
 // and, where several virtual devices of one VkDevice hold the same piece (a replicated value:
-// Adam's update of replicated parameters in data parallelism), each computing a share of it and
-// copying the others' shares. The devices share one adapter's compute, so computing the piece on
-// each of n devices costs n times the work; the shares cost the work once plus copies, which on
-// lavapipe move a float in about a third of the time the cheapest kernel computes one
-// (docs/LAVAPIPE.md, "Memory and dispatch"). Every element is computed by the same kernel code
-// from the same inputs, so the bits are those of computing it whole on every device.
+// Adam's update of replicated parameters in data parallelism), one of them computing it and the
+// others copying it. The devices share one adapter's compute, so computing the piece on each of n
+// devices costs n times the work; once plus n - 1 copies costs the work once, and a copy moves a
+// float in about a third of the time the cheapest kernel computes one (docs/LAVAPIPE.md, "Memory
+// and dispatch"). The copies are replica waits (Lowered::estimate leaves them out), and each counts
+// the kernel it stands for, so the projection still sees every device compute its own replica.
 #include <algorithm>
 #include <map>
 
@@ -18,8 +18,8 @@ namespace meshvk::detail {
 
 namespace {
 
-// Below this many elements a piece is computed on each device: the copies' commands would cost
-// more than the work they save.
+// Below this many elements a piece is computed on each device: a copy would cost lavapipe as much
+// as the kernel it saves.
 constexpr int64_t kMinSplitElements = 32768;
 
 bool manual_mesh(const Sharding& s) {
@@ -30,8 +30,8 @@ bool manual_mesh(const Sharding& s) {
   return false;
 }
 
-// Pieces (indices into `pieces`) that may split: those of one box on local devices of one
-// VkDevice, whose inputs are read whole (the same box) or as scalars, 32-bit throughout.
+// Pieces (indices into `pieces`) computed once for their group: those of one box on local devices
+// of one VkDevice, whose inputs are read whole (the same box) or as scalars, 32-bit throughout.
 std::vector<std::vector<size_t>> split_groups(RuntimeState& rt, const kernels::EwProgram& program,
                                               std::span<const int> results, const PendingInputs& in,
                                               const Shape& shape,
@@ -122,67 +122,41 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
     for (size_t j = 0; j < results.size(); ++j) out[j][i]->written_by(f);
   }
 
+  // A group's first member computes the piece; the others copy it. One kernel and n - 1 copies of
+  // the whole piece move the same bytes as n kernels of a share each and n (n - 1) copies of
+  // shares, in n times fewer commands, each of which lavapipe charges a few microseconds.
   for (const std::vector<size_t>& g : groups) {
     const Shape local = local_shape(pieces[g.front()]);
-    const int64_t count = shape_size(local);
-    // Shares start at offsets every binding may start at (whole vec4s, the adapter's alignment).
-    const int64_t align = static_cast<int64_t>(kernels::window_limits(rt).align);
-    const int64_t members = static_cast<int64_t>(g.size());
-    const int64_t share = (count + members * align - 1) / (members * align) * align;
-    struct Range {
-      int64_t lo, hi;
-    };
-    std::vector<Range> ranges;
-    for (int64_t k = 0; k < members; ++k)
-      ranges.push_back({std::min(count, k * share), std::min(count, (k + 1) * share)});
-    // Each member computes its share into its own buffers.
-    for (size_t k = 0; k < g.size(); ++k) {
+    const size_t first = g.front();
+    const std::vector<const DeviceBuffer*> first_outs = allocate(first, local);
+    Recording rec = rt.begin(pieces[first].device);
+    const std::vector<kernels::EwInput> inputs = piece_inputs(in, shape, pieces[first]);
+    for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
+    kernels::record_elementwise_outputs(rt, rec, program, results, inputs, local, first_outs);
+    const Fence computed = rt.submit(std::move(rec));
+    for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(computed);
+    for (size_t j = 0; j < results.size(); ++j) out[j][first]->written_by(computed);
+    for (size_t k = 1; k < g.size(); ++k) {
       const size_t i = g[k];
-      const std::vector<const DeviceBuffer*> outs = allocate(i, local);
-      const Range r = ranges[k];
-      if (r.hi <= r.lo) continue;
-      Recording rec = rt.begin(pieces[i].device);
-      std::vector<kernels::EwInput> inputs = piece_inputs(in, shape, pieces[i]);
-      for (auto& e : inputs) {
-        rec.wait_for(e.buffer->ready());
-        if (e.mode == kernels::EwInput::Mode::same) e.start = static_cast<uint64_t>(r.lo);
-      }
-      // The kernel counts the whole piece's cost: separate hardware would compute it whole.
-      kernels::record_elementwise_outputs(rt, rec, program, results, inputs, {r.hi - r.lo}, outs,
-                                          static_cast<uint64_t>(r.lo),
-                                          static_cast<uint64_t>(count));
-      const Fence f = rt.submit(std::move(rec));
-      for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
-      for (size_t j = 0; j < results.size(); ++j) out[j][i]->written_by(f);
-    }
-    // Then takes the others' shares.
-    for (size_t k = 0; k < g.size(); ++k) {
-      const size_t i = g[k];
-      Recording rec = rt.begin(pieces[i].device);
-      std::vector<DeviceBuffer*> sources;
+      allocate(i, local);
+      Recording copy = rt.begin(pieces[i].device);
+      copy.wait_for_replica(computed);
+      // It counts the kernel it would run on hardware of its own, as separate devices would.
+      kernels::count_elementwise_outputs(copy, program, results, piece_inputs(in, shape, pieces[i]), local);
       for (size_t j = 0; j < results.size(); ++j) {
+        const DeviceBuffer& src = *out[j][first];
         const DeviceBuffer& dst = *out[j][i];
-        rec.wait_for(dst.ready());
-        const uint64_t es = 4;
-        for (size_t from = 0; from < g.size(); ++from) {
-          const Range r = ranges[from];
-          if (from == k || r.hi <= r.lo) continue;
-          DeviceBuffer& src = *out[j][g[from]];
-          rec.wait_for_replica(src.ready());
-          const VkBufferCopy region{src.offset() + static_cast<uint64_t>(r.lo) * es,
-                                    dst.offset() + static_cast<uint64_t>(r.lo) * es,
-                                    static_cast<uint64_t>(r.hi - r.lo) * es};
-          collectives::transport_between(rt, src.device(), dst.device())
-              .copy_regions(rt, rec, src, dst, std::span<const VkBufferCopy>(&region, 1),
-                            "replica share");
-          sources.push_back(&src);
-        }
+        const VkBufferCopy region{src.offset(), dst.offset(), src.bytes()};
+        collectives::transport_between(rt, src.device(), dst.device())
+            .copy_regions(rt, copy, src, dst, std::span<const VkBufferCopy>(&region, 1), "replica copy");
       }
-      const Fence f = rt.submit(std::move(rec));
-      for (DeviceBuffer* s : sources) s->used_by(f);
-      for (size_t j = 0; j < results.size(); ++j) out[j][i]->written_by(f);
+      const Fence f = rt.submit(std::move(copy));
+      for (size_t j = 0; j < results.size(); ++j) {
+        out[j][first]->used_by(f);
+        out[j][i]->written_by(f);
+      }
     }
-    rt.split_pieces += g.size();
+    rt.shared_pieces += g.size();
   }
   return out;
 }

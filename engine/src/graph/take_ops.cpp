@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
 
+#include "collectives/transport.hpp"
 #include "exec/program_log.hpp"
 #include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
@@ -34,6 +36,76 @@ using detail::replicated_like;
 using detail::strides_of;
 using detail::unsplit;
 using detail::whole_along;
+
+// x and the indices whole on every device and the same there (replicas that may not differ):
+// devices of one VkDevice take once, and the others copy the first one's result. A scan's
+// per-iteration slices of replicated stacked weights in data parallelism are such takes; the
+// virtual devices share one adapter's compute, where a copy moves the bytes several times faster
+// than the take kernel and costs lavapipe less per command. The copies' waits are replica waits
+// (Lowered::estimate leaves them out), and each copy counts the take it stands for. Nothing
+// (nullopt) where no two local devices share a VkDevice or the pieces may differ.
+static std::optional<Array> take_once_per_adapter(const std::vector<Array>& parts, const Shape& shape,
+                                                  int64_t outer, int64_t n, int64_t inner,
+                                                  kernels::TakeBounds bounds, uint32_t fill_bits) {
+  const Array& x = parts[0];
+  const Array& indices = parts[1];
+  if (!x.sharding().is_fully_replicated() || detail::replicas_may_differ(x) || detail::replicas_may_differ(indices))
+    return std::nullopt;
+  const std::shared_ptr<detail::RuntimeState> rt = x.impl()->runtime;
+  const std::vector<DeviceIndex> pieces = x.sharding().devices_indices_map(shape);
+  std::map<int, std::vector<size_t>> by_adapter;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (rt->is_local(pieces[i].device)) by_adapter[rt->adapter_of(pieces[i].device)].push_back(i);
+  if (std::none_of(by_adapter.begin(), by_adapter.end(), [](const auto& g) { return g.second.size() > 1; }))
+    return std::nullopt;
+  const detail::PartOpScope op_scope("take");  // profile hook: no line of its own
+  std::lock_guard lock(rt->mutex());
+  const exec::ShardedValue& xv = detail::materialized(x);
+  const exec::ShardedValue& iv = detail::materialized(indices);
+  const auto x_map = x.sharding().devices_indices_map(x.shape());
+  const auto i_map = indices.sharding().devices_indices_map(indices.shape());
+  auto piece_of = [](const exec::ShardedValue& v, const std::vector<DeviceIndex>& map, int device) {
+    for (size_t at = 0; at < map.size(); ++at)
+      if (map[at].device == device) return v.shards[at].get();
+    throw Error("internal: take input is not on device " + std::to_string(device));
+  };
+  const int64_t count = indices.size();
+  const uint64_t bytes = static_cast<uint64_t>(shape_size(shape)) * dtype_size(x.dtype());
+  exec::ShardedValue out{shape, x.dtype(), x.sharding(), {}};
+  for (const DeviceIndex& p : pieces) out.shards.push_back(rt->allocate(p.device, bytes));
+  auto take_on = [&](size_t i) {
+    const int device = pieces[i].device;
+    Recording rec = rt->begin(device);
+    DeviceBuffer* in = piece_of(xv, x_map, device);
+    DeviceBuffer* idx = piece_of(iv, i_map, device);
+    rec.wait_for(in->ready());
+    rec.wait_for(idx->ready());
+    kernels::record_take(*rt, rec, *in, *idx, *out.shards[i], outer, n, inner, count, bounds, fill_bits);
+    const detail::Fence f = rt->submit(std::move(rec));
+    in->used_by(f);
+    idx->used_by(f);
+    out.shards[i]->written_by(f);
+  };
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (!rt->is_local(pieces[i].device)) take_on(i);  // another process's: counted as it submits
+  for (const auto& [adapter, members] : by_adapter) {
+    take_on(members.front());
+    const DeviceBuffer& taken = *out.shards[members.front()];
+    for (size_t m = 1; m < members.size(); ++m) {
+      DeviceBuffer& piece = *out.shards[members[m]];
+      Recording copy = rt->begin(pieces[members[m]].device);
+      copy.wait_for_replica(taken.ready());
+      kernels::count_take(copy, outer, inner, count);
+      const VkBufferCopy whole{taken.offset(), piece.offset(), bytes};
+      collectives::transport_between(*rt, taken.device(), piece.device())
+          .copy_regions(*rt, copy, taken, piece, std::span<const VkBufferCopy>(&whole, bytes ? 1 : 0), "replica take");
+      const detail::Fence f = rt->submit(std::move(copy));
+      const_cast<DeviceBuffer&>(taken).used_by(f);
+      piece.written_by(f);
+    }
+  }
+  return detail::make_array(rt, std::move(out), x.committed() || indices.committed());
+}
 
 static Array take_untaped(const Array& x_in, const Array& indices, int axis,
                           kernels::TakeBounds bounds, uint32_t fill_bits) {
@@ -136,6 +208,8 @@ static Array take_untaped(const Array& x_in, const Array& indices, int axis,
     }
   }
   const auto parts = gather_whole("take", {x, indices});
+  if (std::optional<Array> once = take_once_per_adapter(parts, shape, outer, x.shape()[axis], inner, bounds, fill_bits))
+    return *once;
   return on_each_device(
       "take", parts, shape, x.dtype(), parts[0].sharding(),
       [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {

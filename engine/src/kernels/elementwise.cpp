@@ -514,6 +514,22 @@ void record_elementwise(detail::RuntimeState& rt, detail::Recording& rec, const 
   record_elementwise_outputs(rt, rec, p, std::span<const int>(&last, 1), inputs, shape, outs, out_start);
 }
 
+// What an elementwise kernel with these results over `shape` costs.
+static OpCost elementwise_outputs_cost(const EwProgram& p, std::span<const int> results,
+                                       std::span<const EwInput> inputs, const Shape& shape) {
+  const uint64_t n = static_cast<uint64_t>(shape_size(shape));
+  OpCost c = elementwise_cost(p, inputs, shape, n);
+  c.bytes += (results.size() - 1) * n * 4;  // the other results' stores
+  return c;
+}
+
+void count_elementwise_outputs(detail::Recording& rec, const EwProgram& p, std::span<const int> results,
+                               std::span<const EwInput> inputs, const Shape& shape) {
+  if (shape_size(shape) == 0) return;
+  const CountedOp counted_op(rec, [&] { return elementwise_outputs_cost(p, results, inputs, shape); },
+                             OpKind::elementwise, p.nodes[results.front()].dtype);
+}
+
 void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec, const EwProgram& p,
                                 std::span<const int> results, std::span<const EwInput> inputs, const Shape& shape,
                                 std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start,
@@ -528,9 +544,7 @@ void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec
   const DType out_dtype = p.nodes[results.front()].dtype;
   const CountedOp counted_op(rec, [&] {
     const uint64_t n = counted ? counted : count;
-    OpCost c = elementwise_cost(p, inputs, counted ? Shape{static_cast<int64_t>(n)} : shape, n);
-    c.bytes += (results.size() - 1) * n * 4;  // the other results' stores
-    return c;
+    return elementwise_outputs_cost(p, results, inputs, counted ? Shape{static_cast<int64_t>(n)} : shape);
   }, OpKind::elementwise, out_dtype);
   // 64-bit values are read as uvec2 texels, one element each: scalar kernels only.
   const bool wide = uses(p, inputs, DType::int64) || uses(p, inputs, DType::float64);

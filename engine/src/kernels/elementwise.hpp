@@ -83,6 +83,12 @@ void record_elementwise_outputs(detail::RuntimeState& rt, detail::Recording& rec
                                 std::span<const detail::DeviceBuffer* const> outs, uint64_t out_start = 0,
                                 uint64_t counted = 0);
 
+// Counts into `rec` what record_elementwise_outputs over `shape` costs (kernels/cost.hpp),
+// running nothing: a device whose piece another device of its VkDevice computed
+// (graph/pending_pieces.cpp) counts the work it would do on hardware of its own.
+void count_elementwise_outputs(detail::Recording& rec, const EwProgram& p, std::span<const int> results,
+                               std::span<const EwInput> inputs, const Shape& shape);
+
 // The float controls every kernel computing float32 values declares where the adapter has them
 // (after #version): infinities, NaN and signed zeros kept (SignedZeroInfNanPreserve), subnormals
 // kept (DenormPreserve), so a value has the same bits in every kernel that computes it.

@@ -265,6 +265,30 @@ StridedCopy as_words(const StridedCopy& c) {
 
 }  // namespace
 
+void record_copy_runs(detail::RuntimeState&, detail::Recording& rec, std::span<const CopyRun> runs,
+                      uint32_t element_bytes) {
+  std::vector<std::pair<std::pair<VkBuffer, VkBuffer>, std::vector<VkBufferCopy>>> commands;
+  for (const CopyRun& r : runs) {
+    if (r.count == 0) continue;
+    // Data movement: each element read and written once, no flops.
+    const CountedOp counted(rec, [&] { return OpCost{0, 0, 2 * r.count * element_bytes}; });
+    const std::pair<VkBuffer, VkBuffer> key{r.from->vk_buffer(), r.to->vk_buffer()};
+    auto it = std::find_if(commands.begin(), commands.end(), [&](const auto& c) { return c.first == key; });
+    if (it == commands.end()) it = commands.insert(commands.end(), {key, {}});
+    it->second.push_back({r.from->offset() + r.from_offset * element_bytes, r.to->offset() + r.to_offset * element_bytes,
+                          r.count * element_bytes});
+  }
+  if (commands.empty()) return;
+  for (const auto& [buffers, regions] : commands) {
+    uint64_t bytes = 0;
+    for (const VkBufferCopy& r : regions) bytes += r.size;
+    const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "copy", bytes);  // profile hook
+    if (rec.cb)
+      vkCmdCopyBuffer(rec.cb, buffers.first, buffers.second, static_cast<uint32_t>(regions.size()), regions.data());
+  }
+  barrier(rec.cb);
+}
+
 void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const StridedCopy& copy,
                          const detail::DeviceBuffer& in, const detail::DeviceBuffer& out) {
   if (copy.element_bytes == 8) return record_strided_copy(rt, rec, as_words(copy), in, out);

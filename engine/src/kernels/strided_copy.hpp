@@ -4,6 +4,7 @@
 //   out[out_offset + sum(c[d] * out_stride[d])] = in[in_offset + sum(c[d] * in_stride[d])]
 // with strides in elements (0 broadcasts, negative reverses).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "meshvk/dtype.hpp"
@@ -19,6 +20,20 @@ struct StridedCopy {
   // that no two invocations write the halves of one word).
   uint32_t element_bytes = 4;
 };
+
+// One contiguous run of elements from one buffer into another (offsets and count in elements).
+struct CopyRun {
+  const detail::DeviceBuffer* from = nullptr;
+  const detail::DeviceBuffer* to = nullptr;
+  uint64_t from_offset = 0, to_offset = 0, count = 0;
+};
+
+// The runs in as few vkCmdCopyBuffer as their buffers allow: one per pair of VkBuffers, in order
+// of first use (a device's small arrays share its pool's blocks, so packing a dozen gradients
+// into one buffer is one command, where lavapipe charges each command microseconds). Each run is
+// counted as the copy it is; a barrier follows. The runs' destinations must not overlap.
+void record_copy_runs(detail::RuntimeState& rt, detail::Recording& rec, std::span<const CopyRun> runs,
+                      uint32_t element_bytes);
 
 void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const StridedCopy& copy,
                          const detail::DeviceBuffer& in, const detail::DeviceBuffer& out);

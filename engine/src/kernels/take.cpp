@@ -95,7 +95,16 @@ std::string take_kernel_vec4(int64_t n, int64_t inner, int64_t count, TakeBounds
   return g.str();
 }
 
+// A gather's cost: the indices read, and each output element read from the input and written.
+OpCost take_cost(int64_t count, int64_t total) {
+  return OpCost{0, 0, static_cast<uint64_t>(count) * dtype_size(DType::int32) + 2 * static_cast<uint64_t>(total) * kWordBytes};
+}
+
 }  // namespace
+
+void count_take(detail::Recording& rec, int64_t outer, int64_t inner, int64_t count) {
+  const CountedOp counted(rec, [&] { return take_cost(count, outer * count * inner); });
+}
 
 void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& in,
                  const detail::DeviceBuffer& indices, const detail::DeviceBuffer& out,
@@ -103,10 +112,7 @@ void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail:
                  uint32_t fill_bits) {
   const int64_t total = outer * count * inner;
   if (total == 0) return;
-  // A gather: the indices read, and each output element read from the input and written.
-  const CountedOp counted(rec, [&] {
-    return OpCost{0, 0, static_cast<uint64_t>(count) * dtype_size(DType::int32) + 2 * static_cast<uint64_t>(total) * kWordBytes};
-  });
+  const CountedOp counted(rec, [&] { return take_cost(count, total); });
   const WindowLimits w = window_limits(rt);
   if (in.capacity() / 4 <= w.texel_count && indices.capacity() / 4 <= w.texel_count &&
       out.capacity() <= w.storage_bytes) {

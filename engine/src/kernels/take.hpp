@@ -17,6 +17,10 @@ void record_take(detail::RuntimeState& rt, detail::Recording& rec, const detail:
                  int64_t outer, int64_t n, int64_t inner, int64_t count,
                  TakeBounds bounds = TakeBounds::clip, uint32_t fill_bits = 0);
 
+// Counts a take into `rec` without running it: a device whose piece another device of its
+// VkDevice took (graph/take_ops.cpp) counts the take it would run on hardware of its own.
+void count_take(detail::Recording& rec, int64_t outer, int64_t inner, int64_t count);
+
 // Stable bitonic argsort of each row of a contiguous [rows, n] array of float32 (is_float) or
 // int32 words into int32 indices.
 void record_argsort(detail::RuntimeState& rt, detail::Recording& rec, const detail::DeviceBuffer& in,

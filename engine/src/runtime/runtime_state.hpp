@@ -65,9 +65,9 @@ struct Recording {
   // its buffers keeping what the trace wrote. A jit step's index constants and masks cost no
   // dispatch per replay (on 8 virtual devices, 8 each).
   bool constant = false;
-  // Waits on work another device of the adapter did in this one's stead (replicas' shares,
-  // graph/pending_pieces.cpp): Lowered::estimate leaves them out, as separate hardware would
-  // compute its own replica.
+  // Waits on work another device of the adapter did in this one's stead (a replica computed once
+  // and copied: graph/pending_pieces.cpp, take_ops.cpp, linalg_ops.cpp): Lowered::estimate leaves
+  // them out, as separate hardware would compute its own replica.
   std::vector<Fence> replica_waits;
   void wait_for(const Fence& f) {
     if (!f.none()) waits.push_back(f);
@@ -360,9 +360,9 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // MESHVK_FAST_MATH=1: generated kernels use the driver's exp, sin, ... (faster, but a few ulp
   // off and different on each adapter) instead of meshvk's math library.
   bool fast_math() const { return fast_math_; }
-  // Whether devices of one VkDevice that hold the same piece of an elementwise result each
-  // compute a share of it and copy the others' (graph/pending_pieces.cpp); MESHVK_SPLIT_REPLICAS=0
-  // computes it whole on each.
+  // Whether devices of one VkDevice that hold the same piece of a replicated result compute it
+  // once, the others copying it (elementwise results, takes, a matmul's packed weight);
+  // MESHVK_SPLIT_REPLICAS=0 computes it on each.
   bool splits_replicas() const { return split_replicas_; }
   // Whether kernels on `adapter` use the math library's float64 variants of sin, cos, tan and
   // arctan2 (mathlib.hpp): where it has shaderFloat64, unless MESHVK_MATHLIB_FLOAT64=0 keeps the
@@ -372,8 +372,9 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   }
   // Compute dispatches recorded so far, over all devices (tests check fusion with it).
   std::atomic<uint64_t> dispatches{0};
-  // Pieces of elementwise results computed in shares (splits_replicas), over all devices.
-  std::atomic<uint64_t> split_pieces{0};
+  // Pieces of elementwise results computed once for several devices of a VkDevice (every member
+  // of such a group counts, the one that computed it included), over all devices.
+  std::atomic<uint64_t> shared_pieces{0};
 
   // While a capture is active, every recording is kept for replay instead of recycled. A
   // capture belongs to the thread that began it (a jit trace): other threads' commands on the
