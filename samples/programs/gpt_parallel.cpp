@@ -116,7 +116,7 @@ optax::GradientTransformation gpt_optimizer(const GptConfig& cfg) {
   return optax::adam(cfg.lr, cfg.b1, cfg.b2, cfg.eps);
 }
 
-GptTrainStep::GptTrainStep(GptConfig cfg, GptLayout layout)
+GptTrainStep::GptTrainStep(GptConfig cfg, GptLayout layout, bool donate)
     : step_(Fn([cfg, layout, opt = gpt_optimizer(cfg)](const Params& params,
                                                        const optax::OptState& state,
                                                        const Array& tokens, const Array& targets) {
@@ -136,7 +136,9 @@ GptTrainStep::GptTrainStep(GptConfig cfg, GptLayout layout)
               auto [updates, next] = opt.update(grads, state, params);
               return std::make_tuple(value, optax::apply_updates(params, updates), std::move(next));
             }),
-            JitOptions{.name = "gpt_train_step", .location = SourceLocation::current()}) {}
+            JitOptions{.name = "gpt_train_step",
+                       .donate_argnums = donate ? std::vector<int>{0, 1} : std::vector<int>{},
+                       .location = SourceLocation::current()}) {}
 
 std::tuple<Array, Params, optax::OptState> GptTrainStep::operator()(
     const Params& params, const optax::OptState& state, const Array& tokens,

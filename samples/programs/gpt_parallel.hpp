@@ -55,9 +55,11 @@ optax::GradientTransformation gpt_optimizer(const GptConfig& cfg);
 
 // One training step: (loss, new params, new optimizer state) from (params, state, tokens,
 // targets). The first call traces and compiles; later calls with the same layouts replay.
+// `donate`: the params and state passed in are donated (jax.jit's donate_argnums) and deleted by
+// the call, as a training loop that replaces them with the results wants.
 class GptTrainStep {
  public:
-  GptTrainStep(GptConfig cfg, GptLayout layout);
+  GptTrainStep(GptConfig cfg, GptLayout layout, bool donate = false);
   std::tuple<Array, Params, optax::OptState> operator()(const Params& params,
                                                         const optax::OptState& state,
                                                         const Array& tokens,

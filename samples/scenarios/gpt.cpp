@@ -284,7 +284,9 @@ int run(ScenarioContext& ctx) {
   out << ">>> visualize_array_sharding(tokens)\n"
       << visualize_array_sharding(tokens, f.viz) << "\n";
 
-  const programs::GptTrainStep step(cfg, layout);
+  // The loop replaces the parameters and the optimizer state with the step's results: they are
+  // donated (jax.jit's donate_argnums), so the step reuses them instead of copying its results.
+  const programs::GptTrainStep step(cfg, layout, /*donate=*/true);
   std::vector<Sharding> before;
   for (const auto& [name, p] : params) before.push_back(p.sharding());
   bool finite = true;

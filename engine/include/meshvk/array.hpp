@@ -55,6 +55,9 @@ class Array {
   Sharding sharding() const&&;
   // Placed on purpose (device_put with a sharding); uncommitted arrays may be moved freely.
   bool committed() const;
+  // jax.Array.is_deleted: donated to a jitted function (JitOptions::donate_argnums), which took
+  // its buffers; its shape, dtype and sharding stay readable, its values do not.
+  bool is_deleted() const;
   std::vector<int> devices() const { return sharding().device_ids(); }
   // jax.Array.addressable_shards: one Shard per device holding a piece, in device_ids() order.
   std::vector<Shard> addressable_shards() const;

@@ -42,6 +42,14 @@ struct JitOptions {
   // anyway; when this list is given it must name exactly those arguments. With static arguments,
   // in_shardings has one entry per non-static argument.
   std::vector<int> static_argnums;
+  // jax.jit's donate_argnums: the arguments (positions, as static_argnums) whose Arrays the call
+  // may reuse. Each such Array is deleted by the call (Array::is_deleted(); reading it raises an
+  // Error naming the donation), so pass what you will not read again: the parameters and optimizer
+  // state of `params, state = step(params, state, batch)`. A result of this function passed back
+  // donated is not copied before the call overwrites it (each of its buffers once per step, and
+  // memory held twice, otherwise). Inside another trace, under grad or in a shard_map body the
+  // function runs inline and donates nothing (as JAX ignores a nested jit's donation).
+  std::vector<int> donate_argnums;
   // Where jit() was called (jit fills it in): the program text names this line beside a
   // collective that no call with a line of its own inserted (an operator such as a + b, an
   // out_shardings move).
@@ -239,6 +247,10 @@ namespace detail {
 [[noreturn]] void jit_static_argnums_error(const std::string& name, int argnum, size_t arguments, bool traced);
 [[noreturn]] void jit_unlisted_static_error(const std::string& name, size_t argnum);
 [[noreturn]] void jit_tree_shardings_error(const std::string& name, size_t given, size_t wanted);
+// donate_argnums (argument positions) as positions among the flattened Arrays, given which
+// arguments are traced and how many Arrays each holds; an Error for a static or missing one.
+std::vector<int> jit_donated_leaves(const std::string& name, const std::vector<int>& donate_argnums,
+                                    const std::vector<bool>& traced, const std::vector<size_t>& leaf_counts);
 // out_shardings as one tree for the whole result: its one entry, or a list of its entries.
 ShardingTree whole_result_tree(const std::vector<ShardingTree>& out_shardings);
 // Each result moved to its sharding (nullopt: left as it is), inside the trace.
@@ -441,6 +453,8 @@ class Jitted {
     auto entry = std::make_shared<Entry>();
     JitOptions options = options_;
     options.static_argnums.clear();
+    options.donate_argnums = detail::jit_donated_leaves(options_.name, options_.donate_argnums,
+                                                        std::vector<bool>(traced.begin(), traced.end()), leaf_counts);
     if (!options_.in_shardings.empty()) {
       // One per non-static argument (as JAX's), given to every Array of that argument.
       const size_t wanted = static_cast<size_t>(std::count(traced.begin(), traced.end(), true));

@@ -168,6 +168,11 @@ Sharding Array::sharding() const&& {
   return impl_of(*this).value.sharding;
 }
 bool Array::committed() const { return impl_of(*this).committed; }
+bool Array::is_deleted() const {
+  const detail::ArrayImpl& impl = impl_of(*this);
+  std::lock_guard lock(impl.runtime->mutex());
+  return !impl.donated_to.empty();
+}
 
 static void read_words(const Array& x, void* dst);
 static void read_elements(const Array& x, void* dst);

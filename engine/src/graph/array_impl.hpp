@@ -64,6 +64,9 @@ struct ArrayImpl {
   // Only this ArrayImpl is moved to copies then, so nothing else may share its buffers: see
   // shareable_value. Read and written under the runtime's lock.
   mutable bool lent = false;
+  // Donated to this jitted function (JitOptions::donate_argnums), which deleted it: its buffers are
+  // gone, and materialized() raises naming the function. Read and written under the runtime's lock.
+  mutable std::string donated_to;
   // Set while the value is a sum not yet taken (value.shards empty then): materialized() takes
   // it, with an all-reduce over partial->axes, and clears this.
   mutable std::shared_ptr<const PartialSum> partial;

@@ -14,7 +14,7 @@ Array with_remake(const Array& x, Remake remake) {
 }
 
 std::shared_ptr<const Remake> remake_of(const Array& x) {
-  if (!x.valid() || x.impl()->committed) return nullptr;
+  if (!x.valid() || x.impl()->committed || !x.impl()->donated_to.empty()) return nullptr;
   return x.impl()->remake;
 }
 

@@ -102,11 +102,13 @@ struct Compiled {
   // holds one answer, so every call traces again.
   bool retrace = false;
 
-  void detach_lent(detail::RuntimeState& rt) {
+  // `donated`: results this call deletes (donate_argnums), which need no copy.
+  void detach_lent(detail::RuntimeState& rt, const std::vector<const detail::ArrayImpl*>& donated = {}) {
     for (auto& w : lent)
       // Only the buffers change: other threads may read the shape and sharding without the
       // runtime's lock (the buffers are read under it).
       if (const auto a = w.lock()) {
+        if (!a->donated_to.empty() || std::find(donated.begin(), donated.end(), a.get()) != donated.end()) continue;
         a->value.shards = exec::copy_value(rt, a->value).shards;
         a->lent = false;
       }
@@ -204,6 +206,42 @@ struct JitFunction::State {
     detail::materialize_together(results);
     for (const Array& r : results) detail::materialized(r);
     return results;
+  }
+
+  // The Arrays of `args` that donate_argnums names (leaf positions), each once; an Error for a
+  // position past the arguments, or a donated Array also passed in a position not donated.
+  std::vector<const detail::ArrayImpl*> donated(const std::vector<Array>& args) const {
+    std::vector<const detail::ArrayImpl*> out;
+    for (const int k : options.donate_argnums) {
+      if (k < 0 || static_cast<size_t>(k) >= args.size())
+        throw Error("jit(" + options.name + "): donate_argnums has " + std::to_string(k) + " but the function was called with " +
+                    std::to_string(args.size()) + " arguments; give positions 0 to " +
+                    std::to_string(static_cast<int>(args.size()) - 1));
+      const detail::ArrayImpl* impl = args[static_cast<size_t>(k)].impl().get();
+      if (!impl->donated_to.empty())
+        throw Error("jit(" + options.name + "): argument " + std::to_string(k) + " was donated to " + impl->donated_to +
+                    " already and deleted; pass what that call returned");
+      if (std::find(out.begin(), out.end(), impl) == out.end()) out.push_back(impl);
+    }
+    for (size_t i = 0; i < args.size(); ++i)
+      if (std::find(options.donate_argnums.begin(), options.donate_argnums.end(), static_cast<int>(i)) ==
+              options.donate_argnums.end() &&
+          std::find(out.begin(), out.end(), args[i].impl().get()) != out.end())
+        throw Error("jit(" + options.name + "): one Array is passed as a donated argument and as argument " +
+                    std::to_string(i) + ", which is not donated; donate neither, or pass a copy (meshvk::copy(x))");
+    return out;
+  }
+
+  // Deletes the donated Arrays: their buffers go (a result of this function passed back donated
+  // was not copied before the replay overwrote it).
+  void delete_donated(const std::vector<const detail::ArrayImpl*>& arrays) const {
+    for (const detail::ArrayImpl* a : arrays) {
+      a->value.shards.clear();
+      a->pending = nullptr;
+      a->partial = nullptr;
+      a->lent = false;
+      a->donated_to = "jit(" + options.name + ")";
+    }
   }
 
   // Traces `args` into a program; returns the trace's own results (copied out of the program).
@@ -305,21 +343,37 @@ std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   // program would then wait on work outside it), to the tape (gradients would be zeros) and to
   // shard_map's replication check.
   if (inline_call) return state_->place_outputs(state_->body(placed));
+  const std::vector<const detail::ArrayImpl*> donated = state_->donated(args);
   const std::string key = State::key_of(placed);
   auto it = state_->cache.find(key);
-  if (it == state_->cache.end()) return state_->trace(key, placed);
+  if (it == state_->cache.end()) {
+    std::vector<Array> out = state_->trace(key, placed);
+    state_->delete_donated(donated);
+    return out;
+  }
   auto rt = Runtime::current().state();
   if (it->second.retrace) {
-    const detail::OpScope op_scope("copy");  // profile hook: last call's results move out
-    it->second.detach_lent(*rt);
-    return state_->trace(key, placed);
+    {
+      const detail::OpScope op_scope("copy");  // profile hook: last call's results move out
+      it->second.detach_lent(*rt);
+    }
+    std::vector<Array> out = state_->trace(key, placed);
+    state_->delete_donated(donated);
+    return out;
   }
   std::lock_guard rt_lock(rt->mutex());
   const profile::JitScope profiled(rt->profiler(), state_->options.name, false);  // profile hook
   {
     const detail::OpScope op_scope("copy");  // profile hook: last call's results move out
-    it->second.detach_lent(*rt);
+    it->second.detach_lent(*rt, donated);
   }
+  // From here the donated results still lent hold buffers the replay overwrites: whatever
+  // happens, they are deleted.
+  struct DeleteDonated {
+    const State& state;
+    const std::vector<const detail::ArrayImpl*>& arrays;
+    ~DeleteDonated() { state.delete_donated(arrays); }
+  } deleting{*state_, donated};
   std::vector<exec::ShardedValue> inputs;
   for (const Array& a : placed) inputs.push_back(detail::materialized(a));
   // The replay records only the copies of the new inputs; the replayed spans keep the ops they

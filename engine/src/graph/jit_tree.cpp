@@ -35,6 +35,26 @@ void jit_unlisted_static_error(const std::string& name, size_t argnum) {
               std::to_string(argnum) + " to static_argnums (or leave static_argnums empty)");
 }
 
+std::vector<int> jit_donated_leaves(const std::string& name, const std::vector<int>& donate_argnums,
+                                    const std::vector<bool>& traced, const std::vector<size_t>& leaf_counts) {
+  std::vector<int> leaves;
+  for (const int k : donate_argnums) {
+    if (k < 0 || static_cast<size_t>(k) >= traced.size())
+      throw Error("jit(" + name + "): donate_argnums has " + std::to_string(k) + " but the function was called with " +
+                  std::to_string(traced.size()) + " arguments; give positions 0 to " +
+                  std::to_string(static_cast<int>(traced.size()) - 1));
+    if (!traced[static_cast<size_t>(k)])
+      throw Error("jit(" + name + "): donate_argnums has " + std::to_string(k) + ", but argument " + std::to_string(k) +
+                  " is a static value; only Arrays (or structures of them) can be donated");
+    size_t first = 0;
+    for (int i = 0; i < k; ++i) first += leaf_counts[static_cast<size_t>(i)];
+    for (size_t j = 0; j < leaf_counts[static_cast<size_t>(k)]; ++j) leaves.push_back(static_cast<int>(first + j));
+  }
+  std::sort(leaves.begin(), leaves.end());
+  leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
+  return leaves;
+}
+
 void jit_tree_shardings_error(const std::string& name, size_t given, size_t wanted) {
   throw Error("jit(" + name + "): " + std::to_string(given) + " in_shardings for a function with " +
               std::to_string(wanted) +

@@ -87,6 +87,10 @@ const exec::ShardedValue& materialized(const Array& x) {
   const ArrayImpl& impl = *x.impl();
   RuntimeState& rt = *impl.runtime;
   std::lock_guard lock(rt.mutex());
+  if (!impl.donated_to.empty())
+    throw Error("this " + type_of(x) + " Array was donated to " + impl.donated_to +
+                " (donate_argnums) and deleted by that call; read what the call returned instead"
+                " (a value computed from it and not yet used is gone with it: use such values before the call)");
   if (impl.partial) return resolve_partial(x);
   if (!impl.pending) return impl.value;
   // The chain runs now, not where its ops were called: its dispatches are the "fusion" line.
