@@ -226,13 +226,16 @@ class TracedLoop {
   bool uncounted_trace_ = false;
 };
 
-Array leading_slice(const Array& xs, const Array& k) {
-  std::vector<Array> start{k};
-  Shape sizes = xs.shape();
-  sizes[0] = 1;
-  for (size_t d = 1; d < xs.ndim(); ++d) start.push_back(scalar(int32_t{0}));
-  Shape rest(xs.shape().begin() + 1, xs.shape().end());
-  return reshape(dynamic_slice(xs, start, sizes), rest);
+// Slice `at` (a one-element int32 index, within [0, n)) of each xs leaf along its leading axis: a
+// take each, all reading one index, where a dynamic_slice per leaf computed its clamped start
+// again (a kernel per leaf and iteration on every device).
+std::vector<Array> leading_slices(const std::vector<Array>& xs, const Array& at) {
+  std::vector<Array> out;
+  for (const Array& leaf : xs) {
+    const Shape rest(leaf.shape().begin() + 1, leaf.shape().end());
+    out.push_back(reshape(take(leaf, at, 0, TakeMode::clip), rest));
+  }
+  return out;
 }
 
 }  // namespace
@@ -319,8 +322,11 @@ struct SavedCollectives {
 LoopFn counter_step(const ScanBody& body, const std::vector<Array>& xs, size_t nc, bool reverse, bool residuals,
                     std::shared_ptr<size_t> ny, std::shared_ptr<SavedCollectives> saved = nullptr) {
   return [body, xs, nc, reverse, residuals, ny, saved](const std::vector<Array>& c) {
-    std::vector<Array> x;
-    for (const Array& leaf : xs) x.push_back(leading_slice(leaf, c[0]));
+    // The iteration's index, clamped as dynamic_slice clamps a start (scan's index stays within).
+    const std::vector<Array> x =
+        xs.empty() ? std::vector<Array>{}
+                   : leading_slices(xs, reshape(minimum(maximum(c[0], 0), static_cast<int32_t>(xs.front().shape()[0] - 1)),
+                                                Shape{1}));
     const std::vector<Array> user(c.begin() + 1, c.end());
     std::optional<CollectiveRecorder> recorder;
     if (saved) recorder.emplace();
