@@ -435,3 +435,29 @@ TEST(ReplicaSplit, ScanSlicesOfReplicatedStacksAreTakenOnce) {
   ASSERT_EQ(bytes.size(), 8u);
   for (const auto& [device, count] : bytes) EXPECT_EQ(count, bytes.begin()->second) << "device " << device;
 }
+
+TEST(ReplicaSplit, ACopyingDeviceStillWaitsForItsOwnInputsInTheProjection) {
+  // A replicated update after the gradient's all-reduce: on every device the projected update
+  // starts after that device's all-reduce ends, whichever device computed it (found by review:
+  // the copies waited only on the first device, so the others' updates were projected first).
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const int64_t d = 256;  // 65,536 elements: computed once for the adapter
+  const auto loss = [](const mv::Array& w, const mv::Array& x) { return mv::sum(mv::tanh(mv::matmul(x, w))); };
+  const auto step = mv::jit([&](const mv::Array& w, const mv::Array& x) {
+    const mv::Array g = mv::grad(loss)(w, x);
+    return w - 0.01f * mv::tanh(g) * mv::exp(g * 0.001f);
+  });
+  const mv::Array w = mv::device_put(mv::ones({d, d}) * 0.01f, mv::NamedSharding(mesh, P()));
+  const mv::Array x = mv::device_put(mv::ones({64, d}), mv::NamedSharding(mesh, P("x")));
+  const mv::Estimate e = step.lower(w, x).estimate(mv::load_hardware("tpu_v5e"));
+  for (int device = 0; device < 8; ++device) {
+    double collectives_end = 0, last_elementwise = -1;
+    for (const auto& s : e.timeline) {
+      if (s.device != device) continue;
+      if (s.name.find("all-reduce") != std::string::npos) collectives_end = std::max(collectives_end, s.end);
+      if (s.name == "elementwise") last_elementwise = std::max(last_elementwise, s.start);
+    }
+    EXPECT_GT(collectives_end, 0) << "device " << device;
+    EXPECT_GE(last_elementwise, collectives_end) << "device " << device << ": the update before the all-reduce";
+  }
+}

@@ -96,6 +96,12 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
                            [&](int timeline) { return rt_->device_of(timeline) == d; });
     for (const Fence& f : last_replay_) rec.wait_for(f);
     std::vector<detail::DeviceBuffer*> read;
+    struct Refresh {
+      const detail::DeviceBuffer* src;
+      detail::DeviceBuffer* dst;
+      const detail::DeviceBuffer* from;  // src, or its copy aside
+    };
+    std::vector<Refresh> copies;
     for (size_t i = 0; i < inputs.size(); ++i)
       for (size_t k = 0; k < inputs[i].shards.size(); ++k) {
         detail::DeviceBuffer& dst = *inputs_[i].shards[k];
@@ -109,12 +115,37 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
             last.written.value == ready.value)
           continue;  // what the buffer holds already
         last = {inputs[i].shards[k], ready};
-        const VkBufferCopy region{src.offset(), dst.offset(), src.bytes()};
-        const profile::DeviceSpan span(rec.profile.get(), "jit input", src.bytes(),  // profile hook
-                                       {src.ready().timeline, src.ready().value});
-        vkCmdCopyBuffer(rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
+        copies.push_back({&src, &dst, &src});
         read.push_back(const_cast<detail::DeviceBuffer*>(&src));
       }
+    // A source that is itself one of the inputs this refresh rewrites (a result the function
+    // returned unchanged, passed back in another position: f(x, y) = (y, x)) is copied aside
+    // first, so no copy reads what another has already overwritten.
+    bool staged = false;
+    for (Refresh& c : copies) {
+      const bool rewritten =
+          std::any_of(copies.begin(), copies.end(), [&](const Refresh& o) { return o.dst == c.src; });
+      if (!rewritten) continue;
+      auto aside = rt_->allocate(d, c.src->bytes());
+      const VkBufferCopy region{c.src->offset(), aside->offset(), c.src->bytes()};
+      vkCmdCopyBuffer(rec.cb, c.src->vk_buffer(), aside->vk_buffer(), 1, &region);
+      c.from = aside.get();
+      rec.keep_alive.push_back(std::move(aside));
+      staged = true;
+    }
+    if (staged) {
+      VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+      barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;
+      barrier.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      vkCmdPipelineBarrier(rec.cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier,
+                           0, nullptr, 0, nullptr);
+    }
+    for (const Refresh& c : copies) {
+      const VkBufferCopy region{c.from->offset(), c.dst->offset(), c.src->bytes()};
+      const profile::DeviceSpan span(rec.profile.get(), "jit input", c.src->bytes(),  // profile hook
+                                     {c.src->ready().timeline, c.src->ready().value});
+      vkCmdCopyBuffer(rec.cb, c.from->vk_buffer(), c.dst->vk_buffer(), 1, &region);
+    }
     refreshed[d] = rt_->submit(std::move(rec));
     for (auto* b : read) b->used_by(refreshed[d]);
   }

@@ -322,11 +322,14 @@ struct SavedCollectives {
 LoopFn counter_step(const ScanBody& body, const std::vector<Array>& xs, size_t nc, bool reverse, bool residuals,
                     std::shared_ptr<size_t> ny, std::shared_ptr<SavedCollectives> saved = nullptr) {
   return [body, xs, nc, reverse, residuals, ny, saved](const std::vector<Array>& c) {
-    // The iteration's index, clamped as dynamic_slice clamps a start (scan's index stays within).
-    const std::vector<Array> x =
-        xs.empty() ? std::vector<Array>{}
-                   : leading_slices(xs, reshape(minimum(maximum(c[0], 0), static_cast<int32_t>(xs.front().shape()[0] - 1)),
-                                                Shape{1}));
+    // The iteration's index, clamped as dynamic_slice clamps a start (scan's index stays within);
+    // a scan of one iteration takes each leaf whole.
+    std::vector<Array> x;
+    if (!xs.empty() && xs.front().shape()[0] == 1)
+      for (const Array& leaf : xs) x.push_back(reshape(leaf, Shape(leaf.shape().begin() + 1, leaf.shape().end())));
+    else if (!xs.empty())
+      x = leading_slices(xs, reshape(minimum(maximum(c[0], 0), static_cast<int32_t>(xs.front().shape()[0] - 1)),
+                                     Shape{1}));
     const std::vector<Array> user(c.begin() + 1, c.end());
     std::optional<CollectiveRecorder> recorder;
     if (saved) recorder.emplace();

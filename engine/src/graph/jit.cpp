@@ -102,17 +102,25 @@ struct Compiled {
   // holds one answer, so every call traces again.
   bool retrace = false;
 
-  // `donated`: results this call deletes (donate_argnums), which need no copy.
-  void detach_lent(detail::RuntimeState& rt, const std::vector<const detail::ArrayImpl*>& donated = {}) {
+  // `donated`: results this call deletes (donate_argnums), which need no copy; returns those it
+  // left holding the program's buffers.
+  std::vector<const detail::ArrayImpl*> detach_lent(detail::RuntimeState& rt,
+                                                    const std::vector<const detail::ArrayImpl*>& donated = {}) {
+    std::vector<const detail::ArrayImpl*> left;
     for (auto& w : lent)
       // Only the buffers change: other threads may read the shape and sharding without the
       // runtime's lock (the buffers are read under it).
       if (const auto a = w.lock()) {
-        if (!a->donated_to.empty() || std::find(donated.begin(), donated.end(), a.get()) != donated.end()) continue;
+        if (!a->donated_to.empty()) continue;
+        if (std::find(donated.begin(), donated.end(), a.get()) != donated.end()) {
+          left.push_back(a.get());
+          continue;
+        }
         a->value.shards = exec::copy_value(rt, a->value).shards;
         a->lent = false;
       }
     lent.clear();
+    return left;
   }
   std::vector<Array> lend(const std::shared_ptr<detail::RuntimeState>& rt, std::vector<exec::ShardedValue> values) {
     std::vector<Array> out;
@@ -227,8 +235,9 @@ struct JitFunction::State {
       if (std::find(options.donate_argnums.begin(), options.donate_argnums.end(), static_cast<int>(i)) ==
               options.donate_argnums.end() &&
           std::find(out.begin(), out.end(), args[i].impl().get()) != out.end())
-        throw Error("jit(" + options.name + "): one Array is passed as a donated argument and as argument " +
-                    std::to_string(i) + ", which is not donated; donate neither, or pass a copy (meshvk::copy(x))");
+        throw Error("jit(" + options.name + "): one Array is passed donated and again as Array " + std::to_string(i) +
+                    " of the call's arguments (counting the Arrays inside structured ones), which is not donated;"
+                    " donate neither, or pass a copy (meshvk::copy(x))");
     return out;
   }
 
@@ -330,6 +339,16 @@ JitFunction::JitFunction(JitBody body, JitOptions options) : state_(std::make_sh
 // takes the runtime's lock again in each op, and a nested jit takes its own), so two threads
 // calling jit functions, one inside the other's trace, cannot deadlock; and the whole trace or
 // replay runs as one step of the runtime, between other threads' ops.
+namespace {
+// While program_text or lower compiles a program through call(): nothing is donated then, as
+// lowering in JAX runs nothing.
+thread_local int lowering = 0;
+struct Lowering {
+  Lowering() { ++lowering; }
+  ~Lowering() { --lowering; }
+};
+}  // namespace
+
 std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   const auto runtime = Runtime::current().state();
   std::lock_guard runtime_lock(runtime->mutex());
@@ -343,7 +362,8 @@ std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   // program would then wait on work outside it), to the tape (gradients would be zeros) and to
   // shard_map's replication check.
   if (inline_call) return state_->place_outputs(state_->body(placed));
-  const std::vector<const detail::ArrayImpl*> donated = state_->donated(args);
+  const std::vector<const detail::ArrayImpl*> donated =
+      lowering ? std::vector<const detail::ArrayImpl*>{} : state_->donated(args);
   const std::string key = State::key_of(placed);
   auto it = state_->cache.find(key);
   if (it == state_->cache.end()) {
@@ -363,23 +383,30 @@ std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   }
   std::lock_guard rt_lock(rt->mutex());
   const profile::JitScope profiled(rt->profiler(), state_->options.name, false);  // profile hook
+  std::vector<const detail::ArrayImpl*> left;
   {
     const detail::OpScope op_scope("copy");  // profile hook: last call's results move out
-    it->second.detach_lent(*rt, donated);
+    left = it->second.detach_lent(*rt, donated);
   }
-  // From here the donated results still lent hold buffers the replay overwrites: whatever
-  // happens, they are deleted.
-  struct DeleteDonated {
+  // From here the donated results left lent hold buffers the replay overwrites: if the call
+  // fails, they are deleted all the same (the other donated Arrays are kept).
+  struct DeleteLeft {
     const State& state;
     const std::vector<const detail::ArrayImpl*>& arrays;
-    ~DeleteDonated() { state.delete_donated(arrays); }
-  } deleting{*state_, donated};
+    bool done = false;
+    ~DeleteLeft() {
+      if (!done) state.delete_donated(arrays);
+    }
+  } deleting{*state_, left};
   std::vector<exec::ShardedValue> inputs;
   for (const Array& a : placed) inputs.push_back(detail::materialized(a));
   // The replay records only the copies of the new inputs; the replayed spans keep the ops they
   // were traced with.
   const detail::OpScope op_scope("jit input");  // profile hook
-  return it->second.lend(rt, it->second.program->replay(inputs));
+  std::vector<Array> out = it->second.lend(rt, it->second.program->replay(inputs));
+  deleting.done = true;
+  state_->delete_donated(donated);
+  return out;
 }
 
 std::string JitFunction::program_text(const std::vector<Array>& args) const {
@@ -392,6 +419,7 @@ std::string JitFunction::program_text(const std::vector<Array>& args) const {
     auto it = state_->cache.find(key);
     if (it != state_->cache.end()) return it->second.text;
   }
+  const Lowering donating_nothing;
   call(args);
   std::lock_guard lock(state_->mutex);
   return state_->cache.at(State::key_of(state_->place_inputs(args))).text;

@@ -140,9 +140,13 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
       const size_t i = g[k];
       allocate(i, local);
       Recording copy = rt.begin(pieces[i].device);
+      // Its own inputs too, as its own kernel would: the projection's dependencies (they are
+      // ready by now in practice).
+      const std::vector<kernels::EwInput> own = piece_inputs(in, shape, pieces[i]);
+      for (const auto& e : own) copy.wait_for(e.buffer->ready());
       copy.wait_for_replica(computed);
       // It counts the kernel it would run on hardware of its own, as separate devices would.
-      kernels::count_elementwise_outputs(copy, program, results, piece_inputs(in, shape, pieces[i]), local);
+      kernels::count_elementwise_outputs(copy, program, results, own, local);
       for (size_t j = 0; j < results.size(); ++j) {
         const DeviceBuffer& src = *out[j][first];
         const DeviceBuffer& dst = *out[j][i];

@@ -94,6 +94,9 @@ static std::optional<Array> take_once_per_adapter(const std::vector<Array>& part
     for (size_t m = 1; m < members.size(); ++m) {
       DeviceBuffer& piece = *out.shards[members[m]];
       Recording copy = rt->begin(pieces[members[m]].device);
+      // Its own operands too, as its own take would: the projection's dependencies.
+      copy.wait_for(piece_of(xv, x_map, pieces[members[m]].device)->ready());
+      copy.wait_for(piece_of(iv, i_map, pieces[members[m]].device)->ready());
       copy.wait_for_replica(taken.ready());
       kernels::count_take(copy, outer, inner, count);
       const VkBufferCopy whole{taken.offset(), piece.offset(), bytes};
