@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,14 +17,6 @@ using mv::Array;
 using mv::P;
 
 namespace {
-
-std::vector<float> random_values(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
 
 Array put(const std::vector<float>& v, const mv::Shape& shape, const mv::Sharding& s) {
   return mv::device_put(std::span<const float>(v), shape, s);
@@ -72,11 +63,11 @@ TEST(JitDonate, TrainingLoopMatchesWithoutDonationAndCopiesNothing) {
     const int64_t n = 8 * 37 * 13;
     const auto f = mv::jit(momentum);
     const auto donating = mv::jit(momentum, {.donate_argnums = {0, 1}});
-    Array p = put(random_values(n, 1), shape, layout), v = mv::zeros_like(p);
-    Array pd = put(random_values(n, 1), shape, layout), vd = mv::zeros_like(pd);
+    Array p = put(random_floats(static_cast<size_t>(n), 1), shape, layout), v = mv::zeros_like(p);
+    Array pd = put(random_floats(static_cast<size_t>(n), 1), shape, layout), vd = mv::zeros_like(pd);
     size_t copies = 0, donated_copies = 0;
     for (int step = 0; step < 5; ++step) {
-      const Array g = put(random_values(n, 10 + step), shape, layout);
+      const Array g = put(random_floats(static_cast<size_t>(n), 10 + step), shape, layout);
       const Array p_before = pd;
       Profiling on;
       auto out = f(p, v, g);
