@@ -271,7 +271,7 @@ TEST(AdvScan, XsShardedAlongAnotherAxisOnTwoByFour) {
 // inner scan's backward loop is built while the outer backward loop is traced and lives in a
 // tape node that goes when that trace ends, and its LoopBody was released then although the
 // outer loop's recording resubmits its command buffers. Every enclosing capture now keeps a
-// loop's body alive from its trace on (graph/control_flow.cpp, TracedLoop).
+// loop's body alive from its trace on (graph/traced_loop.hpp, TracedLoop).
 TEST(AdvScan, ScanNestedInScanValuesAndGradient) {
   auto run = [](const Array& x) {  // x: [3, 4]
     auto [c, ys] = mv::lax::scan(

@@ -46,7 +46,7 @@ function(run label out_var)
   # of reshards (gpt's "reshard x6 (462.0 KiB per device)") depend on the process count.
   string(REGEX REPLACE "(reshard x[0-9]+) \\([^)]*\\)" "\\1" out "${out}")
   # Between processes a lax.scan's body runs again each iteration instead of being replayed
-  # (graph/control_flow.cpp), so gpt's program, with its layers in a scan, holds every layer
+  # (graph/traced_loop.hpp), so gpt's program, with its layers in a scan, holds every layer
   # there: its size and the collectives counted in its text differ, its results do not.
   string(REGEX REPLACE "(^|\n)(program size|collectives per step):[^\n]*" "\\1" out "${out}")
   set(${out_var} "${out}" PARENT_SCOPE)

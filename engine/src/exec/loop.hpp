@@ -2,7 +2,7 @@
 // A loop's body as the device runs it: the command buffers one trace of the body recorded, and
 // for every further iteration the carried outputs copied into the inputs and the same command
 // buffers submitted again. Nothing is recorded per iteration, so a loop of 48 steps is the
-// program of one (lax.scan, lax.fori_loop, lax.while_loop in graph/control_flow.cpp).
+// program of one (lax.scan in graph/scan.cpp, lax.fori_loop and lax.while_loop in graph/control_flow.cpp).
 #include <deque>
 #include <memory>
 #include <vector>
@@ -17,7 +17,7 @@ class LoopBody {
   // `capture` holds the body's first iteration, which ran while it was traced: it read `inputs`
   // (the loop's own buffers) and wrote `outputs`. outputs[i] is carried into inputs[i] for
   // i < carried (same shape, dtype and sharding); the rest of the outputs are per-iteration
-  // results, valid until the next iterate(). One process only (graph/control_flow.cpp unrolls
+  // results, valid until the next iterate(). One process only (graph/traced_loop.hpp unrolls
   // the loop across processes).
   LoopBody(std::shared_ptr<detail::RuntimeState> rt, std::unique_ptr<detail::Capture> capture,
            std::vector<ShardedValue> inputs, std::vector<ShardedValue> outputs, size_t carried);

@@ -54,7 +54,7 @@ struct ArrayImpl {
   // Inside shard_map: the mesh axes along which the per-device values may differ. A value that
   // varies over an axis cannot be returned as replicated over it. Mutable for a scan's backward
   // pass only: its cotangent placeholders, traced before the cotangents were known, take the axes
-  // the real ones vary over (control_flow.cpp).
+  // the real ones vary over (scan.cpp).
   mutable std::vector<std::string> varying;
   // The summands of a partial value (PartialSum::summands, set by make_partial): its pieces differ
   // along the partial axes though its sharding calls them replicas.
