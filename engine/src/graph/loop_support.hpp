@@ -1,7 +1,7 @@
 #pragma once
-// What the loops (graph/control_flow.cpp, scan.cpp, traced_loop.hpp) share with jit: a count of the host decisions a trace made (a
-// while_loop's predicate read on the host), after which its program cannot be replayed as
-// recorded, and a read of a device scalar that a trace may make.
+// What the loops (graph/control_flow.cpp, scan.cpp, traced_loop.hpp) share with jit: a count
+// of the host decisions a trace made (a while_loop's predicate read on the host), after which its
+// program cannot be replayed as recorded, and a read of a device scalar that a trace may make.
 #include <cstdint>
 
 #include "meshvk/array.hpp"
