@@ -432,3 +432,41 @@ TEST(FastPathsAdversarial, SixDimTransposesAndShardedFourDimTransposes) {
     }
   }
 }
+
+// Joins along the leading axis go as runs of one copy command per pair of buffers
+// (kernels::record_copy_runs): every dtype size (1, 2, 4 and 8 bytes, the last box by box),
+// operands of 0 rows and odd sizes, on one device and each device joining its own pieces.
+TEST(FastPathsAdversarial, ConcatenateAlongTheLeadingAxisInRuns) {
+  const std::vector<int64_t> rows{3, 0, 5, 1, 7};
+  const int64_t cols = 24;  // 3 per device over 8
+  std::vector<std::vector<float>> parts;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::vector<float> v(static_cast<size_t>(rows[k] * cols));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int>((i * 7 + k * 31) % 199) - 99);
+    parts.push_back(std::move(v));
+  }
+  std::vector<float> want;
+  for (const auto& p : parts) want.insert(want.end(), p.begin(), p.end());
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const mv::Mesh three = mv::make_mesh({3}, {"x"}, {}, {2, 5, 6});
+  for (const mv::DType dtype : {mv::DType::float32, mv::DType::bfloat16, mv::DType::int8, mv::DType::int64}) {
+    for (int layout = 0; layout < 3; ++layout) {
+      std::vector<Array> in;
+      for (size_t k = 0; k < parts.size(); ++k) {
+        Array a = mv::astype(mv::array(std::span<const float>(parts[k]), mv::Shape{rows[k], cols}), dtype);
+        if (layout == 1) a = mv::device_put(a, mv::NamedSharding(mesh, P(mv::None, "x")));
+        if (layout == 2) a = mv::device_put(a, mv::NamedSharding(three, P(mv::None, "x")));
+        in.push_back(a);
+      }
+      const std::string what = std::string(mv::dtype_name(dtype)) + ", layout " + std::to_string(layout);
+      const Array joined = mv::concatenate(in, 0);
+      ASSERT_EQ(joined.shape(), (mv::Shape{16, cols})) << what;
+      EXPECT_EQ(mv::astype(joined, mv::DType::float32).to_host<float>(), want) << what;
+      const auto jf = mv::jit([](const Array& a, const Array& b, const Array& c) { return mv::concatenate({a, b, c, a}, 0); });
+      std::vector<float> w3;
+      for (const size_t k : {size_t{0}, size_t{2}, size_t{4}, size_t{0}}) w3.insert(w3.end(), parts[k].begin(), parts[k].end());
+      for (int call = 0; call < 2; ++call)
+        EXPECT_EQ(mv::astype(jf(in[0], in[2], in[4]), mv::DType::float32).to_host<float>(), w3) << what << ", jit";
+    }
+  }
+}

@@ -447,6 +447,20 @@ static Array dynamic_update_slice_untaped(const Array& x, const Array& update, s
                         });
 }
 
+// Concatenation's copies, box k from in[k] into out: those that are one contiguous run each (a
+// join along the leading axis) as few copy commands as their buffers allow, the rest box by box.
+static void record_joined(detail::RuntimeState& rt, Recording& rec, const std::vector<kernels::StridedCopy>& boxes,
+                          const std::vector<const DeviceBuffer*>& in, const DeviceBuffer& out) {
+  std::vector<kernels::CopyRun> runs;
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    if (const std::optional<kernels::CopyRun> run = kernels::contiguous_run(boxes[k], *in[k], out))
+      runs.push_back(*run);
+    else
+      kernels::record_strided_copy(rt, rec, boxes[k], *in[k], out);
+  }
+  if (!runs.empty()) kernels::record_copy_runs(rt, rec, runs, boxes.front().element_bytes);
+}
+
 static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
   if (arrays.empty()) throw Error("concatenate: needs at least one array");
   const size_t rank = arrays[0].ndim();
@@ -486,14 +500,14 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
                           [&](Recording& rec, const auto& in, const auto& in_pieces,
                               const DeviceBuffer& out, const Index& piece) {
                             const auto os = strides_of(local_shape(piece));
+                            std::vector<kernels::StridedCopy> boxes;
                             int64_t at = 0;
                             for (size_t k = 0; k < cast.size(); ++k) {
                               const Shape s = local_shape(in_pieces[k]);
-                              kernels::record_strided_copy(
-                                  rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis], dtype),
-                                  *in[k], out);
+                              boxes.push_back(copy_into(s, strides_of(s), 0, os, at * os[axis], dtype));
                               at += s[axis];
                             }
+                            record_joined(rt, rec, boxes, in, out);
                           });
   // Laid out otherwise, or split along the axis: the result takes the first committed operand's
   // layout (the axis whole unless its size divides) and each piece fetches its parts of the
@@ -535,12 +549,14 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
   return on_each_device("concatenate", parts, shape, dtype, parts[0].sharding(),
                         [&](Recording& rec, const auto& in, const auto&, const DeviceBuffer& out, const Index&) {
                           const auto os = strides_of(shape);
+                          std::vector<kernels::StridedCopy> boxes;
                           int64_t at = 0;
                           for (size_t k = 0; k < parts.size(); ++k) {
                             const Shape& s = parts[k].shape();
-                            kernels::record_strided_copy(rt, rec, copy_into(s, strides_of(s), 0, os, at * os[axis], dtype), *in[k], out);
+                            boxes.push_back(copy_into(s, strides_of(s), 0, os, at * os[axis], dtype));
                             at += s[axis];
                           }
+                          record_joined(rt, rec, boxes, in, out);
                         });
 }
 

@@ -265,6 +265,17 @@ StridedCopy as_words(const StridedCopy& c) {
 
 }  // namespace
 
+std::optional<CopyRun> contiguous_run(const StridedCopy& copy, const detail::DeviceBuffer& in,
+                                      const detail::DeviceBuffer& out) {
+  if (copy.element_bytes == 8) return std::nullopt;
+  int64_t count = 1;
+  for (const int64_t b : copy.box) count *= b;
+  const StridedCopy c = simplify(copy);
+  if (!c.box.empty() && !(c.box.size() == 1 && c.in_strides[0] == 1 && c.out_strides[0] == 1)) return std::nullopt;
+  return CopyRun{&in, &out, static_cast<uint64_t>(c.in_offset), static_cast<uint64_t>(c.out_offset),
+                 static_cast<uint64_t>(count)};
+}
+
 void record_copy_runs(detail::RuntimeState&, detail::Recording& rec, std::span<const CopyRun> runs,
                       uint32_t element_bytes) {
   std::vector<std::pair<std::pair<VkBuffer, VkBuffer>, std::vector<VkBufferCopy>>> commands;

@@ -4,6 +4,7 @@
 //   out[out_offset + sum(c[d] * out_stride[d])] = in[in_offset + sum(c[d] * in_stride[d])]
 // with strides in elements (0 broadcasts, negative reverses).
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,6 +35,12 @@ struct CopyRun {
 // counted as the copy it is; a barrier follows. The runs' destinations must not overlap.
 void record_copy_runs(detail::RuntimeState& rt, detail::Recording& rec, std::span<const CopyRun> runs,
                       uint32_t element_bytes);
+
+// `copy` as one contiguous run when it is one (a box whose rows join into one stretch in both
+// buffers: a concatenation along the leading axis), to be recorded with others by
+// record_copy_runs; nothing otherwise, or for 8-byte elements.
+std::optional<CopyRun> contiguous_run(const StridedCopy& copy, const detail::DeviceBuffer& in,
+                                      const detail::DeviceBuffer& out);
 
 void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const StridedCopy& copy,
                          const detail::DeviceBuffer& in, const detail::DeviceBuffer& out);
