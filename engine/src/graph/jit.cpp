@@ -335,10 +335,6 @@ JitFunction::JitFunction(JitBody body, JitOptions options) : state_(std::make_sh
   state_->options = std::move(options);
 }
 
-// Every entry point takes the runtime's lock before the function's own, in that order (a trace
-// takes the runtime's lock again in each op, and a nested jit takes its own), so two threads
-// calling jit functions, one inside the other's trace, cannot deadlock; and the whole trace or
-// replay runs as one step of the runtime, between other threads' ops.
 namespace {
 // While program_text or lower compiles a program through call(): nothing is donated then, as
 // lowering in JAX runs nothing.
@@ -349,6 +345,10 @@ struct Lowering {
 };
 }  // namespace
 
+// Every entry point takes the runtime's lock before the function's own, in that order (a trace
+// takes the runtime's lock again in each op, and a nested jit takes its own), so two threads
+// calling jit functions, one inside the other's trace, cannot deadlock; and the whole trace or
+// replay runs as one step of the runtime, between other threads' ops.
 std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   const auto runtime = Runtime::current().state();
   std::lock_guard runtime_lock(runtime->mutex());
