@@ -6,12 +6,11 @@
 // float in about a third of the time the cheapest kernel computes one (docs/LAVAPIPE.md, "Memory
 // and dispatch"). The copies are replica waits (Lowered::estimate leaves them out), and each counts
 // the kernel it stands for, so the projection still sees every device compute its own replica.
-#include <algorithm>
 #include <map>
 
 #include "collectives/transport.hpp"
 #include "graph/array_impl.hpp"
-#include "kernels/launch.hpp"
+#include "kernels/elementwise.hpp"
 #include "meshvk/error.hpp"
 
 namespace meshvk::detail {
