@@ -108,8 +108,8 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
   for (const auto& g : groups)
     for (const size_t i : g) split[i] = true;
 
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (split[i]) continue;
+  // Piece i computed by its own device's kernel.
+  auto compute = [&](size_t i) {
     const Shape local = local_shape(pieces[i]);
     const std::vector<const DeviceBuffer*> outs = allocate(i, local);
     Recording rec = rt.begin(pieces[i].device);
@@ -119,7 +119,10 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
     const Fence f = rt.submit(std::move(rec));
     for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(f);
     for (size_t j = 0; j < results.size(); ++j) out[j][i]->written_by(f);
-  }
+    return f;
+  };
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (!split[i]) compute(i);
 
   // A group's first member computes the piece; the others copy it. One kernel and n - 1 copies of
   // the whole piece move the same bytes as n kernels of a share each and n (n - 1) copies of
@@ -127,14 +130,7 @@ std::vector<std::vector<std::shared_ptr<DeviceBuffer>>> run_pending_pieces(
   for (const std::vector<size_t>& g : groups) {
     const Shape local = local_shape(pieces[g.front()]);
     const size_t first = g.front();
-    const std::vector<const DeviceBuffer*> first_outs = allocate(first, local);
-    Recording rec = rt.begin(pieces[first].device);
-    const std::vector<kernels::EwInput> inputs = piece_inputs(in, shape, pieces[first]);
-    for (const auto& e : inputs) rec.wait_for(e.buffer->ready());
-    kernels::record_elementwise_outputs(rt, rec, program, results, inputs, local, first_outs);
-    const Fence computed = rt.submit(std::move(rec));
-    for (const auto& e : inputs) const_cast<DeviceBuffer*>(e.buffer)->used_by(computed);
-    for (size_t j = 0; j < results.size(); ++j) out[j][first]->written_by(computed);
+    const Fence computed = compute(first);
     for (size_t k = 1; k < g.size(); ++k) {
       const size_t i = g[k];
       allocate(i, local);
