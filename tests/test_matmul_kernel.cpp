@@ -238,6 +238,24 @@ TEST(MatmulKernel, BatchesWithBroadcastStrides) {
   check(s, rng);
 }
 
+// The blocked kernel reads an untransposed B as stored where that is its packed layout (one
+// panel as wide as B, no padding along k or n, entries back to back), and packs it otherwise.
+TEST(MatmulKernel, UntransposedBReadAsStoredWhereItIsPacked) {
+  std::mt19937 rng(8);
+  for (const auto dtype : {mv::DType::float32, mv::DType::int32}) {
+    check(shape(40, 128, 64, dtype), rng);                         // 16 lanes: one panel
+    check(shape(40, 64, 64, dtype, false, false, 3), rng);         // 8 lanes, batched
+    check(shape(40, 128, 64, dtype, false, false, 3), rng);        // batched
+    check(shape(9, 128, 64, dtype, false, false, 4, false, true), rng);  // one B for every entry
+    check(shape(17, 128, 66, dtype), rng);                         // k padded: packed
+    check(shape(9, 256, 128, dtype), rng);                         // two panels: packed
+  }
+  MatmulShape gaps = shape(8, 128, 12);  // entries of a bigger array: not back to back
+  gaps.batch = 3;
+  gaps.b_batch_stride = 2000;
+  check(gaps, rng);
+}
+
 TEST(MatmulKernel, Int32WrapsAround) {
   std::mt19937 rng(6);
   for (const std::string& kernel : kKernels) {

@@ -257,11 +257,21 @@ BlockShape block_shape_for(RuntimeState& rt, const MatmulShape& s) {
   return b;
 }
 
+// Whether B's stored layout is already its packed one, so the kernel reads it in place: one
+// panel as wide as B's rows (its rows then follow one another as in a panel), no padding along
+// k or n, batch entries back to back. The GPT step's products by 128 columns (d_model) are such:
+// their packs were plain copies of up to 512 KiB, 0.43 ms each on lavapipe.
+bool b_read_as_stored(const BlockShape& shape, const MatmulShape& s) {
+  return !s.trans_b && s.n % 4 == 0 && s.k % 4 == 0 && s.n / 4 == shape.panel() &&
+         (s.batch == 1 || s.b_batch_stride == 0 || s.b_batch_stride == s.k * s.n);
+}
+
 }  // namespace
 
 std::shared_ptr<DeviceBuffer> pack_blocked_b(RuntimeState& rt, Recording& rec, const MatmulShape& s,
                                              const DeviceBuffer& b) {
   const BlockShape shape = block_shape_for(rt, s);
+  if (b_read_as_stored(shape, s)) return nullptr;
   const int64_t k4 = (s.k + 3) / 4, n4 = (s.n + 3) / 4;
   const int64_t panel = shape.panel();
   const int64_t n4_out = (n4 + panel - 1) / panel * panel;
@@ -281,9 +291,9 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
   const int64_t n4_out = (n4 + panel - 1) / panel * panel;
   const int64_t a_batches = s.a_batch_stride == 0 ? 1 : s.batch;
   const int64_t b_batches = s.b_batch_stride == 0 ? 1 : s.batch;
-  // B is always packed; A where the kernel cannot read it as stored (transposed, or rows not
-  // whole vec4s), at 8 lanes, and at 16 lanes when its stored rows are 8 KiB or longer. At 8
-  // lanes packing A paid at N = 1024 and 2048 (one lavapipe thread: 44-47% of OpenBLAS packed,
+  // B is packed unless it is stored as packed (b_read_as_stored); A where the kernel cannot read
+  // it as stored (transposed, or rows not whole vec4s), at 8 lanes, and at 16 lanes when its
+  // stored rows are 8 KiB or longer. At 8 lanes packing A paid at N = 1024 and 2048 (one lavapipe thread: 44-47% of OpenBLAS packed,
   // 23-29% as stored). At 16 it did not at N = 1024 (two threads: 42-53% packed, 53-56% as
   // stored) but did from 2048 on, where the stored rows' stride costs more (2048: 62-63% against
   // 53-59%; 4096 in `meshvk-bench peers`: 773-786 ms against 908-1013 ms; docs/LAVAPIPE.md).
@@ -300,7 +310,10 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
     a_batch = s.a_batch_stride == 0 ? 0 : m_out * k4;
   }
   std::shared_ptr<DeviceBuffer> b_buf = packed_b;
-  if (b_buf) {
+  const DeviceBuffer* pb = &b;
+  if (b_read_as_stored(shape, s)) {
+    if (b_buf) throw Error("internal: a packed B given for " + describe(s) + ", read as stored");
+  } else if (b_buf) {
     // Packed by pack_blocked_b for the same shape (here or on another device, then copied).
     if (b_buf->bytes() != static_cast<uint64_t>(b_batches * 4 * k4 * n4_out) * 16)
       throw Error("internal: a packed B of " + std::to_string(b_buf->bytes()) + " bytes for " + describe(s));
@@ -308,6 +321,7 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
   } else {
     b_buf = pack_blocked_b(rt, rec, s, b);
   }
+  if (b_buf) pb = b_buf.get();
   const int64_t b_batch = s.b_batch_stride == 0 ? 0 : 4 * k4 * n4_out;
 
   const bool vec4_store = s.n % 4 == 0;
@@ -354,7 +368,7 @@ void record_blocked(RuntimeState& rt, Recording& rec, const MatmulShape& s, cons
 
   for (const Chunk& ch : chunks) {
     const Window wa = window(rt, *pa, a_span(ch), texel, 16);
-    const Window wb = window(rt, *b_buf, b_span(ch), texel, 16);
+    const Window wb = window(rt, *pb, b_span(ch), texel, 16);
     const Window wc = window(rt, c, c_span(ch), VK_FORMAT_UNDEFINED, vec4_store ? 16 : 4);
     BlockedParams p{};
     p.m = static_cast<uint32_t>(ch.rows);

@@ -1,11 +1,12 @@
 // Packing the blocked kernel's operands (the layouts are described in matmul_parts.hpp).
 //
-// B always goes through here, and A wherever the kernel does not read it as stored (transposed,
-// rows not whole vec4s, or 8 lanes: matmul_blocked.cpp), so the kernel's reads of packed operands
-// have no edge cases: padding is zeros. The pack must run near copy speed or it eats the kernel's
-// gain for N ~ 1024, so a workgroup is one SIMD row and each invocation moves a run of vec4s (its
-// index arithmetic, integer divisions that x86 has no SIMD instruction for, paid once per run) and
-// the lanes of a SIMD row sit on adjacent stored vec4s where the layout allows.
+// B goes through here unless it is stored as packed, and A wherever the kernel does not read it
+// as stored (transposed, rows not whole vec4s, or 8 lanes: matmul_blocked.cpp), so the kernel's
+// reads of packed operands have no edge cases: padding is zeros. The pack must run near copy
+// speed or it eats the kernel's gain for N ~ 1024, so a workgroup is one SIMD row and each
+// invocation moves a run of vec4s (its index arithmetic, integer divisions that x86 has no SIMD
+// instruction for, paid once per run) and the lanes of a SIMD row sit on adjacent stored vec4s
+// where the layout allows.
 #include <algorithm>
 #include <sstream>
 
