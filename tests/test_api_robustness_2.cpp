@@ -256,6 +256,38 @@ TEST(ApiRobustness2, SoftmaxCrossEntropyLabels) {
   expect_runtime_usable();
 }
 
+// Masked classes (logit -inf) other than the label: optax's gather leaves them out and the loss
+// stays finite; a one-hot product added -inf * 0 = NaN for every example. Eager, under jit and
+// sharded, with the gradient (softmax - one_hot: 0 at the masked classes).
+TEST(ApiRobustness2, SoftmaxCrossEntropyMaskedClasses) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const mv::Array logits = mv::array({0.f, -inf, 1.f, 2.f, -inf, -inf, -inf, 3.f, 0.f, 1.f, 1.f, 1.f}, {4, 3});
+  const mv::Array labels = mv::array({0, 0, 1, -1});
+  const auto lse = [](std::vector<float> v) {
+    double s = 0;
+    for (const float x : v) s += std::exp(double(x));
+    return std::log(s);
+  };
+  const double want = ((lse({0, 1}) - 0) + 0 + (lse({3, 0}) - 3) + (lse({1, 1, 1}) - 1)) / 4;
+  EXPECT_NEAR(scalar_value(mv::nn::softmax_cross_entropy(logits, labels)), want, 1e-6);
+  const auto loss = mv::jit(
+      [](const mv::Array& a, const mv::Array& l) { return mv::nn::softmax_cross_entropy(a, l); });
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const mv::Array sharded = mv::device_put(logits, mv::NamedSharding(mesh, P("x")));
+  const mv::Array sharded_labels = mv::device_put(labels, mv::NamedSharding(mesh, P("x")));
+  EXPECT_NEAR(scalar_value(loss(sharded, sharded_labels)), want, 1e-6);
+  const std::vector<float> g = mv::grad([&](const mv::Array& z) {
+                                 return mv::nn::softmax_cross_entropy(z, labels);
+                               })(logits).to_host<float>();
+  const double e = 1 + std::exp(1.0), e3 = 1 + std::exp(3.0);
+  const std::vector<double> want_g = {(1 / e - 1) / 4, 0, std::exp(1.0) / e / 4, 0, 0, 0,
+                                      0, -1 / e3 / 4, 1 / e3 / 4, 1.0 / 12, 1.0 / 12, (1.0 / 3 - 1) / 4};
+  ASSERT_EQ(g.size(), want_g.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want_g[i], 1e-6) << "element " << i;
+  // An example whose label itself is masked has an infinite loss, as optax's.
+  EXPECT_EQ(scalar_value(mv::nn::softmax_cross_entropy(logits, mv::array({1, 0, 1, 0}))), inf);
+}
+
 // sgd / adam with gradients (or a state) shaped unlike the params broadcast them silently: a
 // bias (2,) updated by a (3, 2) gradient came back (3, 2); a gradient for a name the params lack
 // was ignored. adam with b1 = 1 (or a bad step count) gave NaN parameters.

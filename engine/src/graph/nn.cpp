@@ -119,7 +119,11 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels) {
   // negative label counts from the end, and one outside [-classes, classes) makes the loss NaN
   // rather than quietly dropping the example's label term (one_hot of it is all zeros).
   const Array index = where(labels < 0, labels + classes, labels);
-  const Array per_example = -sum(log_softmax(logits) * one_hot(index, classes), {1});
+  // The label's term selected, not multiplied by a one-hot vector: a class whose logit is -inf
+  // (masked) would otherwise add -inf * 0 = NaN to every example, where optax's gather leaves it
+  // out. For finite logits the sum is the same: the label's term plus zeros.
+  const Array hit = arange(classes).reshape({1, classes}) == index.reshape({logits.shape()[0], 1});
+  const Array per_example = -sum(where(hit, log_softmax(logits), 0.0f), {1});
   return mean(where((index >= 0) & (index < classes), per_example, std::nanf("")));
 }
 
