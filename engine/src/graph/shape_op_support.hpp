@@ -1,12 +1,14 @@
 #pragma once
-// What the shape and data-movement ops (shape_ops.cpp, take_ops.cpp) share: axis checks, piece
-// shapes, and the two ways they lay out a result (piece by piece on each device, or whole on
-// every device).
+// What the shape and data-movement ops (shape_ops.cpp, join_ops.cpp, take_ops.cpp) share: axis
+// checks, piece shapes, and the three ways they lay out a result (piece by piece on each device,
+// whole on every device, or assembled from boxes of the sources: assemble.cpp).
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "exec/sharded_value.hpp"
+#include "kernels/strided_copy.hpp"
 #include "meshvk/array.hpp"
 #include "runtime/runtime_state.hpp"
 
@@ -38,5 +40,32 @@ Array on_each_device(const char* op, const std::vector<Array>& inputs, Shape sha
 
 // All inputs on the devices of the first committed one (or the first), each held whole.
 std::vector<Array> gather_whole(const char* op, const std::vector<Array>& arrays);
+
+// A strided copy of `box` of `dtype` elements (strides and offsets in elements).
+inline kernels::StridedCopy copy_into(const Shape& box, const std::vector<int64_t>& in_strides,
+                                      int64_t in_offset, const std::vector<int64_t>& out_strides,
+                                      int64_t out_offset, DType dtype) {
+  return {box, in_strides, out_strides, in_offset, out_offset, static_cast<uint32_t>(dtype_size(dtype))};
+}
+
+// Where a result's dimension can stay split the way an operand's is: when its size still divides
+// over the entry's mesh axes; else it is whole on every device.
+std::vector<SpecEntry> keep_dividing(const NamedSharding& n, const Shape& shape);
+
+// One part of a result piece: global box `box` of source `source`, read every `step` elements per
+// dimension, lands at `at` within the piece.
+struct Part {
+  size_t source;
+  Index box;
+  std::vector<int64_t> step, at;
+};
+
+// A result laid out as `target` whose pieces are made of parts of the sources (filled with
+// `fill_word` first, when given): each device fetches, device to device, only the boxes its
+// piece is made of, then places them with strided copies. What ops that cut or shift split
+// dimensions (slice, pad, roll, concatenate) need, without gathering whole operands.
+Array assemble(const char* op, const std::vector<Array>& sources, const Shape& shape, DType dtype,
+               const Sharding& target, std::optional<uint32_t> fill_word,
+               const std::function<std::vector<Part>(const Index&)>& parts_of);
 
 }  // namespace meshvk::detail
