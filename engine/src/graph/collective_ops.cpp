@@ -385,22 +385,51 @@ static Array all_to_all_untaped(const Array& input, const AxisNames& axis_name, 
 
 // ---- Taped entry points: a collective's cotangent rule is its transpose.
 
+// A cotangent that varies along an axis holds each device's contribution, to be summed where the
+// primal value is the same on every device along it; one that does not is one value, passed on
+// (JAX's varying-axes types: psum transposes pvary). And a collective over an axis its operand
+// does not vary along first makes the operand vary (JAX inserts pvary): psum adds n equal
+// terms, so its transpose multiplies by n.
 namespace {
+bool varies_over(const Array& x, const std::string& axis) {
+  return std::find(x.impl()->varying.begin(), x.impl()->varying.end(), axis) != x.impl()->varying.end();
+}
 bool varies_over(const Array& x, const AxisNames& axes) {
   for (const auto& a : axes.names)
-    if (std::find(x.impl()->varying.begin(), x.impl()->varying.end(), a) != x.impl()->varying.end()) return true;
+    if (varies_over(x, a)) return true;
   return false;
 }
+// The axes of `axes` along which x varies, in their order.
+std::vector<std::string> varying_among(const Array& x, const AxisNames& axes) {
+  std::vector<std::string> out;
+  for (const auto& a : axes.names)
+    if (varies_over(x, a)) out.push_back(a);
+  return out;
+}
+// The contributions `ct` holds along `axes` summed: one value along each of them.
+Array summed_contributions(const Array& ct, const AxisNames& axes) {
+  const std::vector<std::string> along = varying_among(ct, axes);
+  return along.empty() ? ct : psum(ct, AxisNames(along));
+}
+// The product of the sizes of the axes of `axes` along which x does not vary.
+int invariant_size(const Array& x, const AxisNames& axes) {
+  int n = 1;
+  for (const auto& a : axes.names)
+    if (!varies_over(x, a)) n *= axis_size(AxisNames(a));
+  return n;
+}
+Array times(const Array& x, int n) { return n == 1 ? x : x * static_cast<float>(n); }
 }  // namespace
 
 Array psum(const Array& x, const AxisNames& axis_name, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
   const Array y = psum_untaped(x, axis_name);
   if (!detail::differentiable(x)) return y;
-  // A cotangent that is the same on every device of a group passes through; one that differs
-  // (used per device afterwards) is summed, as every device's input fed every device's output.
-  return detail::on_tape(y, {x}, [axis_name](const Array& ct) {
-    return std::vector<Array>{varies_over(ct, axis_name) ? psum(ct, axis_name) : ct};
+  // Every device's input fed every device's output: the output's contributions summed reach each
+  // input, n times over the axes along which x was the same on every device (x + x + ... + x).
+  const int repeats = invariant_size(x, axis_name);
+  return detail::on_tape(y, {x}, [axis_name, repeats](const Array& ct) {
+    return std::vector<Array>{times(summed_contributions(ct, axis_name), repeats)};
   });
 }
 
@@ -409,9 +438,12 @@ Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tile
   const Array y = all_gather_untaped(x, axis_name, axis, tiled);
   if (!detail::differentiable(x)) return y;
   const int ax = axis < 0 ? axis + static_cast<int>(tiled ? x.ndim() : x.ndim() + 1) : axis;
-  return detail::on_tape(y, {x}, [x, axis_name, ax, tiled](const Array& ct) {
-    if (varies_over(ct, axis_name)) return std::vector<Array>{psum_scatter(ct, axis_name, ax, tiled)};
-    // The same cotangent everywhere: each device keeps the piece it contributed.
+  return detail::on_tape(y, {x}, [x, axis_name, ax, tiled](const Array& ct_in) {
+    if (varies_over(ct_in, axis_name) && varying_among(ct_in, axis_name).size() == axis_name.names.size())
+      return std::vector<Array>{psum_scatter(ct_in, axis_name, ax, tiled)};
+    // One cotangent along the axes: each device keeps the piece it contributed (where x was the
+    // same along an axis, the pieces are contributions to it, summed where it is read).
+    const Array ct = summed_contributions(ct_in, axis_name);
     std::vector<Array> start(ct.ndim(), scalar(int32_t{0}));
     Shape sizes = ct.shape();
     const int64_t piece = tiled ? x.shape()[ax] : 1;
@@ -427,8 +459,9 @@ Array psum_scatter(const Array& x, const AxisNames& axis_name, int scatter_dimen
   const Array y = psum_scatter_untaped(x, axis_name, scatter_dimension, tiled);
   if (!detail::differentiable(x)) return y;
   const int dim = scatter_dimension < 0 ? scatter_dimension + static_cast<int>(x.ndim()) : scatter_dimension;
-  return detail::on_tape(y, {x}, [axis_name, dim, tiled](const Array& ct) {
-    return std::vector<Array>{all_gather(ct, axis_name, dim, tiled)};
+  const int repeats = invariant_size(x, axis_name);
+  return detail::on_tape(y, {x}, [axis_name, dim, tiled, repeats](const Array& ct) {
+    return std::vector<Array>{times(all_gather(ct, axis_name, dim, tiled), repeats)};
   });
 }
 
@@ -457,9 +490,12 @@ static Array pextreme(const char* op, const Array& x, const AxisNames& axes, col
   const Array y = reduce_over(op, x, axes, kind);
   if (!detail::differentiable(x)) return y;
   return detail::on_tape(y, {x}, [x, y, axes](const Array& ct) {
-    const Array c = varies_over(ct, axes) ? psum(ct, axes) : ct;
+    const Array c = summed_contributions(ct, axes);
     const Array hit = astype(equal(x, y), x.dtype());
-    return std::vector<Array>{c * hit / psum(hit, axes)};
+    // Ties counted over the devices that hold x's values: along an axis x does not vary over,
+    // its devices hold one value, not as many ties.
+    const std::vector<std::string> along = varying_among(x, axes);
+    return std::vector<Array>{along.empty() ? c * hit : c * hit / psum(hit, AxisNames(along))};
   });
 }
 
@@ -468,7 +504,7 @@ Array pbroadcast(const Array& x, const AxisNames& axis_name, int source) {
   const Array y = pbroadcast_untaped(x, axis_name, source);
   if (!detail::differentiable(x)) return y;
   return detail::on_tape(y, {x}, [axis_name, source](const Array& ct) {
-    const Array c = varies_over(ct, axis_name) ? psum(ct, axis_name) : ct;
+    const Array c = summed_contributions(ct, axis_name);
     return std::vector<Array>{where(equal(axis_index(axis_name), source), c, 0.0f)};
   });
 }

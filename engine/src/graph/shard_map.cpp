@@ -280,8 +280,8 @@ std::vector<Array> detail::shard_map_call_deferred(const ShardMapBody& body, con
       text.push_back("  in" + std::to_string(i) + ": " + local_type(v.dtype, v.shape) + " " + in_specs[i].to_string() +
                      " -> local " + local_type(v.dtype, local.shape));
     Array view = detail::make_array(placed.impl()->runtime, std::move(local), true, in_specs[i].axes());
-    // Cotangent: per-device pieces summed over the axes the input was replicated on, then
-    // assembled by the in_spec.
+    // Cotangent: per-device pieces summed over the axes the input was replicated on and the
+    // cotangent varies over, then assembled by the in_spec.
     locals.push_back(detail::on_tape(view, {placed}, [mesh, manual, spec = in_specs[i], global = placed.shape()](const Array& ct) {
       const detail::ManualScope scope(manual);
       Array c = on_manual_mesh(ct, manual);
@@ -293,10 +293,13 @@ std::vector<Array> detail::shard_map_call_deferred(const ShardMapBody& body, con
             std::find(named.begin(), named.end(), axis) == named.end())
           replicated.push_back(axis);
       }
+      // Summed only along the axes the cotangent varies over: along the others it is one value
+      // already (every device's copy of a body that did not vary along them), not contributions.
       const auto& varying = c.impl()->varying;
-      bool varies = false;
-      for (const auto& axis : replicated) varies = varies || std::find(varying.begin(), varying.end(), axis) != varying.end();
-      if (varies) c = psum(c, replicated);
+      std::vector<std::string> summed;
+      for (const auto& axis : replicated)
+        if (std::find(varying.begin(), varying.end(), axis) != varying.end()) summed.push_back(axis);
+      if (!summed.empty()) c = psum(c, summed);
       const exec::ShardedValue& cv = detail::materialized(c);
       return std::vector<Array>{detail::make_array(c.impl()->runtime,
                                                    exec::ShardedValue{global, cv.dtype, NamedSharding(mesh, spec), cv.shards}, true)};
