@@ -151,6 +151,34 @@ TEST(JaxEinsum, DiagonalsAndTraces) {
                host_einsum("ij,jk->ik", {xd, y}), {3, 2});
 }
 
+// A diagonal selects its elements, as numpy's einsum reads them: a NaN or inf off the diagonal
+// stays out of it (a product with an identity mask made it NaN), a -0 on it stays -0; also where
+// the diagonal's dimension is not the first, and for the last two of three dimensions.
+TEST(JaxEinsum, DiagonalsLeaveTheOtherElementsOut) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const Array m = mv::array({1.f, nan, inf, -0.f}, {2, 2});
+  const std::vector<float> d = mv::einsum("ii->i", m).to_host<float>();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], 1.f);
+  EXPECT_EQ(d[1], 0.f);
+  EXPECT_TRUE(std::signbit(d[1])) << "the -0 on the diagonal";
+  EXPECT_EQ(mv::einsum("ii", mv::array({1.f, nan, -inf, 3.f}, {2, 2})).to_host<float>(), std::vector<float>{4.f});
+  // x[a, b, a] with NaN everywhere else, and x[j, i, i].
+  std::vector<float> v(2 * 3 * 2, nan), w(3 * 2 * 2, inf);
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 3; ++b) v[static_cast<size_t>((a * 3 + b) * 2 + a)] = float(10 * a + b);
+  for (int j = 0; j < 3; ++j)
+    for (int i = 0; i < 2; ++i) w[static_cast<size_t>((j * 2 + i) * 2 + i)] = float(10 * j + i);
+  EXPECT_EQ(mv::einsum("aba->ba", mv::array(v, {2, 3, 2})).to_host<float>(),
+            (std::vector<float>{0, 10, 1, 11, 2, 12}));
+  EXPECT_EQ(mv::einsum("jii->ji", mv::array(w, {3, 2, 2})).to_host<float>(),
+            (std::vector<float>{0, 1, 10, 11, 20, 21}));
+  // The gradient of a trace is the identity, NaN-free.
+  const std::vector<float> g =
+      mv::grad([](const Array& x) { return mv::einsum("ii", x); })(mv::array({1.f, 2.f, 3.f, 4.f}, {2, 2})).to_host<float>();
+  EXPECT_EQ(g, (std::vector<float>{1, 0, 0, 1}));
+}
+
 TEST(JaxEinsum, ManyOperandsContractPairwise) {
   const auto a = operand({8, 16}, 14), b = operand({16, 2}, 15), c = operand({2, 32}, 16),
              d = operand({32, 3}, 17);

@@ -4,6 +4,8 @@
 // is made of ops that partition and differentiate on their own (sum, multiply, transpose,
 // broadcast_to and the two-operand product in linalg_ops.cpp).
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -190,16 +192,34 @@ Array broadcast_ellipsis(const Array& x, const std::string& labels, const Parsed
   return want == x.shape() ? x : broadcast_to(x, want);
 }
 
-// The diagonal of dimensions d0 < d1 (same size): x * eye over those two, summed over d1.
+// The diagonal of dimensions d0 < d1 (same size), where d0 was: elements (.., i, .., i, ..)
+// selected by a take, as numpy's einsum reads them (a product with an identity mask would add
+// NaN * 0 from a NaN or inf off the diagonal, and +0 to a -0 on it).
 Array diagonal(const Array& x, size_t d0, size_t d1) {
   const int64_t n = x.shape()[d0];
-  const int32_t count = static_cast<int32_t>(n);
-  const Array eye = equal(reshape(arange(count), {n, 1}), reshape(arange(count), {1, n}));
-  Shape mask_shape(x.ndim(), 1);
-  mask_shape[d0] = n;
-  mask_shape[d1] = n;
-  const Array mask = reshape(astype(eye, x.dtype()), mask_shape);
-  return sum(multiply(x, mask), {static_cast<int>(d1)});
+  std::vector<int> perm;
+  for (size_t d = 0; d < x.ndim(); ++d)
+    if (d != d0 && d != d1) perm.push_back(static_cast<int>(d));
+  perm.push_back(static_cast<int>(d0));
+  perm.push_back(static_cast<int>(d1));
+  Shape flat_shape;
+  for (size_t k = 0; k + 2 < perm.size(); ++k) flat_shape.push_back(x.shape()[static_cast<size_t>(perm[k])]);
+  flat_shape.push_back(n * n);  // x holds n * n elements already
+  if (n * n + n > std::numeric_limits<int32_t>::max())
+    throw Error("einsum: a diagonal of size " + std::to_string(n) + " has more elements (" +
+                std::to_string(n * n) + ") than int32 indices reach");
+  const Array flat = reshape(transpose(x, perm), flat_shape);
+  const Array at = arange(static_cast<int32_t>(n)) * static_cast<int32_t>(n + 1);
+  const Array diag = take(flat, at, -1);
+  // The diagonal's dimension back where d0 was.
+  std::vector<int> back;
+  const int last = static_cast<int>(diag.ndim()) - 1;
+  for (int d = 0; d < last; ++d) {
+    if (d == static_cast<int>(d0)) back.push_back(last);
+    back.push_back(d);
+  }
+  if (static_cast<int>(d0) == last) back.push_back(last);
+  return transpose(diag, back);
 }
 
 // Repeated labels within one operand become one dimension holding the diagonal.
