@@ -235,7 +235,10 @@ template <class F>
 auto shard_map(F f, Mesh mesh, std::vector<SpecTree> in_specs, SpecTree out_specs,
                std::vector<std::string> axis_names = {}) {
   return [f = std::move(f), mesh = std::move(mesh), in_specs = std::move(in_specs),
-          out_specs = std::move(out_specs), axis_names = std::move(axis_names)](const auto&... args) {
+          out_specs = std::move(out_specs), axis_names = std::move(axis_names)](const auto&... args)
+    // Callable only with arguments f takes, so jit(shard_map(...)) can count them (as grad's).
+    requires std::invocable<const F&, decltype(args)...>
+  {
     return detail::shard_map_tree(
         f, mesh, in_specs, [&out_specs](const auto& result, size_t) { return detail::result_specs(result, out_specs); },
         axis_names, args...);

@@ -1,6 +1,7 @@
 // The public elementwise operations (ops.hpp): each one's promotion (graph/elementwise_core.hpp
 // builds and fuses the program) and its gradient rule.
 #include <functional>
+#include <limits>
 #include <optional>
 #include <variant>
 #include <vector>
@@ -247,14 +248,20 @@ Array power(const Operand& a, const Operand& b) {
     if (const auto* e = std::get_if<float>(&b.get())) {
       const Array f = is_floating(x->dtype()) ? *x : astype(*x, DType::float32);
       if (*e == 2.0f) return square(f);
-      if (*e == 0.5f) return sqrt(f);
-      if (*e == -0.5f) return rsqrt(f);
       if (*e == -1.0f) return reciprocal(f);
+      // pow's values where sqrt's differ (C and numpy: pow(-inf, 0.5) = inf, pow(-0, 0.5) = +0,
+      // pow(-inf, -0.5) = 0, pow(-0, -0.5) = +inf; sqrt(-inf) is NaN, sqrt(-0) -0).
+      constexpr float inf = std::numeric_limits<float>::infinity();
+      if (*e == 0.5f) return where(equal(f, -inf), inf, add(sqrt(f), 0.0f));
+      if (*e == -0.5f) return where(equal(f, -inf), 0.0f, where(equal(f, 0.0f), inf, rsqrt(f)));
     }
   }
   const Array y = arithmetic("power", EwOp::pow, a, b);
-  return taped(y, a, b, [a, b](const Array& ct) { return ct * multiply(b, power(a, subtract(b, 1.0f))); },
-               [a, y](const Array& ct) { return ct * y * log(add(a, 0.0f)); });
+  // As JAX's: d/da is 0 where b is 0 (not 0 * a^-1, NaN at a = 0), d/db reads log(1) where a is 0
+  // (not y * log(0), NaN where y is 0).
+  return taped(y, a, b,
+               [a, b](const Array& ct) { return ct * where(equal(b, 0.0f), 0.0f, multiply(b, power(a, subtract(b, 1.0f)))); },
+               [a, y](const Array& ct) { return ct * y * log(where(equal(a, 0.0f), 1.0f, add(a, 0.0f))); });
 }
 // Ties share the cotangent equally, as in JAX.
 Array maximum(const Operand& a, const Operand& b) {

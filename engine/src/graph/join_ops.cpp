@@ -11,6 +11,7 @@
 #include "exec/sharded_value.hpp"
 #include "graph/array_impl.hpp"
 #include "graph/dtype_support.hpp"
+#include "graph/elementwise_core.hpp"
 #include "graph/partial_sum.hpp"
 #include "graph/shape_op_support.hpp"
 #include "graph/tape.hpp"
@@ -79,16 +80,13 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
         throw Error("concatenate: shapes " + shape_to_string(arrays[0].shape()) + " and " + shape_to_string(a.shape()) +
                     " differ outside axis " + std::to_string(axis));
     shape[axis] = checked_add(shape[axis], a.shape()[axis], "concatenate", "the joined length");
-    // The promotion of all operands in any order (bool < uint32 < int32 < bfloat16, float16 <
-    // float32), as JAX's without x64 (uint32 with int32 is int64 there, canonicalized to int32;
-    // bfloat16 with float16 is float32). A rank, so uint32 cannot make the result depend on the
-    // operands' order.
-    const auto rank_of = [](DType t) {
-      return t == DType::bool_ ? 0 : t == DType::uint32 ? 1 : t == DType::int32 ? 2 : t == DType::float32 ? 4 : 3;
-    };
-    if (rank_of(a.dtype()) == 3 && rank_of(dtype) == 3 && a.dtype() != dtype) dtype = DType::float32;
-    if (rank_of(a.dtype()) > rank_of(dtype)) dtype = a.dtype();
   }
+  // All operands promoted as an elementwise op promotes them (JAX's lattice: float64 with
+  // float32 is float64, bfloat16 with float16 float32, uint32 with int32 int64); bools are
+  // joined by any other dtype and stay bool alone.
+  for (const Array& a : arrays)
+    if (a.dtype() != DType::bool_)
+      dtype = dtype == DType::bool_ ? a.dtype() : detail::ew::promote({{dtype, false}, {a.dtype(), false}});
   checked_size(shape, "concatenate");
   std::vector<Array> cast;
   for (const Array& a : arrays) cast.push_back(astype(a, dtype));
@@ -174,6 +172,14 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
                            widths[d].second, "pad", "the padded length");
   }
   checked_size(shape, "pad");
+  // An int64 value past int32, which the fill's sign-extended word cannot hold: x padded with 0,
+  // the padding then set to the value (full_like holds any int64 a float names).
+  if (x.dtype() == DType::int64 && !(value >= -2147483648.0f && value < 2147483648.0f) &&
+      value >= -9223372036854775808.0f && value < 9223372036854775808.0f) {
+    const Array inside = pad_untaped(astype(ones_like(x), DType::bool_), widths, 0.0f);
+    const Array padded = pad_untaped(x, widths, 0.0f);
+    return where(inside, padded, full_like(padded, static_cast<double>(value)));
+  }
   // The padding value cast to x's dtype as numpy's astype would; a value the integer dtype cannot
   // hold is an Error (converting it would be undefined behaviour, not a value).
   uint32_t word;
@@ -206,12 +212,13 @@ static Array pad_untaped(const Array& x, std::vector<std::pair<int64_t, int64_t>
       word = static_cast<uint32_t>(static_cast<int32_t>(value));
       break;
     }
-    case DType::int64:  // an int32 value, sign-extended by the fill
+    case DType::int64:  // an int32 value, sign-extended by the fill (larger ones: above)
     case DType::int32:
     default:
       if (!(value >= -2147483648.0f && value < 2147483648.0f))
-        throw Error("pad: value " + std::to_string(value) + " does not fit in int32, the dtype of " +
-                    type_of(x) + " (-2147483648 to 2147483647)");
+        throw Error("pad: value " + std::to_string(value) + " does not fit in " +
+                    std::string(dtype_name(x.dtype())) + ", the dtype of " + type_of(x) +
+                    (x.dtype() == DType::int64 ? " (-2^63 to 2^63 - 1)" : " (-2147483648 to 2147483647)"));
       word = static_cast<uint32_t>(static_cast<int32_t>(value));
       break;
   }

@@ -351,8 +351,10 @@ Array matmul(const Array& a, const Array& b, const std::optional<Sharding>& out_
 
 namespace detail {
 
-// JAX's promotion of the two (int8 @ int8 is int8, bool @ bool int32, as meshvk always did).
+// JAX's promotion of the two (int8 @ int8 is int8); bool @ bool is bool, as jnp.matmul and numpy
+// give it (an or of ands: the int32 count of true products, then whether it is nonzero).
 DType matmul_result_dtype(const Array& a, const Array& b) {
+  if (a.dtype() == DType::bool_ && b.dtype() == DType::bool_) return DType::bool_;
   return ew::promote({{a.dtype(), false}, {b.dtype(), false}});
 }
 

@@ -148,7 +148,12 @@ Array prod(const Array& x, std::vector<int> axes, bool keepdims) {
   }
   if (x.dtype() == DType::bfloat16 || x.dtype() == DType::float16)  // multiplied in float32, rounded once (as jnp.prod)
     return astype(prod(astype(x, DType::float32), std::move(axes), keepdims), x.dtype());
-  Array r = x.dtype() == DType::bool_ ? astype(x, DType::int32) : x;
+  // Narrow integers multiply in the default width, as jnp.prod (promote_integers) and sum do:
+  // bool and int8 in int32; uint8 gives uint32, whose arithmetic meshvk lacks: multiplied in
+  // int64, whose low 32 bits are the product modulo 2^32.
+  if (x.dtype() == DType::uint8)
+    return astype(prod(astype(x, DType::int64), std::move(axes), keepdims), DType::uint32);
+  Array r = x.dtype() == DType::bool_ || x.dtype() == DType::int8 ? astype(x, DType::int32) : x;
   Shape kept;
   for (int d = 0; d < nd; ++d) {
     if (reduce[static_cast<size_t>(d)])
@@ -230,6 +235,7 @@ Array sort(const Array& x, int axis) {
   require_valid("sort", {&x});
   reject_uint32("sort", x);
   if (x.ndim() == 0) return x;
+  axis = detail::normalize_axis(axis, x.ndim(), "sort");  // an error names sort, not argsort
   return take_along_axis(x, argsort(x, axis), axis);
 }
 
@@ -271,6 +277,11 @@ Array at_set(const Array& x, const Array& ids, const Operand& v) {
 Array at_add(const Array& x, const Array& ids, const Operand& v) {
   if (x.valid() && x.dtype() == DType::bool_)
     throw Error("at_add: x is bool, which has no add; use at_set, or astype(int32) first");
+  if (x.valid() && (x.dtype() == DType::bfloat16 || x.dtype() == DType::float16)) {
+    // Added in float32, rounded once to x's dtype, which the result keeps (as jnp's .at[].add).
+    const Array wide = at_add(astype(x, DType::float32), ids, astype(operand_array(v, x.dtype()), DType::float32));
+    return astype(wide, x.dtype());
+  }
   const Scatter s = scatter_parts("at_add", x, ids, v);
   if (s.m == 0 || s.n == 0) return x;
   const Array onehot = one_hot(s.idx, static_cast<int>(s.n), x.dtype());  // out of range: a zero row

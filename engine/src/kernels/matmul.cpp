@@ -324,8 +324,9 @@ void check_shape(const MatmulShape& s, const DeviceBuffer& a, const DeviceBuffer
   if (s.dtype != DType::float32 && s.dtype != DType::int32)
     throw Error("matmul: dtype " + std::string(dtype_name(s.dtype)) +
                 " is not supported; use float32 or int32");
-  if (s.batch < 1 || s.m < 0 || s.n < 0 || s.k < 0 || s.a_batch_stride < 0 || s.b_batch_stride < 0)
+  if (s.batch < 0 || s.m < 0 || s.n < 0 || s.k < 0 || s.a_batch_stride < 0 || s.b_batch_stride < 0)
     throw Error("matmul: invalid shape " + describe(s));
+  if (s.batch == 0) return;  // no products: nothing is read or written
   auto needs = [&](int64_t stride, int64_t matrix) { return (s.batch - 1) * stride + matrix; };
   if (static_cast<int64_t>(a.bytes() / 4) < needs(s.a_batch_stride, s.m * s.k) ||
       static_cast<int64_t>(b.bytes() / 4) < needs(s.b_batch_stride, s.k * s.n) ||
@@ -343,7 +344,7 @@ void check_shape(const MatmulShape& s, const DeviceBuffer& a, const DeviceBuffer
 
 std::shared_ptr<DeviceBuffer> record_pack_b(RuntimeState& rt, Recording& rec, const MatmulShape& s,
                                             const DeviceBuffer& b) {
-  if (choose_path(rt) != Path::blocked || s.m == 0 || s.n == 0 || s.k == 0) return nullptr;
+  if (choose_path(rt) != Path::blocked || s.batch == 0 || s.m == 0 || s.n == 0 || s.k == 0) return nullptr;
   MatmulShape shape = s;
   if (shape.batch == 1) shape.a_batch_stride = shape.b_batch_stride = 0;
   return matmul_parts::pack_blocked_b(rt, rec, shape, b);
@@ -364,7 +365,7 @@ void record_matmul(RuntimeState& rt, Recording& rec, const MatmulShape& s, const
     return OpCost{2 * batch * m * n * k, 0, (a_elements + b_elements + batch * m * n) * dtype_size(s.dtype)};
   }, OpKind::matmul, s.dtype);
   const Path path = choose_path(rt);
-  if (s.m == 0 || s.n == 0) return;
+  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
   if (s.k == 0) {
     // An empty sum: zeros (0.0f and 0 share their bits).
     if (rec.cb) vkCmdFillBuffer(rec.cb, c.vk_buffer(), c.offset(),

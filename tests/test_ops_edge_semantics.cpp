@@ -1,0 +1,128 @@
+// Everyday ops at edges an outside review compared with numpy and JAX (2026-11-27): empty batch
+// dimensions of matmul and einsum, bool matmul, the dtypes of prod, at_add and concatenate,
+// power at special values and its gradient at a zero base, pad of int64 past int32, sort's
+// errors, and jit of a shard_map.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "meshvk/meshvk.hpp"
+#include "test_support.hpp"
+
+namespace mv = meshvk;
+using mv::DType;
+using mv::P;
+
+namespace {
+mv::Array f64(const std::vector<double>& v) {
+  return mv::device_put(std::span<const double>(v), {static_cast<int64_t>(v.size())}, mv::SingleDeviceSharding(0));
+}
+}  // namespace
+
+TEST(OpsEdgeSemantics, MatmulAndEinsumWithAnEmptyBatch) {
+  EXPECT_EQ(mv::matmul(mv::zeros({0, 2, 3}), mv::zeros({0, 3, 4})).shape(), (mv::Shape{0, 2, 4}));
+  EXPECT_EQ(mv::matmul(mv::zeros({0, 2, 3}), mv::zeros({3, 4})).shape(), (mv::Shape{0, 2, 4}));
+  EXPECT_EQ(mv::matmul(mv::zeros({3}), mv::zeros({0, 3, 4})).shape(), (mv::Shape{0, 4}));
+  EXPECT_EQ(mv::einsum("bij,bjk->bik", mv::zeros({0, 2, 3}), mv::zeros({0, 3, 4})).shape(), (mv::Shape{0, 2, 4}));
+  EXPECT_EQ(mv::einsum("bi,bi->b", mv::zeros({0, 3}), mv::zeros({0, 3})).to_host<float>().size(), 0u);
+  const auto f = mv::jit([](const mv::Array& a, const mv::Array& b) { return mv::matmul(a, b); });
+  EXPECT_EQ(f(mv::zeros({0, 2, 3}), mv::zeros({0, 3, 4})).shape(), (mv::Shape{0, 2, 4}));
+  const mv::Array g = mv::grad([](const mv::Array& a) { return mv::matmul(a, mv::ones({0, 3, 4})).sum(); })(mv::zeros({0, 2, 3}));
+  EXPECT_EQ(g.shape(), (mv::Shape{0, 2, 3}));
+  expect_runtime_usable();
+}
+
+TEST(OpsEdgeSemantics, BoolMatmulIsBool) {
+  const mv::Array m = mv::array({1, 0, 1, 1}, {2, 2}) > 0;
+  const mv::Array r = mv::matmul(m, m);
+  EXPECT_EQ(r.dtype(), DType::bool_);
+  EXPECT_EQ(mv::astype(r, DType::int32).to_host<int32_t>(), (std::vector<int32_t>{1, 0, 1, 1}));
+}
+
+TEST(OpsEdgeSemantics, ProdOfNarrowIntegersPromotes) {
+  const mv::Array i8 = mv::astype(mv::array({100, 100, 3}), DType::int8);
+  const mv::Array p = mv::prod(i8);
+  EXPECT_EQ(p.dtype(), DType::int32);
+  EXPECT_EQ(p.to_host<int32_t>(), std::vector<int32_t>{30000});
+  const mv::Array u8 = mv::astype(mv::array({200, 2, 255, 255, 255, 255}), DType::uint8);
+  const mv::Array q = mv::prod(u8);
+  EXPECT_EQ(q.dtype(), DType::uint32);
+  EXPECT_EQ(q.to_host<uint32_t>(), std::vector<uint32_t>{static_cast<uint32_t>(400ull * 255 * 255 * 255 * 255)});
+}
+
+TEST(OpsEdgeSemantics, AtAddKeepsTheDtypeAndItsPrecision) {
+  const mv::Array x = f64({1.0, 2.0, 3.0});
+  const std::vector<double> got = mv::at_add(x, mv::array({0, 2, 0}), f64({0.1, 1e-10, 1e-12})).to_host<double>();
+  // Within a float64 rounding or two (the order of duplicates' adds is unspecified, as XLA's);
+  // a float32 step would be off by ~1e-9.
+  const std::vector<double> want = {1.0 + 0.1 + 1e-12, 2.0, 3.0 + 1e-10};
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-15) << i;
+  for (const DType t : {DType::bfloat16, DType::float16}) {
+    const mv::Array h = mv::astype(mv::array({1.f, 2.f, 3.f}), t);
+    const mv::Array r = mv::at_add(h, mv::array({0, 0}), 0.1f);
+    EXPECT_EQ(r.dtype(), t);
+    const float want = mv::astype(mv::astype(mv::array({1.2f}), t), DType::float32).to_host<float>()[0];
+    EXPECT_EQ(mv::astype(r, DType::float32).to_host<float>()[0], want) << mv::dtype_name(t);
+  }
+}
+
+TEST(OpsEdgeSemantics, ConcatenatePromotesWideDtypes) {
+  const mv::Array d = f64({1.0 + 1e-12});
+  const mv::Array c = mv::concatenate({d, mv::array({2.f})});
+  EXPECT_EQ(c.dtype(), DType::float64);
+  EXPECT_EQ(c.to_host<double>(), (std::vector<double>{1.0 + 1e-12, 2.0}));
+  EXPECT_EQ(mv::concatenate({mv::array({2.f}), d}).dtype(), DType::float64);
+  EXPECT_EQ(mv::concatenate({mv::astype(mv::array({1}), DType::int8), mv::array({7})}).dtype(), DType::int32);
+  EXPECT_EQ(mv::concatenate({mv::array({1}) > 0, mv::astype(mv::array({1}), DType::uint8)}).dtype(), DType::uint8);
+  EXPECT_EQ(mv::concatenate({mv::astype(mv::array({1}), DType::int64), mv::array({1.5f})}).dtype(), DType::float32);
+}
+
+TEST(OpsEdgeSemantics, PowerAtSpecialValuesAndItsGradientAtZero) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const mv::Array x = mv::array({-inf, -0.f, 0.f, 4.f});
+  const std::vector<float> half = mv::power(x, 0.5f).to_host<float>();
+  EXPECT_EQ(half[0], inf);
+  EXPECT_EQ(half[1], 0.f);
+  EXPECT_FALSE(std::signbit(half[1])) << "pow(-0, 0.5) is +0";
+  EXPECT_EQ(half[3], 2.f);
+  const std::vector<float> inv = mv::power(x, -0.5f).to_host<float>();
+  EXPECT_EQ(inv[0], 0.f);
+  EXPECT_EQ(inv[1], inf);
+  EXPECT_EQ(inv[2], inf);
+  EXPECT_EQ(inv[3], 0.5f);
+  // d/dx x^0 = 0 and d/dy 0^y = 0, as JAX's (not 0 * inf).
+  const mv::Array z = mv::array({0.f, 2.f});
+  EXPECT_EQ(mv::grad([](const mv::Array& a) { return mv::power(a, mv::zeros({2})).sum(); })(z).to_host<float>(),
+            (std::vector<float>{0, 0}));
+  EXPECT_EQ(mv::grad([](const mv::Array& y) { return mv::power(mv::zeros({2}), y).sum(); })(mv::array({1.f, 2.f})).to_host<float>(),
+            (std::vector<float>{0, 0}));
+  // Elsewhere the gradients are the usual ones.
+  const std::vector<float> g = mv::grad([](const mv::Array& a) { return mv::power(a, mv::full({2}, 3.f)).sum(); })(z).to_host<float>();
+  EXPECT_EQ(g, (std::vector<float>{0, 12}));
+}
+
+TEST(OpsEdgeSemantics, PadOfInt64PastInt32) {
+  const mv::Array x = mv::astype(mv::array({1, 2}), DType::int64);
+  EXPECT_EQ(mv::pad(x, {{1, 2}}, 3e9f).to_host<int64_t>(),
+            (std::vector<int64_t>{3000000000, 1, 2, 3000000000, 3000000000}));
+  EXPECT_EQ(mv::pad(x, {{1, 0}}, -5e12f).to_host<int64_t>()[0], static_cast<int64_t>(-5e12f));
+  expect_error([&] { mv::pad(mv::array({1, 2}), {{1, 0}}, 3e9f); }, "does not fit in int32");
+}
+
+TEST(OpsEdgeSemantics, SortNamesItselfInErrors) {
+  expect_error([] { mv::sort(mv::zeros({2, 3}), 2); }, "sort: axis 2");
+}
+
+TEST(OpsEdgeSemantics, JitOfAShardMap) {
+  const mv::Mesh mesh = mv::make_mesh({8}, {"x"});
+  const auto f = mv::jit(mv::shard_map([](const mv::Array& x) { return mv::psum(x, "x"); }, mesh, {P("x")}, P()));
+  EXPECT_EQ(f(mv::arange(16.f)).to_host<float>(), (std::vector<float>{56, 64}));
+  const auto two = mv::jit(mv::shard_map([](const mv::Array& x, const mv::Array& y) { return x * y; }, mesh,
+                                         {P("x"), P("x")}, P("x")));
+  EXPECT_EQ(two(mv::arange(8.f), mv::full({8}, 2.f)).to_host<float>(), (std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14}));
+}
