@@ -325,6 +325,42 @@ TEST(Cond, OneBranchEagerBothSelectedUnderJitAndGradients) {
   expect_close(jg(mv::scalar(false), x), {std::cos(0.5f), std::cos(-1.f)});
 }
 
+// Under jit both branches run; the untaken one's gradient must not leak into the result: log's
+// 1/x at x = 0 times a zero cotangent is NaN, and a sum of both branches' gradients was NaN where
+// JAX (which runs only the taken branch) gives the taken one's. Also a branch reading a closed-over
+// array and a cond inside a scan.
+TEST(Cond, UntakenBranchGradientStaysOutUnderJit) {
+  const Array x = host_array(std::vector<float>{-0.3f, 0.f}, {2});
+  const auto loss = [](const Array& p, const Array& v) {
+    return mv::lax::cond(p, [](const Array& u) { return mv::log(u).sum(); }, [](const Array& u) { return (u * 2.f).sum(); }, v);
+  };
+  const auto g = mv::jit([&](const Array& p, const Array& v) { return mv::grad([&](const Array& u) { return loss(p, u); })(v); });
+  expect_close(g(mv::scalar(false), x), {2.f, 2.f});
+  const Array y = host_array(std::vector<float>{2.f, 4.f}, {2});
+  expect_close(g(mv::scalar(true), y), {0.5f, 0.25f});
+  // Closed over: w read by the true branch only.
+  const Array w = host_array(std::vector<float>{0.f, 3.f}, {2});
+  const auto gw = mv::jit([&](const Array& p) {
+    return mv::grad([&](const Array& ww) {
+      return mv::lax::cond(p, [&] { return mv::sqrt(ww).sum(); }, [&] { return (ww * 5.f).sum(); });
+    })(w);
+  });
+  expect_close(gw(mv::scalar(false)), {5.f, 5.f});
+  // Inside a scan's body: a carry that reaches 0 in the untaken branch's log.
+  const auto scanned = mv::jit([](const Array& v) {
+    return mv::grad([](const Array& u) {
+      auto [c, ys] = mv::lax::scan(
+          [](const Array& c, const Array& xi) {
+            const Array next = mv::lax::cond(xi > 0.f, [&] { return c * xi; }, [&] { return mv::log(c * 0.f) + c; });
+            return std::make_pair(next, next);
+          },
+          u, host_array(std::vector<float>{2.f, 3.f}, {2}));
+      return c.sum();
+    })(v);
+  });
+  expect_close(scanned(host_array(std::vector<float>{1.f}, {1})), {6.f});
+}
+
 TEST(ControlFlowErrors, NameWhatWasWrong) {
   EXPECT_THROW_MSG(mv::lax::scan([](const Array& c, const Array& x) { return std::make_pair(mv::concatenate({c, x}), x); },
                                  mv::zeros({2}), mv::zeros({3, 2})),

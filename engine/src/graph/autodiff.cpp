@@ -196,6 +196,27 @@ const std::vector<Array>& TapeIsolation::closure() const {
   return probe_ ? static_cast<const Tape*>(probe_.get())->closure : none;
 }
 
+std::function<std::vector<Array>(const std::vector<Array>&)> TapeIsolation::backward(
+    const std::vector<Array>& outputs) const {
+  return [probe = probe_, outputs](const std::vector<Array>& cotangents) {
+    const Tape* tape = static_cast<const Tape*>(probe.get());
+    if (!tape) return std::vector<Array>{};
+    std::map<const ArrayImpl*, Array> seeds;
+    for (size_t k = 0; k < outputs.size() && k < cotangents.size(); ++k) {
+      if (!cotangents[k].valid() || !outputs[k].valid()) continue;
+      auto [slot, fresh] = seeds.emplace(outputs[k].impl().get(), cotangents[k]);
+      if (!fresh) slot->second = slot->second + cotangents[k];
+    }
+    const std::map<const ArrayImpl*, Array> all = backprop(*tape, std::move(seeds));
+    std::vector<Array> out;
+    for (const Array& c : tape->closure) {
+      const auto found = all.find(c.impl().get());
+      out.push_back(found != all.end() ? found->second : Array());
+    }
+    return out;
+  };
+}
+
 Linearized vjp_leaves(const std::function<std::vector<Array>(const std::vector<Array>&)>& f,
                       const std::vector<Array>& primals, const std::vector<Array>& closure) {
   auto tape = std::make_shared<Tape>();

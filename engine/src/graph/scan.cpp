@@ -359,8 +359,27 @@ std::vector<Array> cond_leaves(const Array& pred, const std::function<std::vecto
   auto& rt = *pred.impl()->runtime;
   if (!rt.capture()) return read_predicate(pred, "cond") ? on_true() : on_false();
   // Inside a trace the program must serve every later call: both branches run and each result
-  // is selected on the device (what JAX does with cond under vmap).
-  const std::vector<Array> t = on_true(), f = on_false();
+  // is selected on the device (what JAX does with cond under vmap). Their gradients are selected
+  // the same way, after each branch's backward pass, not before: the untaken branch's backward
+  // pass gets a zero cotangent, and 0 * inf (log's 1/x at 0) would be NaN in a sum of the two.
+  // Each branch isolated on its own, so each has its own backward pass (what it recorded).
+  struct Branch {
+    std::vector<Array> leaves, closure;
+    std::function<std::vector<Array>(const std::vector<Array>&)> backward;
+    bool taped = false;
+  };
+  const auto isolate = [](const std::function<std::vector<Array>()>& run) {
+    Branch b;
+    const TapeIsolation isolated({});
+    b.leaves = run();
+    b.taped = isolated.was_taping();
+    b.closure = isolated.closure();
+    b.backward = isolated.backward(b.leaves);
+    return b;
+  };
+  const Branch tb = isolate(on_true), fb = isolate(on_false);
+  const std::vector<Array>& t = tb.leaves;
+  const std::vector<Array>& f = fb.leaves;
   if (t.size() != f.size())
     throw Error("cond: the branches return " + std::to_string(t.size()) + " and " + std::to_string(f.size()) +
                 " arrays; both must return the same structure");
@@ -372,6 +391,31 @@ std::vector<Array> cond_leaves(const Array& pred, const std::function<std::vecto
                   type_of(f[i]) + " in the false one; both branches must return the same types");
     out.push_back(where(p, t[i], f[i]));
   }
+  if (!tb.taped || (tb.closure.empty() && fb.closure.empty())) return out;
+  // What either branch read that a tape tracks, and where each branch's cotangents go in it.
+  std::vector<Array> closure = tb.closure;
+  std::vector<size_t> from_false;
+  for (const Array& c : fb.closure) {
+    size_t at = 0;
+    while (at < closure.size() && closure[at].impl() != c.impl()) ++at;
+    if (at == closure.size()) closure.push_back(c);
+    from_false.push_back(at);
+  }
+  on_tape(out, closure, [p, closure, from_false, bt = tb.backward, bf = fb.backward](const std::vector<Array>& cts) {
+    const std::vector<Array> gt_own = bt(cts), gf_own = bf(cts);
+    std::vector<Array> gt(closure.size()), gf(closure.size());
+    for (size_t i = 0; i < gt_own.size(); ++i) gt[i] = gt_own[i];
+    for (size_t i = 0; i < gf_own.size(); ++i) gf[from_false[i]] = gf_own[i];
+    std::vector<Array> g;
+    for (size_t i = 0; i < closure.size(); ++i) {
+      if (!gt[i].valid() && !gf[i].valid()) {
+        g.emplace_back();
+        continue;
+      }
+      g.push_back(where(p, gt[i].valid() ? gt[i] : zeros_like(closure[i]), gf[i].valid() ? gf[i] : zeros_like(closure[i])));
+    }
+    return g;
+  });
   return out;
 }
 

@@ -57,6 +57,10 @@ class TapeIsolation {
   TapeIsolation& operator=(const TapeIsolation&) = delete;
   bool was_taping() const { return !saved_.empty(); }
   const std::vector<Array>& closure() const;
+  // The isolated function's backward pass from what it recorded while isolated: one cotangent per
+  // output in `outputs` (an invalid Array: zero) to one per array of closure() (invalid where
+  // none flows), without running the function again. Valid after the isolation ends.
+  std::function<std::vector<Array>(const std::vector<Array>&)> backward(const std::vector<Array>& outputs) const;
   // Whether the function read values of the body of an enclosing isolated function (a loop's
   // carry, or values computed from it), not values that body closes over.
   bool reads_enclosing_body() const;
