@@ -155,6 +155,30 @@ TEST(Vmap, UnderJitAndGradOnShardedInputs) {
   EXPECT_EQ(f.traces(), 1u);
 }
 
+// Outputs stay split along the mapped axis as the input was, as JAX's batched outputs (they came
+// back replicated: every device held the whole batch); inner dimensions keep their own layout;
+// also in explicit mode, under jit and with out_axes.
+TEST(Vmap, OutputsKeepTheMappedAxisSharding) {
+  const auto mesh = mv::make_mesh({8}, {"x"});
+  const Array xs = mv::device_put(mv::arange(32.f).reshape({8, 4}), mv::NamedSharding(mesh, P("x")));
+  const Array doubled = mv::vmap([](const Array& v) { return v * 2.f; })(xs);
+  EXPECT_TRUE(doubled.sharding().is_equivalent_to(mv::NamedSharding(mesh, P("x")), 2)) << doubled.sharding().to_string();
+  expect_close(doubled, (mv::arange(32.f) * 2.f).to_host<float>());
+  const Array sums = mv::jit([](const Array& v) { return mv::vmap([](const Array& r) { return r.sum(); })(v); })(xs);
+  EXPECT_TRUE(sums.sharding().is_equivalent_to(mv::NamedSharding(mesh, P("x")), 1)) << sums.sharding().to_string();
+  const Array moved = mv::vmap([](const Array& v) { return v + 1.f; }, {0}, 1)(xs);
+  EXPECT_TRUE(moved.sharding().is_equivalent_to(mv::NamedSharding(mesh, P(mv::None, "x")), 2))
+      << moved.sharding().to_string();
+  const auto explicit_mesh = mv::make_mesh({2, 4}, {"X", "Y"}, {mv::AxisType::Explicit, mv::AxisType::Explicit});
+  const Array e = mv::device_put(mv::arange(24.f).reshape({4, 6}), mv::NamedSharding(explicit_mesh, P("X")));
+  EXPECT_EQ(mv::type_of(mv::vmap([](const Array& v) { return v * 3.f; })(e)), "float32[4@X,6]");
+  // Mapped over an axis that is not split: the outputs as they come.
+  const Array rows = mv::device_put(mv::arange(16.f).reshape({8, 2}), mv::NamedSharding(mesh, P("x")));
+  const Array joined = mv::vmap([](const Array& v) { return mv::concatenate({v, v, v}); }, {1})(rows);
+  EXPECT_EQ(joined.shape(), (mv::Shape{2, 24}));
+  EXPECT_FALSE(joined.sharding().is_equivalent_to(mv::NamedSharding(mesh, P("x")), 2));
+}
+
 TEST(Transforms, ErrorsNameWhatWasWrong) {
   auto msg = [](const std::function<void()>& f) { return message_of(f); };
   EXPECT_NE(msg([] { (void)mv::vmap([](const Array& a) { return a; }, {0, 0})(mv::ones({2})); }).find("2 in_axes for 1"), std::string::npos);

@@ -47,6 +47,10 @@ std::vector<Array> custom_vjp_leaves(
 bool any_tape_active();
 // moveaxis for vmap's in_axes / out_axes.
 Array move_axis(const Array& x, int from, int to, const char* op);
+// vmap's outputs (stacked along axis 0) split along it as the first mapped input `mapped` is
+// along its mapped axis (moved to 0), as JAX's batched outputs are, where the mesh axes are
+// free in the output and its length divides over them; others as they are.
+std::vector<Array> keep_batch_sharding(std::vector<Array> ys, const Array& mapped);
 
 template <class T>
 inline constexpr bool is_tuple_v = false;
@@ -290,7 +294,8 @@ auto vmap(F f, std::vector<std::optional<int>> in_axes = {}, int out_axes = 0) {
     };
     const detail::ScanLeaves out = detail::scan_leaves(body, {}, xs, size, false);
     std::vector<Array> ys;
-    for (const Array& y : out.ys) ys.push_back(detail::move_axis(y, 0, out_axes, "vmap"));
+    for (const Array& y : detail::keep_batch_sharding(out.ys, xs.front()))
+      ys.push_back(detail::move_axis(y, 0, out_axes, "vmap"));
     return detail::unflatten_like(**out_like, ys);
   };
 }

@@ -90,6 +90,30 @@ std::vector<Array> custom_vjp_leaves(
   return r.first;
 }
 
+std::vector<Array> keep_batch_sharding(std::vector<Array> ys, const Array& mapped) {
+  const NamedSharding* in = mapped.sharding().named();
+  if (!in || !mapped.committed() || in->spec().size() == 0 || in->spec()[0].axes.empty()) return ys;
+  const SpecEntry& batch = in->spec()[0];
+  int64_t ways = 1;
+  for (const auto& axis : batch.axes) ways *= in->mesh().axis_size(axis);
+  for (Array& y : ys) {
+    if (!y.valid() || y.ndim() == 0 || y.shape()[0] % ways != 0) continue;
+    std::vector<SpecEntry> spec;
+    const NamedSharding* out = y.sharding().named();
+    if (out && !(out->mesh() == in->mesh())) continue;
+    for (size_t d = 0; d < y.ndim(); ++d)
+      spec.push_back(d == 0 ? batch : out && d < out->spec().size() ? out->spec()[d] : SpecEntry());
+    bool free = out == nullptr || out->spec().size() == 0 || out->spec()[0].axes.empty();
+    for (size_t d = 1; d < spec.size() && free; ++d)
+      for (const auto& axis : spec[d].axes)
+        free = free && std::find(batch.axes.begin(), batch.axes.end(), axis) == batch.axes.end();
+    if (!free) continue;
+    const Sharding target = NamedSharding(in->mesh(), PartitionSpec(spec).trimmed());
+    if (!y.sharding().is_equivalent_to(target, y.ndim())) y = device_put(y, target);
+  }
+  return ys;
+}
+
 Array move_axis(const Array& x, int from, int to, const char* op) {
   const int rank = static_cast<int>(x.ndim());
   const int f = from < 0 ? from + rank : from;
