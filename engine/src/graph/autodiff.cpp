@@ -321,7 +321,7 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
     if (!args[i].valid()) throw Error("grad: " + names[i] + " is an empty Array");
     if (!is_floating(args[i].dtype()))
       throw Error("grad: " + names[i] + " is " + type_of(args[i]) +
-                  "; gradients are defined for floating (float32, bfloat16, float16) inputs (astype it, or leave it out of argnums)");
+                  "; gradients are defined for floating (float32, float64, bfloat16, float16) inputs (astype it, or leave it out of argnums)");
   }
   detail::Tape tape;
   std::vector<Array> inputs = args;
@@ -341,7 +341,7 @@ std::pair<Array, std::vector<Array>> value_and_grad_leaves(const std::function<A
   }
   detail::active.pop_back();
   if (!value.valid() || value.ndim() != 0 || !is_floating(value.dtype()))
-    throw Error("grad: the function must return a floating (float32, bfloat16, float16) scalar to differentiate, got " +
+    throw Error("grad: the function must return a floating (float32, float64, bfloat16, float16) scalar to differentiate, got " +
                 (value.valid() ? type_of(value) : std::string("an empty Array")) +
                 "; reduce it (sum, mean) or differentiate each output separately");
   std::map<const detail::ArrayImpl*, Array> seed;
