@@ -408,6 +408,6 @@ TEST(Dtypes16, ErrorsNameTheWayOut) {
       [&] {
         (void)mv::grad([](const Array& a) { return mv::astype(mv::sum(a), DType::int32); })(b);
       },
-      "floating (float32, bfloat16, float16) scalar");
+      "floating (float32, float64, bfloat16, float16) scalar");
   expect_runtime_usable();
 }
