@@ -361,6 +361,31 @@ TEST(Cond, UntakenBranchGradientStaysOutUnderJit) {
   expect_close(scanned(host_array(std::vector<float>{1.f}, {1})), {6.f});
 }
 
+// A branch returning an operand unchanged beside an op on it: its cotangent reaches the operand
+// once (the selection and the branch's backward pass both passed it on), and a gradient of a
+// gradient under jit is the eager one.
+TEST(Cond, OperandsReturnedAsTheyAreAndSecondOrderUnderJit) {
+  const Array v = host_array(std::vector<float>{0.5f, 2.f}, {2});
+  const auto loss = [](const Array& p, const Array& x) {
+    auto r = mv::lax::cond(p, [](const Array& a) { return std::make_pair(a * a, a); },
+                           [](const Array& a) { return std::make_pair(a * 3.f, a * 0.f); }, x);
+    return (r.first + r.second).sum();
+  };
+  const auto g = [&](const Array& p) {
+    return mv::jit([&, p](const Array& x) { return mv::grad([&](const Array& u) { return loss(p, u); })(x); });
+  };
+  expect_close(g(mv::scalar(true))(v), {2.f, 5.f});
+  expect_close(g(mv::scalar(false))(v), {3.f, 3.f});
+  const auto second = mv::jit([](const Array& x) {
+    return mv::grad([](const Array& u) {
+      return mv::grad([](const Array& w) {
+        return mv::lax::cond(mv::scalar(true), [&] { return mv::exp(w).sum(); }, [&] { return (w * 2.f).sum(); });
+      })(u).sum();
+    })(x);
+  });
+  expect_close(second(v), {std::exp(0.5f), std::exp(2.f)}, 1e-5f);
+}
+
 TEST(ControlFlowErrors, NameWhatWasWrong) {
   EXPECT_THROW_MSG(mv::lax::scan([](const Array& c, const Array& x) { return std::make_pair(mv::concatenate({c, x}), x); },
                                  mv::zeros({2}), mv::zeros({3, 2})),

@@ -12,6 +12,7 @@
 #include "meshvk/autodiff.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
+#include "meshvk/shard_map.hpp"
 
 namespace meshvk {
 
@@ -109,6 +110,18 @@ std::map<const ArrayImpl*, Array> backprop(const Tape& tape, std::map<const Arra
     detail::wanted = nullptr;
     for (size_t k = 0; k < it->inputs.size() && k < in_ct.size(); ++k) {
       if (!in_ct[k].valid() || !tape.is_tracked(it->inputs[k])) continue;
+      // In a shard_map body, an input the same on every device along an axis whose cotangent
+      // differs along it (the op mixed it with a value that varies: JAX's pvary) gets the
+      // devices' contributions summed here, as pvary transposes: a cotangent then never varies
+      // where its value does not, so one added to it later (an L2 term's) is not summed again.
+      if (it->manual) {
+        std::vector<std::string> extra;
+        for (const std::string& axis : in_ct[k].impl()->varying)
+          if (std::find(it->inputs[k].impl()->varying.begin(), it->inputs[k].impl()->varying.end(), axis) ==
+              it->inputs[k].impl()->varying.end())
+            extra.push_back(axis);
+        if (!extra.empty()) in_ct[k] = psum(in_ct[k], AxisNames(extra));
+      }
       const auto* key = it->inputs[k].impl().get();
       auto [slot, fresh] = cotangent.emplace(key, in_ct[k]);
       if (!fresh) slot->second = slot->second + in_ct[k];

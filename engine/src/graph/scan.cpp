@@ -357,55 +357,88 @@ std::vector<Array> cond_leaves(const Array& pred, const std::function<std::vecto
   if (!pred.valid()) throw Error("cond: the predicate is an empty Array");
   if (pred.size() != 1) throw Error("cond: the predicate must be a scalar, got " + type_of(pred));
   auto& rt = *pred.impl()->runtime;
-  if (!rt.capture()) return read_predicate(pred, "cond") ? on_true() : on_false();
+  // Outside a trace one branch runs, unless the predicate differs between devices (a shard_map
+  // body's axis_index): then, as in a trace, both run and each device selects its own.
+  if (!rt.capture() && pred.impl()->varying.empty()) return read_predicate(pred, "cond") ? on_true() : on_false();
+  const Array p = pred.dtype() == DType::bool_ ? reshape(pred, {}) : reshape(pred != 0, {});
+  const auto check = [](const std::vector<Array>& t, const std::vector<Array>& f) {
+    if (t.size() != f.size())
+      throw Error("cond: the branches return " + std::to_string(t.size()) + " and " + std::to_string(f.size()) +
+                  " arrays; both must return the same structure");
+    for (size_t i = 0; i < t.size(); ++i)
+      if (t[i].shape() != f[i].shape() || t[i].dtype() != f[i].dtype())
+        throw Error("cond: output " + std::to_string(i) + " is " + type_of(t[i]) + " in the true branch and " +
+                    type_of(f[i]) + " in the false one; both branches must return the same types");
+  };
   // Inside a trace the program must serve every later call: both branches run and each result
-  // is selected on the device (what JAX does with cond under vmap). Their gradients are selected
-  // the same way, after each branch's backward pass, not before: the untaken branch's backward
-  // pass gets a zero cotangent, and 0 * inf (log's 1/x at 0) would be NaN in a sum of the two.
-  // Each branch isolated on its own, so each has its own backward pass (what it recorded).
+  // is selected on the device (what JAX does with cond under vmap).
+  if (!taping() || backward_differentiated()) {
+    // A gradient of a gradient differentiates the branches' own backward passes: each op stays
+    // on the tapes (the selection below is then made before the branches' backward passes).
+    const std::vector<Array> t = on_true(), f = on_false();
+    check(t, f);
+    std::vector<Array> out;
+    for (size_t i = 0; i < t.size(); ++i) out.push_back(where(p, t[i], f[i]));
+    return out;
+  }
+  // The gradients are selected the same way, after each branch's backward pass, not before: the
+  // untaken branch's backward pass gets a zero cotangent, and 0 * inf (log's 1/x at 0) would be
+  // NaN in a sum of the two. Each branch is isolated on its own, so each has its own backward
+  // pass (what it recorded), and the selection records nothing: the rule below is the only way
+  // cotangents reach what the branches read or return.
   struct Branch {
     std::vector<Array> leaves, closure;
     std::function<std::vector<Array>(const std::vector<Array>&)> backward;
-    bool taped = false;
   };
   const auto isolate = [](const std::function<std::vector<Array>()>& run) {
     Branch b;
     const TapeIsolation isolated({});
     b.leaves = run();
-    b.taped = isolated.was_taping();
     b.closure = isolated.closure();
     b.backward = isolated.backward(b.leaves);
     return b;
   };
   const Branch tb = isolate(on_true), fb = isolate(on_false);
-  const std::vector<Array>& t = tb.leaves;
-  const std::vector<Array>& f = fb.leaves;
-  if (t.size() != f.size())
-    throw Error("cond: the branches return " + std::to_string(t.size()) + " and " + std::to_string(f.size()) +
-                " arrays; both must return the same structure");
-  const Array p = pred.dtype() == DType::bool_ ? reshape(pred, {}) : reshape(pred != 0, {});
+  check(tb.leaves, fb.leaves);
   std::vector<Array> out;
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i].shape() != f[i].shape() || t[i].dtype() != f[i].dtype())
-      throw Error("cond: output " + std::to_string(i) + " is " + type_of(t[i]) + " in the true branch and " +
-                  type_of(f[i]) + " in the false one; both branches must return the same types");
-    out.push_back(where(p, t[i], f[i]));
+  {
+    const TapeIsolation quiet({});
+    for (size_t i = 0; i < tb.leaves.size(); ++i) out.push_back(where(p, tb.leaves[i], fb.leaves[i]));
   }
-  if (!tb.taped || (tb.closure.empty() && fb.closure.empty())) return out;
-  // What either branch read that a tape tracks, and where each branch's cotangents go in it.
-  std::vector<Array> closure = tb.closure;
-  std::vector<size_t> from_false;
-  for (const Array& c : fb.closure) {
+  // What either branch read, or returned as it was (an operand passed through), that a tape
+  // tracks; and where each branch's cotangents go in it.
+  std::vector<Array> closure;
+  const auto index_of = [&closure](const Array& a) {
     size_t at = 0;
-    while (at < closure.size() && closure[at].impl() != c.impl()) ++at;
-    if (at == closure.size()) closure.push_back(c);
-    from_false.push_back(at);
-  }
-  on_tape(out, closure, [p, closure, from_false, bt = tb.backward, bf = fb.backward](const std::vector<Array>& cts) {
-    const std::vector<Array> gt_own = bt(cts), gf_own = bf(cts);
-    std::vector<Array> gt(closure.size()), gf(closure.size());
-    for (size_t i = 0; i < gt_own.size(); ++i) gt[i] = gt_own[i];
-    for (size_t i = 0; i < gf_own.size(); ++i) gf[from_false[i]] = gf_own[i];
+    while (at < closure.size() && closure[at].impl() != a.impl()) ++at;
+    if (at == closure.size()) closure.push_back(a);
+    return at;
+  };
+  struct Route {
+    std::vector<size_t> closure;                          // the branch's closure, in the union
+    std::vector<std::pair<size_t, size_t>> pass_through;  // (output, union index) of returned inputs
+  };
+  const auto route = [&](const Branch& b) {
+    Route r;
+    for (const Array& c : b.closure) r.closure.push_back(index_of(c));
+    for (size_t k = 0; k < b.leaves.size(); ++k) {
+      const Array& leaf = b.leaves[k];
+      const bool read = std::any_of(b.closure.begin(), b.closure.end(), [&](const Array& c) { return c.impl() == leaf.impl(); });
+      if (leaf.valid() && !read && tracked(leaf)) r.pass_through.emplace_back(k, index_of(leaf));
+    }
+    return r;
+  };
+  const Route rt_true = route(tb), rt_false = route(fb);
+  if (closure.empty()) return out;
+  on_tape(out, closure, [p, closure, rt_true, rt_false, bt = tb.backward, bf = fb.backward](const std::vector<Array>& cts) {
+    const auto gather = [&](const Route& r, const std::vector<Array>& own) {
+      std::vector<Array> g(closure.size());
+      for (size_t i = 0; i < own.size() && i < r.closure.size(); ++i) g[r.closure[i]] = own[i];
+      for (const auto& [k, at] : r.pass_through)
+        if (k < cts.size() && cts[k].valid()) g[at] = g[at].valid() ? g[at] + cts[k] : cts[k];
+      return g;
+    };
+    const std::vector<Array> gt = gather(rt_true, bt(cts)), gf = gather(rt_false, bf(cts));
     std::vector<Array> g;
     for (size_t i = 0; i < closure.size(); ++i) {
       if (!gt[i].valid() && !gf[i].valid()) {
