@@ -148,3 +148,29 @@ TEST(ShardMapGradients, CondWithAPerDevicePredicate) {
   expect_values(g(x), {-1, 2, -1, -1, -1, -1, -1, -1}, "gradient");
   expect_values(mv::jit(g)(x), {-1, 2, -1, -1, -1, -1, -1, -1}, "jit gradient");
 }
+
+// A gradient of a gradient and a jvp through shard_map (and through device_put of an uncommitted
+// array, which shard_map's inputs take): device_put's rule returned an untaped copy, so second
+// derivatives came out zero.
+TEST(ShardMapGradients, SecondOrderAndJvp) {
+  const mv::Mesh mesh = mv::make_mesh({8}, {"d"});
+  const mv::Array x = mv::arange(8.f) * 0.25f - 1.f;
+  const std::vector<float> xv = x.to_host<float>();
+  std::vector<double> six, three;
+  for (const float v : xv) {
+    six.push_back(6.0 * v);
+    three.push_back(3.0 * v * v);
+  }
+  for (const mv::PartitionSpec& in : {P("d"), P()}) {
+    const auto f = mv::shard_map([](const mv::Array& v) { return v * v * v; }, mesh, {in}, in);
+    const auto g = [&](const mv::Array& v) { return mv::grad([&](const mv::Array& u) { return f(u).sum(); })(v); };
+    expect_values(mv::grad([&](const mv::Array& v) { return g(v).sum(); })(x), six, "grad of grad, " + in.to_string());
+    const auto [out, tangent] = mv::jvp([&](const mv::Array& v) { return f(v); }, std::make_tuple(x), std::make_tuple(mv::ones_like(x)));
+    expect_values(tangent, three, "jvp, " + in.to_string());
+  }
+  const auto plain = [](const mv::Array& v) {
+    return mv::grad([](const mv::Array& u) { return (mv::device_put(u, mv::SingleDeviceSharding(1)) * u).sum(); })(v);
+  };
+  expect_values(mv::grad([&](const mv::Array& v) { return plain(v).sum(); })(x), std::vector<double>(8, 2.0),
+                "device_put of an uncommitted array");
+}

@@ -522,8 +522,12 @@ Array device_put_on_tape(const Array& x, const Array& placed) {
     // Back where the input was, and as free to move as it was.
     const Array back = device_put(ct, x.sharding());
     if (x.committed()) return std::vector<Array>{back};
+    // Uncommitted again: the same values, on the tapes as the identity, so a gradient of this
+    // gradient flows through (a bare copy cut it: second derivatives through device_put and
+    // shard_map of uncommitted inputs came out zero).
     const auto& impl = *back.impl();
-    return std::vector<Array>{make_array(impl.runtime, materialized(back), false, impl.varying)};
+    const Array loose = make_array(impl.runtime, materialized(back), false, impl.varying);
+    return std::vector<Array>{on_tape(loose, {back}, [](const Array& c) { return std::vector<Array>{c}; })};
   });
 }
 

@@ -121,6 +121,36 @@ PartitionSpec combined(const std::vector<SpecEntry>& manual_spec, const std::vec
   return PartitionSpec(out).trimmed();
 }
 
+// A cotangent's reinterpretations between the body's per-device pieces and the global array they
+// make up, each on the tapes with the other as its transpose, so a gradient of a gradient (or a
+// jvp) differentiates through shard_map too: a bare reinterpretation cut the tape there, and
+// second derivatives came out zero.
+Array pieces_as_local(const Array& global, const NamedSharding& layout, const Array& local_like);
+
+// `local` (pieces on the body's mesh) as the global array `layout` assembles them into.
+Array pieces_as_global(const Array& local, const Shape& global, const NamedSharding& layout) {
+  const exec::ShardedValue& v = detail::materialized(local);
+  const Array g = detail::make_array(local.impl()->runtime, exec::ShardedValue{global, v.dtype, layout, v.shards}, true);
+  if (!detail::differentiable(local)) return g;
+  return detail::on_tape(g, {local}, [layout, local_like = Array(local)](const Array& ct) {
+    return std::vector<Array>{pieces_as_local(ct, layout, local_like)};
+  });
+}
+
+// `global` laid out as `layout`, its pieces seen on the body's mesh as `local_like` is (shape,
+// sharding, varying axes).
+Array pieces_as_local(const Array& global, const NamedSharding& layout, const Array& local_like) {
+  const Array placed = device_put(global, layout);
+  const exec::ShardedValue& pv = detail::materialized(placed);
+  const Array l = detail::make_array(placed.impl()->runtime,
+                                     exec::ShardedValue{local_like.shape(), pv.dtype, local_like.sharding(), pv.shards},
+                                     true, local_like.impl()->varying);
+  if (!detail::differentiable(placed)) return l;
+  return detail::on_tape(l, {placed}, [layout, global_shape = placed.shape()](const Array& ct) {
+    return std::vector<Array>{pieces_as_global(ct, global_shape, layout)};
+  });
+}
+
 }  // namespace
 
 void detail::shard_map_in_specs_error(size_t given, size_t arguments) {
@@ -300,9 +330,7 @@ std::vector<Array> detail::shard_map_call_deferred(const ShardMapBody& body, con
       for (const auto& axis : replicated)
         if (std::find(varying.begin(), varying.end(), axis) != varying.end()) summed.push_back(axis);
       if (!summed.empty()) c = psum(c, summed);
-      const exec::ShardedValue& cv = detail::materialized(c);
-      return std::vector<Array>{detail::make_array(c.impl()->runtime,
-                                                   exec::ShardedValue{global, cv.dtype, NamedSharding(mesh, spec), cv.shards}, true)};
+      return std::vector<Array>{pieces_as_global(c, global, NamedSharding(mesh, spec))};
     }));
   }
 
@@ -368,13 +396,10 @@ std::vector<Array> detail::shard_map_call_deferred(const ShardMapBody& body, con
     Array global_out = detail::make_array(r.impl()->runtime, exec::ShardedValue{global, v.dtype, out_sharding, v.shards}, true);
     // Cotangent: the global cotangent laid out by the out_spec, seen per device.
     const PartitionSpec auto_spec = PartitionSpec(auto_out).trimmed();
-    outputs.push_back(detail::on_tape(global_out, {r}, [out_sharding, manual_split, manual, spec, auto_spec](const Array& ct) {
-      const Array placed = device_put(ct, out_sharding);
-      const exec::ShardedValue& pv = detail::materialized(placed);
-      return std::vector<Array>{detail::make_array(
-          placed.impl()->runtime,
-          exec::ShardedValue{Sharding(manual_split).shard_shape(placed.shape()), pv.dtype, NamedSharding(manual, auto_spec), pv.shards},
-          true, spec.axes())};
+    const Array local_like = detail::make_array(
+        r.impl()->runtime, exec::ShardedValue{r.shape(), v.dtype, NamedSharding(manual, auto_spec), {}}, true, spec.axes());
+    outputs.push_back(detail::on_tape(global_out, {r}, [out_sharding, local_like](const Array& ct) {
+      return std::vector<Array>{pieces_as_local(ct, out_sharding, local_like)};
     }));
   }
   if (log) {
