@@ -174,3 +174,32 @@ TEST(ShardMapGradients, SecondOrderAndJvp) {
   expect_values(mv::grad([&](const mv::Array& v) { return plain(v).sum(); })(x), std::vector<double>(8, 2.0),
                 "device_put of an uncommitted array");
 }
+
+// A loop carry that comes to vary along an axis inside the body: its value is right, but its
+// gradient needs the carry typed varying from the start (lax::pvary), as JAX requires; without it
+// a gradient is an Error naming pvary (it was silently summed too often).
+TEST(ShardMapGradients, LoopCarryThatBecomesVarying) {
+  const mv::Mesh mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const mv::Array x = mv::arange(8.f) * 0.5f - 1.f;
+  const auto body = [](bool widen) {
+    return [widen](const mv::Array& v) {
+      const mv::Array start = widen ? mv::lax::pvary(v, "y") : v;
+      const mv::Array c = mv::lax::fori_loop(0, 2, [](const mv::Array&, const mv::Array& c) {
+        return c * (mv::axis_index("y").astype(mv::DType::float32) + 1.f);
+      }, start);
+      return mv::psum(c, "y");
+    };
+  };
+  // Device (x, y) multiplies by (y + 1)^2: the psum over 'y' is 1 + 4 + 9 + 16 = 30 times x.
+  std::vector<double> want;
+  for (const float v : x.to_host<float>()) want.push_back(30.0 * v);
+  const auto plain = mv::shard_map(body(false), mesh, {P("x")}, P("x"));
+  expect_values(plain(x), want, "value without pvary");
+  expect_error([&] { (void)mv::grad([&](const mv::Array& v) { return plain(v).sum(); })(x); }, "lax::pvary(init, {'y'})");
+  const auto widened = mv::shard_map(body(true), mesh, {P("x")}, P("x"));
+  expect_values(widened(x), want, "value with pvary");
+  const auto g = mv::grad([&](const mv::Array& v) { return widened(v).sum(); });
+  expect_values(g(x), std::vector<double>(8, 30.0), "gradient with pvary");
+  expect_values(mv::jit(g)(x), std::vector<double>(8, 30.0), "jit gradient with pvary");
+  expect_runtime_usable();
+}

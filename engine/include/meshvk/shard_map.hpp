@@ -270,6 +270,9 @@ Array all_to_all(const Array& x, const AxisNames& axis_name, int split_axis, int
           SourceLocation loc = SourceLocation::current());
 // Every device of a group gets the value of the group's member with index `source`.
 Array pbroadcast(const Array& x, const AxisNames& axis_name, int source = 0);
+// jax.lax.pvary: x, typed as varying over the axes (no data moves): what a loop's carry that
+// becomes varying in the body must start as; its cotangent is summed over the axes.
+Array pvary(const Array& x, const AxisNames& axis_name);
 // This device's index along the axes (mixed radix, first axis major), as an int32 scalar.
 Array axis_index(const AxisNames& axis_name);
 int axis_size(const AxisNames& axis_name);
@@ -299,6 +302,7 @@ using meshvk::pmean;
 using meshvk::pmin;
 using meshvk::ppermute;
 using meshvk::psum;
+using meshvk::pvary;
 using meshvk::psum_scatter;
 using meshvk::ragged_all_to_all;
 }  // namespace lax

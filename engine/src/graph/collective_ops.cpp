@@ -499,6 +499,18 @@ static Array pextreme(const char* op, const Array& x, const AxisNames& axes, col
   });
 }
 
+Array pvary(const Array& input, const AxisNames& axis_name) {
+  const Mesh& mesh = bound_mesh("pvary", axis_name);
+  const Array x = on_mesh(input, mesh);
+  auto rt = x.impl()->runtime;
+  std::lock_guard lock(rt->mutex());
+  const Array y = detail::make_array(rt, detail::shareable_value(x), x.committed(), with(x.impl()->varying, axis_name.names));
+  if (!detail::differentiable(x)) return y;
+  // The identity on values; the cotangent, which now varies along the axes, is summed over them
+  // where it reaches x (the backward pass's rule for values that do not vary: autodiff.cpp).
+  return detail::on_tape(y, {x}, [](const Array& ct) { return std::vector<Array>{ct}; });
+}
+
 // Every member's cotangent flows back to the source.
 Array pbroadcast(const Array& x, const AxisNames& axis_name, int source) {
   const Array y = pbroadcast_untaped(x, axis_name, source);

@@ -14,6 +14,7 @@
 #include "graph/loop_support.hpp"
 #include "graph/partial_sum.hpp"
 #include "graph/saved_collectives.hpp"
+#include "graph/tape.hpp"
 #include "kernels/cost.hpp"
 #include "meshvk/control_flow.hpp"
 #include "meshvk/error.hpp"
@@ -49,6 +50,24 @@ class TracedLoop {
     rt_->begin_capture(capture.get());
     try {
       results = carried_like(owned, body_(owned));
+      // A carry whose value comes to differ between devices along a mesh axis (a shard_map
+      // body's axis_index) that it did not at the start: its values are right, but its gradient
+      // would be summed over the axis too often or too little (the trace's types are the first
+      // iteration's). JAX rejects such a loop outright; here only where a gradient is taken.
+      for (size_t i = 0; taping() && i < owned.size() && i < results.size(); ++i) {
+        std::vector<std::string> grown;
+        for (const std::string& axis : results[i].impl()->varying)
+          if (std::find(owned[i].impl()->varying.begin(), owned[i].impl()->varying.end(), axis) ==
+              owned[i].impl()->varying.end())
+            grown.push_back(axis);
+        if (grown.empty()) continue;
+        std::string axes;
+        for (const std::string& a : grown) axes += (axes.empty() ? "'" : ", '") + a + "'";
+        throw Error(name_ + ": carry " + std::to_string(i) + " (" + type_of(owned[i]) +
+                    ") differs between devices along mesh axis " + axes +
+                    " after an iteration but not at the start, so its gradient would be wrong (a loop's "
+                    "carry keeps its type, as in JAX): start it varying with lax::pvary(init, {" + axes + "})");
+      }
       // Results still partial (a layer's weight gradients over 'data') summed together: few
       // all-reduces per iteration, not one each.
       resolve_together(results);
