@@ -101,6 +101,13 @@ TEST(OpsEdgeSemantics, PowerAtSpecialValuesAndItsGradientAtZero) {
             (std::vector<float>{0, 0}));
   EXPECT_EQ(mv::grad([](const mv::Array& y) { return mv::power(mv::zeros({2}), y).sum(); })(mv::array({1.f, 2.f})).to_host<float>(),
             (std::vector<float>{0, 0}));
+  // A scalar exponent of +-0.5 (rewritten to sqrt / rsqrt) has pow's gradient, as an array one.
+  const mv::Array zs = mv::array({0.f, -0.f, 4.f});
+  for (const float e : {0.5f, -0.5f}) {
+    const auto scalar_e = mv::grad([e](const mv::Array& a) { return mv::power(a, e).sum(); })(zs).to_host<float>();
+    const auto array_e = mv::grad([e](const mv::Array& a) { return mv::power(a, mv::full({3}, e)).sum(); })(zs).to_host<float>();
+    EXPECT_EQ(scalar_e, array_e) << "exponent " << e;
+  }
   // Elsewhere the gradients are the usual ones.
   const std::vector<float> g = mv::grad([](const mv::Array& a) { return mv::power(a, mv::full({2}, 3.f)).sum(); })(z).to_host<float>();
   EXPECT_EQ(g, (std::vector<float>{0, 12}));

@@ -250,10 +250,19 @@ Array power(const Operand& a, const Operand& b) {
       if (*e == 2.0f) return square(f);
       if (*e == -1.0f) return reciprocal(f);
       // pow's values where sqrt's differ (C and numpy: pow(-inf, 0.5) = inf, pow(-0, 0.5) = +0,
-      // pow(-inf, -0.5) = 0, pow(-0, -0.5) = +inf; sqrt(-inf) is NaN, sqrt(-0) -0).
-      constexpr float inf = std::numeric_limits<float>::infinity();
-      if (*e == 0.5f) return where(equal(f, -inf), inf, add(sqrt(f), 0.0f));
-      if (*e == -0.5f) return where(equal(f, -inf), 0.0f, where(equal(f, 0.0f), inf, rsqrt(f)));
+      // pow(-inf, -0.5) = 0, pow(-0, -0.5) = +inf; sqrt(-inf) is NaN, sqrt(-0) -0), with pow's
+      // gradient e * x^(e - 1) (the selections' own would be NaN or -inf at 0, JAX's is not).
+      if (*e == 0.5f || *e == -0.5f) {
+        constexpr float inf = std::numeric_limits<float>::infinity();
+        const float exponent = *e;
+        Array y;
+        {
+          const detail::TapeIsolation untaped({});
+          y = exponent > 0 ? where(equal(f, -inf), inf, add(sqrt(f), 0.0f))
+                           : where(equal(f, -inf), 0.0f, where(equal(f, 0.0f), inf, rsqrt(f)));
+        }
+        return taped(y, f, [f, exponent](const Array& ct) { return ct * (exponent * power(f, exponent - 1.0f)); });
+      }
     }
   }
   const Array y = arithmetic("power", EwOp::pow, a, b);
