@@ -133,3 +133,19 @@ TEST(OpsEdgeSemantics, JitOfAShardMap) {
                                          {P("x"), P("x")}, P("x")));
   EXPECT_EQ(two(mv::arange(8.f), mv::full({8}, 2.f)).to_host<float>(), (std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14}));
 }
+
+// A sharding that does not divide, given to jit or a constraint: the Error says which argument,
+// result or constraint it came from, beside what does not divide.
+TEST(OpsEdgeSemantics, ShardingErrorsNameTheArgumentOrResult) {
+  const mv::Mesh mesh = mv::make_mesh({2, 4}, {"a", "b"});
+  const mv::Array x = mv::arange(20.f).reshape({5, 4});
+  const auto in = mv::jit([](const mv::Array& v, const mv::Array& w) { return v + w; },
+                          {.in_shardings = {std::nullopt, mv::NamedSharding(mesh, P("a"))}});
+  expect_error([&] { (void)in(x, x); }, "argument 1 (float32[5,4]) cannot take its in_shardings entry: dimension 0");
+  const auto out = mv::jit([](const mv::Array& v) { return std::make_pair(v, v * 2.f); },
+                           {.out_shardings = {mv::NamedSharding(mesh, P()), mv::NamedSharding(mesh, P("b", "a"))}});
+  expect_error([&] { (void)out(x); }, "result 1 (float32[5,4]) cannot take out_shardings[1]");
+  expect_error([&] { (void)mv::with_sharding_constraint(x, mv::NamedSharding(mesh, P("b"))); },
+               "with_sharding_constraint: float32[5,4] cannot take");
+  expect_runtime_usable();
+}

@@ -175,7 +175,12 @@ struct JitFunction::State {
         continue;
       }
       const exec::RuleScope rule([&] { return "jit(" + options.name + "): in_shardings[" + std::to_string(i) + "]"; });
-      placed.push_back(want ? device_put(args[i], *want) : args[i]);
+      try {
+        placed.push_back(want ? device_put(args[i], *want) : args[i]);
+      } catch (const Error& e) {
+        throw Error("jit(" + options.name + "): argument " + std::to_string(i) + " (" + type_of(args[i]) +
+                    ") cannot take its in_shardings entry: " + e.what());
+      }
     }
     return placed;
   }
@@ -452,7 +457,12 @@ std::vector<Array> detail::jit_place_outputs(std::vector<Array> results, const L
       exec::log_op("out_shardings[" + std::to_string(i) + "]: " + results[i].sharding().to_string() + " -> " +
                    want.to_string());
     const exec::RuleScope rule([&] { return "out_shardings[" + std::to_string(i) + "]"; });
-    results[i] = device_put(results[i], want);  // equivalent: the same buffers, the requested sharding object
+    try {
+      results[i] = device_put(results[i], want);  // equivalent: the same buffers, the requested sharding object
+    } catch (const Error& e) {
+      throw Error("jit: result " + std::to_string(i) + " (" + type_of(results[i]) + ") cannot take out_shardings[" +
+                  std::to_string(i) + "]: " + e.what());
+    }
   }
   return results;
 }
@@ -467,7 +477,11 @@ Array with_sharding_constraint(const Array& x, const Sharding& sharding, SourceL
   if (!x.sharding().is_equivalent_to(sharding, x.ndim()))
     exec::log_op("with_sharding_constraint: " + x.sharding().to_string() + " -> " + sharding.to_string());
   const exec::RuleScope rule([] { return std::string("with_sharding_constraint"); });
-  return device_put(x, sharding);
+  try {
+    return device_put(x, sharding);
+  } catch (const Error& e) {
+    throw Error("with_sharding_constraint: " + type_of(x) + " cannot take " + sharding.to_string() + ": " + e.what());
+  }
 }
 
 namespace detail {
