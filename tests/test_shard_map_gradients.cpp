@@ -147,6 +147,22 @@ TEST(ShardMapGradients, CondWithAPerDevicePredicate) {
   const auto g = mv::grad([&](const mv::Array& v) { return f(v).sum(); });
   expect_values(g(x), {-1, 2, -1, -1, -1, -1, -1, -1}, "gradient");
   expect_values(mv::jit(g)(x), {-1, 2, -1, -1, -1, -1, -1, -1}, "jit gradient");
+  // A replicated input the branches read: only the devices that took the branch contribute
+  // (each branch's backward pass sums over the devices; it once saw all of them).
+  const mv::Array rows = mv::arange(16.f).reshape({8, 2}) + 1.f;
+  for (const int k : {1, 6}) {
+    const auto h = mv::shard_map(
+        [k](const mv::Array& w, const mv::Array& xb) {
+          const mv::Array r = mv::lax::cond(mv::axis_index("d") == k, [](const mv::Array& v, const mv::Array& ww) { return v * ww; },
+                                            [](const mv::Array& v, const mv::Array& ww) { return v * ww * 0.f + v; }, xb, w);
+          return mv::psum(r.sum(), "d");
+        },
+        mesh, {P(), P("d")}, P());
+    const auto gw = mv::grad([&](const mv::Array& w) { return h(w, rows); });
+    const double a = 2 * k + 1, b = 2 * k + 2;
+    expect_values(gw(mv::array({0.5f, -0.25f})), {a, b}, "replicated operand, device " + std::to_string(k));
+    expect_values(mv::jit(gw)(mv::array({0.5f, -0.25f})), {a, b}, "jit, replicated operand, device " + std::to_string(k));
+  }
 }
 
 // A gradient of a gradient and a jvp through shard_map (and through device_put of an uncommitted

@@ -372,9 +372,12 @@ std::vector<Array> cond_leaves(const Array& pred, const std::function<std::vecto
   };
   // Inside a trace the program must serve every later call: both branches run and each result
   // is selected on the device (what JAX does with cond under vmap).
-  if (!taping() || backward_differentiated()) {
+  if (!taping() || backward_differentiated() || !pred.impl()->varying.empty()) {
     // A gradient of a gradient differentiates the branches' own backward passes: each op stays
-    // on the tapes (the selection below is then made before the branches' backward passes).
+    // on the tapes (the selection below is then made before the branches' backward passes). So
+    // with a predicate that differs between devices: a branch's backward pass sums over the
+    // devices what reaches a value the same on all of them (autodiff.cpp), which must see only
+    // the devices that took that branch.
     const std::vector<Array> t = on_true(), f = on_false();
     check(t, f);
     std::vector<Array> out;
