@@ -439,7 +439,8 @@ Array all_gather(const Array& x, const AxisNames& axis_name, int axis, bool tile
   if (!detail::differentiable(x)) return y;
   const int ax = axis < 0 ? axis + static_cast<int>(tiled ? x.ndim() : x.ndim() + 1) : axis;
   return detail::on_tape(y, {x}, [x, axis_name, ax, tiled](const Array& ct_in) {
-    if (varies_over(ct_in, axis_name) && varying_among(ct_in, axis_name).size() == axis_name.names.size())
+    // Contributions along every axis: summed and scattered at once.
+    if (varying_among(ct_in, axis_name).size() == axis_name.names.size())
       return std::vector<Array>{psum_scatter(ct_in, axis_name, ax, tiled)};
     // One cotangent along the axes: each device keeps the piece it contributed (where x was the
     // same along an axis, the pieces are contributions to it, summed where it is read).
