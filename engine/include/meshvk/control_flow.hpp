@@ -36,6 +36,7 @@
 
 #include "meshvk/array.hpp"
 #include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
 #include "meshvk/autodiff.hpp"
 #include "meshvk/tree.hpp"
 
@@ -189,6 +190,25 @@ auto cond(const Array& pred, const T& true_fun, const F& false_fun, const Ops&..
   };
   const auto leaves = detail::cond_leaves(pred, [&] { return run(true_fun); }, [&] { return run(false_fun); });
   return detail::unflatten_like(*like, leaves);
+}
+
+// jax.lax.switch(index, branches, *operands): branches[index](operands...), the index (an int32
+// scalar) clamped into [0, branches.size()), as JAX's. Spelled switch_ (switch is a C++
+// keyword). A tree of conds: outside jit one branch runs; inside a jit trace every branch runs
+// and the results are selected on the device, as cond's.
+template <class R, class... Ops>
+R switch_(const Array& index, const std::vector<std::function<R(const Ops&...)>>& branches,
+          const Ops&... operands) {
+  if (branches.empty()) throw Error("switch_: no branches; give at least one");
+  if (!index.valid() || index.ndim() != 0 || !is_integer(index.dtype()))
+    throw Error("switch_: the index must be an integer scalar Array");
+  std::function<R(size_t, size_t, const Ops&...)> pick = [&](size_t lo, size_t hi, const Ops&... ops) -> R {
+    if (hi - lo == 1) return branches[lo](ops...);  // branches [lo, hi)
+    const size_t mid = lo + (hi - lo) / 2;
+    return cond(index < static_cast<int32_t>(mid), [&](const Ops&... o) { return pick(lo, mid, o...); },
+                [&](const Ops&... o) { return pick(mid, hi, o...); }, ops...);
+  };
+  return pick(0, branches.size(), operands...);
 }
 
 }  // namespace lax

@@ -91,6 +91,17 @@ Array atanh(const Array& x);
 Array relu(const Array& x);
 Array square(const Array& x);
 Array reciprocal(const Array& x);
+// jnp.floor, ceil, trunc (jnp.fix), rint and round: exact, rint and round to the nearest with
+// halves to even, as numpy. Integer and bool arrays come back unchanged, as JAX's; gradients are
+// zero. round(x, decimals) is numpy's: rint(x * 10^d) / 10^d (d < 0: rint(x / 10^-d) * 10^-d),
+// float16 and bfloat16 through float32; on integers a negative d rounds to a multiple of 10^-d,
+// halves to the even multiple. |d| past the dtype's exponent range (38, float64 308) is an Error.
+Array floor(const Array& x);
+Array ceil(const Array& x);
+Array trunc(const Array& x);
+inline Array fix(const Array& x) { return trunc(x); }
+Array rint(const Array& x);
+Array round(const Array& x, int decimals = 0);
 Array logical_not(const Array& x);
 Array astype(const Array& x, DType dtype);
 
@@ -421,4 +432,83 @@ namespace lax {
 std::pair<Array, Array> top_k(const Array& x, int k);
 }  // namespace lax
 
+}  // namespace meshvk
+namespace meshvk {
+// Everyday jax.numpy / jax.lax names composed of the ops above (so each runs under jit, grad and
+// shard_map and lays its result out as the ops it is made of do).
+
+// jnp.flip: the elements along `axes` (all when empty) in reverse order; the gradient is the
+// cotangent flipped back.
+Array flip(const Array& x, std::vector<int> axes = {});
+template <std::integral I>
+Array flip(const Array& x, I axis) {
+  return flip(x, std::vector<int>{detail::int_axis(axis, "flip", x.ndim())});
+}
+// jnp.tile: x repeated reps[i] times along each dimension (reps shorter than x.ndim() count for
+// the last dimensions; longer, x gains leading dimensions of size 1), as numpy.
+Array tile(const Array& x, std::vector<int64_t> reps);
+template <std::integral I>
+Array tile(const Array& x, I reps) {
+  return tile(x, std::vector<int64_t>{static_cast<int64_t>(reps)});
+}
+// jnp.repeat: each element `repeats` times along `axis` (of the flattened array without one);
+// per-element counts (one per element along the axis) as a vector of host integers.
+Array repeat(const Array& x, int64_t repeats, std::optional<int> axis = std::nullopt);
+Array repeat(const Array& x, std::vector<int64_t> repeats, std::optional<int> axis = std::nullopt);
+// jnp.swapaxes and jnp.moveaxis (numpy's rules): transposes.
+Array swapaxes(const Array& x, int axis1, int axis2);
+Array moveaxis(const Array& x, std::vector<int> source, std::vector<int> destination);
+Array moveaxis(const Array& x, int source, int destination);
+// jnp.split(x, sections, axis): equal pieces (sections must divide the axis; array_split allows
+// the first n % sections pieces one element longer), and jnp.split(x, indices, axis) at the
+// given indices (as Python slices: negative ones count from the end, past the end clip). The
+// axis is required with a count: split(key, num) is jax.random.split (random.hpp).
+std::vector<Array> split(const Array& x, int64_t sections, int axis);
+std::vector<Array> split(const Array& x, std::vector<int64_t> indices, int axis = 0);
+// A braced list is indices, as in numpy (split(x, {2}, 0) splits at 2; split(x, 2, 0) in halves).
+inline std::vector<Array> split(const Array& x, std::initializer_list<int64_t> indices, int axis = 0) {
+  return split(x, std::vector<int64_t>(indices), axis);
+}
+std::vector<Array> array_split(const Array& x, int64_t sections, int axis = 0);
+// jnp.mod: remainder (the divisor's sign, as numpy's %).
+inline Array mod(const Operand& a, const Operand& b) { return remainder(a, b); }
+// jnp.log10: log(x) / log(10), as JAX computes it (integers give float32, int64 float64).
+Array log10(const Array& x);
+// jnp.logaddexp: log(exp(a) + exp(b)) without overflow (max + log1p(exp(-|a - b|))); equal
+// infinities give that infinity. Gradients are JAX's (softmax weights of a and b).
+Array logaddexp(const Operand& a, const Operand& b);
+// jnp.isclose / jnp.allclose (JAX's rule): |a - b| <= atol + rtol |b| for finite values; an
+// infinity is close only to itself; NaN to nothing unless equal_nan. Integers compare as floats.
+// allclose is a bool scalar Array.
+Array isclose(const Operand& a, const Operand& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+Array allclose(const Operand& a, const Operand& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+// jnp.nan_to_num: NaN to `nan`, +inf to `posinf` and -inf to `neginf` (by default the dtype's
+// largest and lowest finite values). Integers and bools come back unchanged.
+Array nan_to_num(const Array& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                 std::optional<double> neginf = std::nullopt);
+// jnp.linspace: `num` evenly spaced values from start to stop (stop included when `endpoint`),
+// computed as numpy computes them in double and rounded once to `dtype` (integer dtypes take the
+// floor, as numpy 2). An uncommitted array on device 0.
+Array linspace(double start, double stop, int64_t num = 50, bool endpoint = true, DType dtype = DType::float32);
+// jnp.outer: every a[i] * b[j] of the flattened operands, shape (a.size(), b.size()).
+Array outer(const Array& a, const Array& b);
+// jnp.searchsorted: for each element of v, the index in the sorted 1-D array `a` where it would
+// be inserted to keep the order ("left": before equal elements, "right": after them); NaN sorts
+// last, as in sort. int32 indices of v's shape. Compares every pair (JAX's method="compare_all"):
+// v.size() x a.size() work.
+Array searchsorted(const Array& a, const Array& v, const std::string& side = "left");
+// jnp.bincount: counts (or summed weights) of each value of the 1-D integer array x in
+// [0, length); negative values count as 0 and values from length on are dropped, as JAX's. Without
+// `length` it is max(minlength, max(x) + 1), read from the device (so not under jit, as in JAX).
+Array bincount(const Array& x, std::optional<Array> weights = std::nullopt, int64_t minlength = 0,
+               std::optional<int64_t> length = std::nullopt);
+namespace linalg {
+// jnp.linalg.norm. ord: none (the 2-norm of the flattened array, or over `axes`; Frobenius for two
+// axes), or for one axis (a vector) inf, -inf, 0 (the count of non-zeros) or any p
+// (sum |x|^p)^(1/p); for two axes (a matrix) 1, -1 (largest / smallest column sum of |x|), inf,
+// -inf (row sums). Matrix 2-norms and the nuclear norm need a singular value decomposition, which
+// meshvk lacks: an Error. Without axes x must have one or two dimensions when ord is given.
+Array norm(const Array& x, std::optional<double> ord = std::nullopt, std::vector<int> axes = {},
+           bool keepdims = false);
+}  // namespace linalg
 }  // namespace meshvk

@@ -394,11 +394,6 @@ namespace {
 bool varies_over(const Array& x, const std::string& axis) {
   return std::find(x.impl()->varying.begin(), x.impl()->varying.end(), axis) != x.impl()->varying.end();
 }
-bool varies_over(const Array& x, const AxisNames& axes) {
-  for (const auto& a : axes.names)
-    if (varies_over(x, a)) return true;
-  return false;
-}
 // The axes of `axes` along which x varies, in their order.
 std::vector<std::string> varying_among(const Array& x, const AxisNames& axes) {
   std::vector<std::string> out;

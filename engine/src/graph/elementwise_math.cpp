@@ -1,5 +1,6 @@
 // The public elementwise operations (ops.hpp): each one's promotion (graph/elementwise_core.hpp
 // builds and fuses the program) and its gradient rule.
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -182,6 +183,51 @@ Array square(const Array& x) {
 Array reciprocal(const Array& x) {
   const Array y = unary("reciprocal", EwOp::reciprocal, x);
   return taped(y, x, [y](const Array& ct) { return -ct * y * y; });
+}
+namespace {
+// jnp.floor, ceil, trunc and round return integers and bools unchanged (no float copy), and
+// their gradients are zero (no rule recorded), as JAX's.
+Array rounded(const char* op, EwOp ew, const Array& x) {
+  if (x.valid() && !is_floating(x.dtype())) return x;
+  return unary(op, ew, x);
+}
+}  // namespace
+Array floor(const Array& x) { return rounded("floor", EwOp::floor, x); }
+Array ceil(const Array& x) { return rounded("ceil", EwOp::ceil, x); }
+Array trunc(const Array& x) { return rounded("trunc", EwOp::trunc, x); }
+Array rint(const Array& x) { return rounded("rint", EwOp::round_even, x); }
+Array round(const Array& x, int decimals) {
+  if (decimals == 0 || !x.valid()) return rounded("round", EwOp::round_even, x);
+  const DType t = x.dtype();
+  if (t == DType::bool_ || (!is_floating(t) && decimals > 0)) return x;
+  if (!is_floating(t)) {
+    // Integers to a multiple of 10^-decimals, halves to the even multiple (numpy's rule).
+    if (t == DType::uint32) throw Error("round: uint32 arrays hold random bits and do not compute; astype to int64 first");
+    const int digits = -decimals;
+    const int max_digits = t == DType::int64 ? 18 : t == DType::int32 ? 9 : 2;
+    if (digits > max_digits) return zeros_like(x);  // every |x| is below half the factor
+    int64_t f = 1;
+    for (int i = 0; i < digits; ++i) f *= 10;
+    const DType wide = t == DType::int64 ? DType::int64 : DType::int32;
+    const Array xi = astype(x, wide);
+    const Array factor = full_like(xi, static_cast<double>(f));
+    const Array q = floor_divide(xi, factor);
+    const Array r = xi - q * factor;  // in [0, f)
+    const Array up = (r * 2 > factor) | ((r * 2 == factor) & (remainder(q, 2) != 0));
+    return astype((q + astype(up, wide)) * factor, t);
+  }
+  // numpy's rule: rint(x * 10^d) / 10^d, or for d < 0 rint(x / 10^-d) * 10^-d, so that the
+  // factor is exact (float16 through float32, as JAX's).
+  const int max_exponent = t == DType::float64 ? 308 : 38;
+  if (decimals > max_exponent || decimals < -max_exponent)
+    throw Error("round: decimals = " + std::to_string(decimals) + " puts 10^" + std::to_string(std::abs(decimals)) +
+                " past " + std::string(dtype_name(t)) + "'s range; give |decimals| <= " + std::to_string(max_exponent));
+  const bool via32 = t == DType::float16 || t == DType::bfloat16;
+  const Array v = via32 ? astype(x, DType::float32) : x;
+  const Array factor = full_like(v, std::pow(10.0, std::abs(decimals)));
+  const Array r = decimals > 0 ? unary("round", EwOp::round_even, v * factor) / factor
+                               : unary("round", EwOp::round_even, v / factor) * factor;
+  return via32 ? astype(r, t) : r;
 }
 Array logical_not(const Array& x) { return elementwise("logical_not", EwOp::logical_not, {x}, DType::bool_, DType::bool_); }
 Array astype(const Array& x, DType dtype) {

@@ -62,7 +62,8 @@ namespace detail::ew {
 bool has_costly_ops(const kernels::EwProgram& p) {
   for (const kernels::EwNode& n : p.nodes) switch (n.op) {
       case EwOp::input: case EwOp::constant: case EwOp::neg: case EwOp::abs: case EwOp::sign:
-      case EwOp::relu: case EwOp::square: case EwOp::logical_not: case EwOp::cast: case EwOp::add:
+      case EwOp::relu: case EwOp::square: case EwOp::floor: case EwOp::ceil: case EwOp::trunc:
+      case EwOp::round_even: case EwOp::logical_not: case EwOp::cast: case EwOp::add:
       case EwOp::sub: case EwOp::mul: case EwOp::maximum: case EwOp::minimum: case EwOp::eq:
       case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
       case EwOp::logical_and: case EwOp::logical_or: case EwOp::bitwise_and: case EwOp::bitwise_or:

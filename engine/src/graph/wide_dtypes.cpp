@@ -41,6 +41,10 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
     case EwOp::rsqrt:
     case EwOp::relu:
     case EwOp::square:
+    case EwOp::floor:
+    case EwOp::ceil:
+    case EwOp::trunc:
+    case EwOp::round_even:
     case EwOp::reciprocal:
     case EwOp::logical_not:
     case EwOp::cast:
@@ -90,7 +94,7 @@ void check_float64_op(const char* op, kernels::EwOp ew) {
       throw Error(
           std::string(op) +
           ": float64 has no kernel for this op yet; float64 supports + - * /, // and %, "
-          "comparisons, abs, sign, sqrt, rsqrt, square, reciprocal, maximum, minimum, relu, where, "
+          "comparisons, abs, sign, sqrt, rsqrt, square, floor, ceil, trunc, round, reciprocal, maximum, minimum, relu, where, "
           "astype, exp, "
           "exp2, expm1, log, log1p, log2, tanh, sigmoid, sinh, cosh, power, sin, cos, tan, "
           "arcsin, arccos, arctan, arctan2, asinh, acosh, atanh, erf and erfinv; use astype(x, "

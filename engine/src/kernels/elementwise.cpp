@@ -20,7 +20,7 @@ const char* ew_op_name(EwOp op) {
       "input", "constant", "neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "sin", "cos",
       "tanh", "sigmoid", "relu", "square", "reciprocal", "tan", "arcsin", "arccos", "arctan", "erf",
       "erfinv", "expm1", "log1p", "sinh", "cosh", "exp2", "log2", "asinh", "acosh", "atanh",
-      "logical_not", "convert", "add", "sub", "mul", "div", "floor_divide", "remainder", "pow",
+      "floor", "ceil", "trunc", "round", "logical_not", "convert", "add", "sub", "mul", "div", "floor_divide", "remainder", "pow",
       "maximum", "minimum", "arctan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
       "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor", "where"};
   return names[static_cast<int>(op)];
@@ -135,6 +135,11 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
     case EwOp::asinh: return "asinh(" + a + ")";
     case EwOp::acosh: return "acosh(" + a + ")";
     case EwOp::atanh: return "atanh(" + a + ")";
+    // Exact in Vulkan (the SPIR-V precision table); float64's from the bits (wide_types.cpp).
+    case EwOp::floor: return (n.dtype == DType::float64 ? "mv_floor64(" : "floor(") + a + ")";
+    case EwOp::ceil: return (n.dtype == DType::float64 ? "mv_ceil64(" : "ceil(") + a + ")";
+    case EwOp::trunc: return (n.dtype == DType::float64 ? "mv_trunc64(" : "trunc(") + a + ")";
+    case EwOp::round_even: return (n.dtype == DType::float64 ? "mv_round_even64(" : "roundEven(") + a + ")";
     case EwOp::logical_not: return width == 4 ? "not(" + a + ")" : "(!" + a + ")";
     case EwOp::cast:
       if (n.dtype == DType::bool_)

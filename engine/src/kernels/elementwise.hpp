@@ -17,6 +17,7 @@ enum class EwOp : uint8_t {
   neg, abs, sign, exp, log, sqrt, rsqrt, sin, cos, tanh, sigmoid, relu, square, reciprocal,
   tan, asin, acos, atan, erf, erfinv,
   expm1, log1p, sinh, cosh, exp2, log2, asinh, acosh, atanh,
+  floor, ceil, trunc, round_even,
   logical_not, cast,
   // binary
   add, sub, mul, div, floordiv, mod, pow, maximum, minimum, atan2, eq, ne, lt, le, gt, ge,

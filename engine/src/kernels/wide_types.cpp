@@ -163,6 +163,25 @@ int64_t mv_pow(int64_t a, int64_t b) {
 double mv_max(double a, double b) { return (isnan(a) || isnan(b)) ? a + b : max(a, b); }
 double mv_min(double a, double b) { return (isnan(a) || isnan(b)) ? a + b : min(a, b); }
 double mv_sign(double x) { return x > double(0) ? double(1) : (x < double(0) ? double(-1) : (x == double(0) ? double(0) : x)); }
+// floor, ceil, trunc and roundEven of a double from its bits (lavapipe's roundEven(double) gave 0
+// for -0.5000000000000001): the fraction bits below the binary point cleared, then one exact
+// step (x - t is exact for |x| < 2^52).
+double mv_trunc64(double x) {
+  const uvec2 b = unpackDouble2x32(x);
+  const int e = int((b.y >> 20u) & 0x7ffu) - 1023;
+  if (e >= 52) return x;  // integral, inf or NaN
+  if (e < 0) return packDouble2x32(uvec2(0u, b.y & 0x80000000u));
+  const int n = 52 - e;  // fraction bits to clear, 1 to 52
+  const uvec2 keep = n >= 32 ? uvec2(0u, ~((1u << uint(n - 32)) - 1u)) : uvec2(~((1u << uint(n)) - 1u), 0xffffffffu);
+  return packDouble2x32(b & keep);
+}
+double mv_floor64(double x) { const double t = mv_trunc64(x); return x < t ? t - double(1) : t; }
+double mv_ceil64(double x) { const double t = mv_trunc64(x); return x > t ? t + double(1) : t; }
+double mv_round_even64(double x) {
+  const double t = mv_trunc64(x), d = abs(x - t), h = t * double(0.5);
+  const bool away = d > double(0.5) || (d == double(0.5) && mv_trunc64(h) != h);
+  return away ? t + (x < double(0) ? double(-1) : double(1)) : t;
+}
 // C's fmod, exact: |x| reduced by |y| 2^k for falling k, each subtraction exact (Sterbenz: the
 // two are within a factor 2), at most one per exponent step (up to 2098).
 double mv_pow2d(int e) { return packDouble2x32(uvec2(0u, uint(e + 1023) << 20u)); }

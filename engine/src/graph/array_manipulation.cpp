@@ -1,0 +1,219 @@
+// numpy's array manipulation routines (flip, tile, repeat, swapaxes, moveaxis, split) composed of
+// reshape, broadcast_to, transpose, slice and take: each runs under jit, grad and shard_map with
+// those ops' rules.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "graph/shape_op_support.hpp"
+#include "graph/tape.hpp"
+#include "sharding/checked_shape.hpp"
+#include "meshvk/autodiff.hpp"
+#include "meshvk/error.hpp"
+#include "meshvk/ops.hpp"
+
+namespace meshvk {
+
+namespace {
+
+std::string list_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Each axis normalized, once each; an Error naming op for one given twice.
+std::vector<int> distinct_axes(const char* op, const std::vector<int>& axes, size_t rank) {
+  std::vector<int> out;
+  for (const int axis : axes) {
+    const int a = detail::normalize_axis(axis, rank, op);
+    if (std::find(out.begin(), out.end(), a) != out.end())
+      throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is given twice; give each axis once");
+    out.push_back(a);
+  }
+  return out;
+}
+
+// x reversed along dimension a by a take of n-1, ..., 0 (no gradient recorded: flip records its own).
+Array reversed(const Array& x, int a) {
+  const int64_t n = x.shape()[static_cast<size_t>(a)];
+  if (n <= 1) return x;
+  if (n > std::numeric_limits<int32_t>::max())
+    throw Error("flip: dimension " + std::to_string(a) + " has " + std::to_string(n) + " elements, past int32 indices");
+  const Array idx = arange(static_cast<int32_t>(n - 1), -1, -1);
+  return take(x, idx, a, TakeMode::clip);
+}
+
+}  // namespace
+
+Array flip(const Array& x, std::vector<int> axes) {
+  if (!x.valid()) throw Error("flip: x is an empty meshvk::Array");
+  std::vector<int> dims;
+  if (axes.empty()) {
+    for (int d = 0; d < static_cast<int>(x.ndim()); ++d) dims.push_back(d);
+  } else {
+    dims = distinct_axes("flip", axes, static_cast<size_t>(x.ndim()));
+  }
+  Array y = detail::differentiable(x) ? stop_gradient(x) : x;
+  for (const int a : dims) y = reversed(y, a);
+  if (!detail::differentiable(x)) return y;
+  // The transpose of a reversal is the same reversal: no one-hot product, as take's rule makes.
+  return detail::on_tape(y, {x}, [dims](const Array& ct) {
+    Array r = ct;
+    for (const int a : dims) r = reversed(r, a);
+    return std::vector<Array>{r};
+  });
+}
+
+Array tile(const Array& x, std::vector<int64_t> reps) {
+  if (!x.valid()) throw Error("tile: x is an empty meshvk::Array");
+  for (const int64_t r : reps)
+    if (r < 0) throw Error("tile: reps " + list_text(reps) + " has a negative count; give counts >= 0");
+  const size_t rank = std::max(reps.size(), static_cast<size_t>(x.ndim()));
+  reps.insert(reps.begin(), rank - reps.size(), 1);
+  Shape shape = x.shape();
+  shape.insert(shape.begin(), rank - shape.size(), 1);
+  // x as (1, d0, 1, d1, ...) broadcast to (r0, d0, r1, d1, ...), then merged pairwise.
+  Shape spread, wide, out;
+  for (size_t i = 0; i < rank; ++i) {
+    spread.insert(spread.end(), {1, shape[i]});
+    wide.insert(wide.end(), {reps[i], shape[i]});
+    out.push_back(checked_mul(reps[i], shape[i], "tile", "a dimension"));
+  }
+  checked_size(out, "tile");
+  return reshape(broadcast_to(reshape(x, spread), wide), out);
+}
+
+Array repeat(const Array& x, int64_t repeats, std::optional<int> axis) {
+  if (!x.valid()) throw Error("repeat: x is an empty meshvk::Array");
+  if (repeats < 0) throw Error("repeat: repeats = " + std::to_string(repeats) + "; give a count >= 0");
+  const Array v = axis ? x : reshape(x, Shape{x.size()});
+  const int a = detail::normalize_axis(axis.value_or(0), static_cast<size_t>(v.ndim()), "repeat");
+  Shape spread = v.shape(), wide = v.shape(), out = v.shape();
+  spread.insert(spread.begin() + a + 1, 1);
+  wide.insert(wide.begin() + a + 1, repeats);
+  out[static_cast<size_t>(a)] = checked_mul(out[static_cast<size_t>(a)], repeats, "repeat", "the axis");
+  checked_size(out, "repeat");
+  return reshape(broadcast_to(reshape(v, spread), wide), out);
+}
+
+Array repeat(const Array& x, std::vector<int64_t> repeats, std::optional<int> axis) {
+  if (!x.valid()) throw Error("repeat: x is an empty meshvk::Array");
+  if (repeats.size() == 1) return repeat(x, repeats[0], axis);
+  const Array v = axis ? x : reshape(x, Shape{x.size()});
+  const int a = detail::normalize_axis(axis.value_or(0), static_cast<size_t>(v.ndim()), "repeat");
+  const int64_t n = v.shape()[static_cast<size_t>(a)];
+  if (static_cast<int64_t>(repeats.size()) != n)
+    throw Error("repeat: " + std::to_string(repeats.size()) + " counts for an axis of " + std::to_string(n) +
+                " elements; give one count per element, or a single count");
+  std::vector<int32_t> idx;
+  for (int64_t i = 0; i < n; ++i) {
+    if (repeats[static_cast<size_t>(i)] < 0)
+      throw Error("repeat: count " + std::to_string(repeats[static_cast<size_t>(i)]) + " of element " +
+                  std::to_string(i) + " is negative; give counts >= 0");
+    if (static_cast<int64_t>(idx.size()) + repeats[static_cast<size_t>(i)] > std::numeric_limits<int32_t>::max())
+      throw Error("repeat: the counts add up past int32 indices");
+    idx.insert(idx.end(), static_cast<size_t>(repeats[static_cast<size_t>(i)]), static_cast<int32_t>(i));
+  }
+  return take(v, array(std::span<const int32_t>(idx), Shape{static_cast<int64_t>(idx.size())}), a, TakeMode::clip);
+}
+
+Array swapaxes(const Array& x, int axis1, int axis2) {
+  const size_t rank = static_cast<size_t>(x.ndim());
+  const int a = detail::normalize_axis(axis1, rank, "swapaxes");
+  const int b = detail::normalize_axis(axis2, rank, "swapaxes");
+  std::vector<int> perm;
+  for (int d = 0; d < static_cast<int>(x.ndim()); ++d) perm.push_back(d);
+  std::swap(perm[static_cast<size_t>(a)], perm[static_cast<size_t>(b)]);
+  return transpose(x, perm);
+}
+
+Array moveaxis(const Array& x, std::vector<int> source, std::vector<int> destination) {
+  if (source.size() != destination.size())
+    throw Error("moveaxis: " + std::to_string(source.size()) + " source axes and " +
+                std::to_string(destination.size()) + " destinations; give as many of each");
+  const size_t rank = static_cast<size_t>(x.ndim());
+  const std::vector<int> src = distinct_axes("moveaxis", source, rank);
+  const std::vector<int> dst = distinct_axes("moveaxis", destination, rank);
+  // numpy's construction: the axes not moved in order, then each moved one inserted at its place.
+  std::vector<int> order;
+  for (int d = 0; d < static_cast<int>(x.ndim()); ++d)
+    if (std::find(src.begin(), src.end(), d) == src.end()) order.push_back(d);
+  std::vector<std::pair<int, int>> moves;
+  for (size_t i = 0; i < src.size(); ++i) moves.emplace_back(dst[i], src[i]);
+  std::sort(moves.begin(), moves.end());
+  for (const auto& [d, s] : moves) order.insert(order.begin() + d, s);
+  return transpose(x, order);
+}
+
+Array moveaxis(const Array& x, int source, int destination) {
+  return moveaxis(x, std::vector<int>{source}, std::vector<int>{destination});
+}
+
+namespace {
+
+// x cut along `axis` at the boundaries 0 = b0 <= b1 <= ... <= bn = the axis' size.
+std::vector<Array> pieces(const Array& x, int a, const std::vector<int64_t>& bounds) {
+  std::vector<Array> out;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    std::vector<int64_t> start(static_cast<size_t>(x.ndim()), 0), stop(x.shape().begin(), x.shape().end());
+    start[static_cast<size_t>(a)] = bounds[i];
+    stop[static_cast<size_t>(a)] = bounds[i + 1];
+    out.push_back(slice(x, start, stop));
+  }
+  return out;
+}
+
+std::vector<Array> sections_of(const char* op, const Array& x, int64_t sections, int axis, bool even) {
+  if (!x.valid()) throw Error(std::string(op) + ": x is an empty meshvk::Array");
+  const int a = detail::normalize_axis(axis, static_cast<size_t>(x.ndim()), op);
+  const int64_t n = x.shape()[static_cast<size_t>(a)];
+  if (sections <= 0) throw Error(std::string(op) + ": sections = " + std::to_string(sections) + "; give a count >= 1");
+  if (even && n % sections != 0)
+    throw Error(std::string(op) + ": axis " + std::to_string(axis) + " of size " + std::to_string(n) +
+                " does not split into " + std::to_string(sections) +
+                " equal sections; give a divisor of it, indices, or use array_split");
+  std::vector<int64_t> bounds{0};
+  const int64_t each = n / sections, extra = n % sections;
+  for (int64_t i = 0; i < sections; ++i) bounds.push_back(bounds.back() + each + (i < extra ? 1 : 0));
+  return pieces(x, a, bounds);
+}
+
+}  // namespace
+
+std::vector<Array> split(const Array& x, int64_t sections, int axis) {
+  return sections_of("split", x, sections, axis, true);
+}
+
+std::vector<Array> array_split(const Array& x, int64_t sections, int axis) {
+  return sections_of("array_split", x, sections, axis, false);
+}
+
+std::vector<Array> split(const Array& x, std::vector<int64_t> indices, int axis) {
+  if (!x.valid()) throw Error("split: x is an empty meshvk::Array");
+  const int a = detail::normalize_axis(axis, static_cast<size_t>(x.ndim()), "split");
+  const int64_t n = x.shape()[static_cast<size_t>(a)];
+  // Python's slice bounds: negative from the end, clipped to [0, n]; a piece never runs backwards.
+  std::vector<int64_t> bounds{0};
+  for (int64_t i : indices) {
+    if (i < 0) i += n;
+    bounds.push_back(std::clamp<int64_t>(i, 0, n));
+  }
+  bounds.push_back(n);
+  std::vector<Array> out;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    const int64_t lo = bounds[i], hi = std::max(bounds[i], bounds[i + 1]);
+    const std::vector<Array> one = pieces(x, a, {lo, hi});
+    out.push_back(one.front());
+  }
+  return out;
+}
+
+Array outer(const Array& a, const Array& b) {
+  if (!a.valid() || !b.valid()) throw Error("outer: an operand is an empty meshvk::Array");
+  return reshape(a, Shape{a.size(), 1}) * reshape(b, Shape{1, b.size()});
+}
+
+}  // namespace meshvk
