@@ -290,7 +290,10 @@ TEST(JaxSpellings, DynamicSliceWithBracedStarts) {
   EXPECT_EQ(mv::dynamic_slice(x, {6}, {4}).to_host<float>(), (std::vector<float>{6, 7, 8, 9}));
   EXPECT_EQ(mv::dynamic_slice(x, {8}, {4}).to_host<float>(),
             (std::vector<float>{6, 7, 8, 9}));  // clamped, as lax
-  EXPECT_EQ(mv::dynamic_slice(x, {-2}, {3}).to_host<float>(), (std::vector<float>{0, 1, 2}));
+  // A negative start counts from the end (-2 is 8), then clamps (to 7), as lax.
+  EXPECT_EQ(mv::dynamic_slice(x, {-2}, {3}).to_host<float>(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(mv::dynamic_slice(x, {-4}, {3}).to_host<float>(), (std::vector<float>{6, 7, 8}));
+  EXPECT_EQ(mv::dynamic_slice(x, {-40}, {3}).to_host<float>(), (std::vector<float>{0, 1, 2}));
   const int i = 3;
   const int64_t j = 5;
   EXPECT_EQ(mv::dynamic_slice(x, {i}, {2}).to_host<float>(), (std::vector<float>{3, 4}));

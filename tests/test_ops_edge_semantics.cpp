@@ -149,3 +149,54 @@ TEST(OpsEdgeSemantics, ShardingErrorsNameTheArgumentOrResult) {
                "with_sharding_constraint: float32[5,4] cannot take");
   expect_runtime_usable();
 }
+
+// Found by the second outside review (2026-11-27 evening).
+TEST(OpsEdgeSemantics, DynamicSliceNegativeStartsCountFromTheEnd) {
+  const mv::Array x = mv::arange(10.0f);
+  const auto jitted = mv::jit([](const mv::Array& v, const mv::Array& i) { return mv::dynamic_slice(v, {i}, {3}); });
+  EXPECT_EQ(mv::dynamic_slice(x, {mv::scalar(-2)}, {3}).to_host<float>(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(jitted(x, mv::scalar(-3)).to_host<float>(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(jitted(x, mv::scalar(-5)).to_host<float>(), (std::vector<float>{5, 6, 7}));
+  EXPECT_EQ(mv::dynamic_update_slice(mv::arange(4.0f), mv::array({9.0f}), {-1}).to_host<float>(),
+            (std::vector<float>{0, 1, 2, 9}));
+  EXPECT_EQ(mv::dynamic_update_slice(mv::arange(4.0f), mv::array({9.0f}), {mv::scalar(-2)}).to_host<float>(),
+            (std::vector<float>{0, 1, 9, 3}));
+  const mv::Array g = mv::grad([](const mv::Array& a) { return mv::sum(mv::dynamic_slice(a, {-1}, {1})); })(mv::arange(4.0f));
+  EXPECT_EQ(g.to_host<float>(), (std::vector<float>{0, 0, 0, 1}));
+  const mv::Array gd =
+      mv::grad([](const mv::Array& a) { return mv::sum(mv::dynamic_slice(a, {mv::scalar(-2)}, {1}) * 3.0f); })(mv::arange(4.0f));
+  EXPECT_EQ(gd.to_host<float>(), (std::vector<float>{0, 0, 3, 0}));
+  expect_runtime_usable();
+}
+
+// An integer or bool that the shader compiler can prove zero (d * 0, d ^ d, d != d), converted to
+// float, was folded as if inf and NaN did not exist: x / it left the result unwritten (stale
+// memory came back), 0 / x lost its sign and NaN. Found by the second outside review's fuzzer.
+TEST(OpsEdgeSemantics, FloatsOfIntegersKnownZeroKeepIeeeArithmetic) {
+  const mv::Array x = mv::array({1.0f, 2.0f, 3.0f, 4.0f});
+  const mv::Array d = mv::array({0, 5, 0, 6});
+  {
+    const mv::Array junk = mv::array({777.0f, 778.0f, 779.0f, 780.0f});
+    EXPECT_EQ(junk.to_host<float>()[0], 777.0f);
+  }  // freed: a result left unwritten would show these values
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> infs(4, inf);
+  EXPECT_EQ((x / (d * 0)).to_host<float>(), infs);
+  EXPECT_EQ((x / (d ^ d)).to_host<float>(), infs);
+  EXPECT_EQ((x / (d != d)).to_host<float>(), infs);
+  EXPECT_EQ(mv::floor_divide(x, d - d).to_host<float>(), infs);
+  EXPECT_EQ(mv::jit([](const mv::Array& a, const mv::Array& b) { return a / (b * 0); })(x, d).to_host<float>(), infs);
+  const std::vector<float> q = ((d * 0) / (x - 3.0f)).to_host<float>();  // [-0, -0, NaN, 0]
+  EXPECT_TRUE(std::signbit(q[0]) && q[0] == 0.0f);
+  EXPECT_TRUE(std::signbit(q[1]) && q[1] == 0.0f);
+  EXPECT_TRUE(std::isnan(q[2]));
+  EXPECT_TRUE(!std::signbit(q[3]) && q[3] == 0.0f);
+  const std::vector<float> p = (mv::array({inf, -2.0f, 1.0f, 0.0f}) * (d & 0)).to_host<float>();  // [NaN, -0, 0, 0]
+  EXPECT_TRUE(std::isnan(p[0]));
+  EXPECT_TRUE(std::signbit(p[1]) && p[1] == 0.0f);
+  EXPECT_EQ(mv::sum(x / mv::astype(d * 0, DType::float32)).to_host<float>()[0], inf);
+  const mv::Mesh mesh = mv::make_mesh({4}, {"x"});
+  const mv::Array ds = mv::device_put(d, mv::NamedSharding(mesh, P("x")));
+  EXPECT_EQ((x / (ds * 0)).to_host<float>(), infs);
+  expect_runtime_usable();
+}

@@ -176,10 +176,12 @@ TEST(Shape, StackVarStdAndDeviceDynamicSlice) {
   EXPECT_FLOAT_EQ(mv::var(v).to_host<float>()[0], 1.25f);
   EXPECT_FLOAT_EQ(mv::std(v).to_host<float>()[0], std::sqrt(1.25f));
   EXPECT_EQ(mv::power(mv::array({2.f, 0.1f}), 0.5).to_host<float>(), (std::vector<float>{std::sqrt(2.f), std::sqrt(0.1f)}));
-  // Starts computed on the device, clamped so the slice fits.
+  // Starts computed on the device, negative ones from the end (-2 is 4), clamped so the slice fits.
   const auto x = mv::arange(24).reshape({4, 6});
   const auto d = mv::dynamic_slice(x, {mv::scalar(int32_t{3}), mv::scalar(int32_t{-2})}, {2, 3});
-  EXPECT_EQ(d.to_host<int32_t>(), (std::vector<int32_t>{12, 13, 14, 18, 19, 20}));
+  EXPECT_EQ(d.to_host<int32_t>(), (std::vector<int32_t>{15, 16, 17, 21, 22, 23}));
+  const auto e = mv::dynamic_slice(x, {mv::scalar(int32_t{-9}), mv::scalar(int32_t{-5})}, {2, 3});
+  EXPECT_EQ(e.to_host<int32_t>(), (std::vector<int32_t>{1, 2, 3, 7, 8, 9}));
   const auto mesh = mv::make_mesh({8}, {"x"});
   const auto per_device = mv::shard_map(
       [](const mv::Array& a) { return mv::dynamic_slice(a, {mv::axis_index("x") % 2}, {1}); }, mesh, {P("x")}, P("x"));

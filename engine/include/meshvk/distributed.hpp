@@ -8,9 +8,10 @@
 //
 // A Runtime created under mpirun joins the job by itself (distributed::initialize is then
 // implicit); devices() lists the devices of every process, process-major (process p holds
-// p * local_device_count() ...), local_devices() those of this process. Only process 0 writes
-// to standard output unless MESHVK_ALL_RANKS_PRINT=1; every process must run the same sequence
-// of meshvk operations (as in JAX), including the ones that print.
+// p * local_device_count() ...), local_devices() those of this process. Joined that way, only
+// process 0 writes to standard output unless MESHVK_ALL_RANKS_PRINT=1; after an explicit
+// distributed::initialize() every process prints, as in JAX. Every process must run the same
+// sequence of meshvk operations (as in JAX), including the ones that print.
 //
 // Reading an array that spans processes: a program that calls distributed::initialize() itself
 // follows JAX, so to_host() raises JAX's error (use multihost::process_allgather) and
@@ -22,6 +23,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "meshvk/array.hpp"
@@ -66,10 +68,26 @@ Array make_array_from_process_local_data(const Sharding& sharding,
 
 namespace multihost {
 // jax.experimental.multihost_utils.process_allgather: the whole of `x` on the host of every
-// process, as row-major floats (an array that spans processes is read in pieces, each process
-// contributing the pieces it holds). tiled=false with per-process values is not needed here:
-// arrays are global.
-std::vector<float> process_allgather(const Array& x);
+// process, row-major (an array that spans processes is read in pieces, each process contributing
+// the pieces it holds). tiled=false with per-process values is not needed here: arrays are
+// global. process_allgather(x) gives floats: float32, bfloat16, float16, int8, uint8 and bool
+// exactly, int32 and uint32 as float values (rounded past 2^24); int64 and float64 would lose
+// bits and are an Error. process_allgather<T>(x) gives x's own elements, T its host type
+// (double, int64_t, int32_t, uint32_t, int8_t, uint8_t, bfloat16, float16, float), exactly.
+namespace detail {
+std::vector<float> process_allgather_floats(const Array& x);
+void process_allgather_into(const Array& x, void* out, DType expected);
+}  // namespace detail
+template <class T = float>
+std::vector<T> process_allgather(const Array& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return detail::process_allgather_floats(x);
+  } else {
+    std::vector<T> out(static_cast<size_t>(x.valid() ? x.size() : 0));
+    detail::process_allgather_into(x, out.data(), dtype_of<T>());
+    return out;
+  }
+}
 // jax.experimental.multihost_utils.sync_global_devices: returns once every process reached the
 // barrier of this name; a different name on some process is an Error on all of them.
 void sync_global_devices(const std::string& name);

@@ -70,14 +70,13 @@ struct CollectiveCount {
 // backward pass, the forward op's line, with `backward` set). `file` is empty where no line is
 // known (an operator such as a + b, or a call the engine made on its own).
 //
-// `bytes` is what each device sends (and, these being symmetric, receives) over the links, with a
-// bandwidth-optimal schedule, as the scaling book and nccl-tests' bus bandwidth count it; n is
-// the size of a replica group (the devices along `axes`), S the local operand's bytes:
-//   collective-permute  S                     all-gather      (n - 1) * S  (S: the local shard)
-//   reduce-scatter      (n - 1) * S / n       all-to-all      (n - 1) * S / n
-//   all-reduce          2 * (n - 1) * S / n   (a reduce-scatter, then an all-gather)
-//   reshard             the most bytes any one device sends
-// (divisions round down; a group of one device moves nothing: 0).
+// `bytes` is what each device sends, each byte counted once (its data, not the link traffic of
+// a particular schedule); S is the local operand's bytes, n the replica group's size:
+//   collective-permute  S                     all-gather      S (the device's shard)
+//   all-reduce          S                     reduce-scatter  (n - 1) * S / n
+//   all-to-all          (n - 1) * S / n       reshard         the most bytes any one device sends
+// (reduce-scatter and all-to-all keep their own 1/n; divisions round down; a group of one
+// device moves nothing: 0), as the README's "collectives()" paragraph says.
 struct CollectiveRecord {
   std::string kind;               // HLO's name: all-reduce, all-gather, reduce-scatter, reshard, ...
   std::vector<std::string> axes;  // the mesh axes it moves data along

@@ -10,7 +10,7 @@
 
 namespace meshvk::nn {
 
-// x @ weight^T + bias, as torch.nn.Linear.
+// x @ weight^T + bias, as torch.nn.Linear: x [..., in] (any leading dimensions) to [..., out].
 Array linear(const Array& x, const Array& weight, const Array& bias);
 
 // The 001 tutorial's Model: "layers.{i}.weight" / "layers.{i}.bias" for consecutive sizes, each

@@ -272,7 +272,8 @@ Array broadcast_to(const Array& x, Shape shape);
 // lax.slice: [start, stop) with a positive step per dimension (step defaults to 1).
 Array slice(const Array& x, std::vector<int64_t> start, std::vector<int64_t> stop,
             std::vector<int64_t> step = {});
-// lax.dynamic_slice / dynamic_update_slice: starts are clamped so the slice fits, as in JAX.
+// lax.dynamic_slice / dynamic_update_slice: a negative start counts from the end, then starts are
+// clamped so the slice fits, as in JAX (allow_negative_indices=True, its default).
 Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes);
 Array dynamic_update_slice(const Array& x, const Array& update, std::vector<int64_t> start);
 // lax.dynamic_slice with starts computed on the device (int32 scalars, e.g. from axis_index

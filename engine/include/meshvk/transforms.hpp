@@ -116,11 +116,15 @@ auto vjp(F f, const A&... primals) {
       args.leaves);
   Out out = detail::unflatten_like(**out_like, lin.outputs);
   auto vjp_fn = [backward = lin.backward, leaves = args.leaves, start = args.start,
-                 likes = std::tuple<A...>(primals...), shape = *out_like](const Out& cotangent) {
+                 likes = std::tuple<A...>(primals...), shape = *out_like, outputs = lin.outputs](const Out& cotangent) {
     std::vector<Array> ct = detail::leaves_of(cotangent);
     if (detail::structure_of(cotangent) != detail::structure_of(*shape))
       throw Error("vjp: the cotangent's structure " + detail::structure_of(cotangent) + " differs from the output's " +
                   detail::structure_of(*shape));
+    for (size_t k = 0; k < ct.size() && k < outputs.size(); ++k)
+      if (ct[k].valid() && outputs[k].valid() && ct[k].dtype() != outputs[k].dtype())
+        throw Error("vjp: the cotangent of output " + std::to_string(k) + " is " + type_of(ct[k]) + ", the output is " +
+                    type_of(outputs[k]) + "; give one of the output's dtype (JAX raises TypeError too)");
     const std::vector<Array> g = detail::zeros_where_none(backward(ct), leaves);
     return [&]<size_t... I>(std::index_sequence<I...>) {
       std::array<size_t, sizeof...(A)> pos{start[I]...};

@@ -105,7 +105,8 @@ Array make_array_from_process_local_data(const Sharding& sharding,
 
 namespace multihost {
 
-std::vector<float> process_allgather(const Array& x) {
+namespace {
+void check_readable(const Array& x) {
   if (!x.valid()) throw Error("process_allgather: use of an empty meshvk::Array");
   const auto& a = *x.impl();
   if (a.runtime->capture())
@@ -116,18 +117,39 @@ std::vector<float> process_allgather(const Array& x) {
       if (t == AxisType::Manual)
         throw Error("process_allgather: this is a per-device value inside shard_map; return it "
                     "through the out_specs and gather the result");
-  if (is_8bit(x.dtype()) || is_64bit(x.dtype()))  // float values of theirs, as numpy's astype
-    return process_allgather(astype(x, DType::float32));
+}
+}  // namespace
+
+namespace detail {
+
+void process_allgather_into(const Array& x, void* out, DType expected) {
+  check_readable(x);
+  if (x.dtype() != expected)
+    throw Error("process_allgather<" + std::string(dtype_name(expected)) + ">: the array is " + type_of(x) +
+                "; ask for its own element type (or astype it first)");
+  const auto& a = *x.impl();
+  std::lock_guard lock(a.runtime->mutex());
+  exec::download(*a.runtime, meshvk::detail::materialized(x), out, true);
+}
+
+std::vector<float> process_allgather_floats(const Array& x) {
+  check_readable(x);
+  const auto& a = *x.impl();
+  if (is_64bit(x.dtype()))
+    throw Error("process_allgather: x is " + type_of(x) + ", whose values float32 does not hold; read it with process_allgather<" +
+                (x.dtype() == DType::int64 ? "int64_t" : "double") + ">(x)");
+  if (is_8bit(x.dtype()) || x.dtype() == DType::bool_)  // exact float values of theirs, as numpy's astype
+    return process_allgather_floats(astype(x, DType::float32));
   std::vector<float> out(static_cast<size_t>(x.size()));
   std::lock_guard lock(a.runtime->mutex());
   if (is_16bit(x.dtype())) {  // 2 bytes each: their float32 values
     std::vector<uint16_t> halves(out.size());
-    exec::download(*a.runtime, detail::materialized(x), halves.data(), true);
+    exec::download(*a.runtime, meshvk::detail::materialized(x), halves.data(), true);
     for (size_t i = 0; i < out.size(); ++i)
       out[i] = x.dtype() == DType::bfloat16 ? bfloat16_to_float(halves[i]) : float16_to_float(halves[i]);
     return out;
   }
-  exec::download(*a.runtime, detail::materialized(x), out.data(), true);
+  exec::download(*a.runtime, meshvk::detail::materialized(x), out.data(), true);
   if (!is_floating(x.dtype())) {
     // int32 / uint32 bits to their float values, as numpy's astype would.
     for (float& v : out) {
@@ -139,6 +161,8 @@ std::vector<float> process_allgather(const Array& x) {
   }
   return out;
 }
+
+}  // namespace detail
 
 void sync_global_devices(const std::string& name) {
   Runtime& runtime = Runtime::current();

@@ -78,12 +78,13 @@ Array dynamic_update_slice(const Array& x, const Array& update, const std::vecto
   if (rank == 0) return u;
   if (update.size() == 0) return x;
   // The update spread over x's shape: along each dimension, element i reads update[i - s]
-  // (clamped; a mask keeps only [s, s + size)), with s clamped so the update fits, as in JAX.
+  // (clamped; a mask keeps only [s, s + size)), with s (negative: from the end) clamped so the
+  // update fits, as in JAX.
   Array spread = u;
   Array inside;
   for (size_t d = 0; d < rank; ++d) {
     const auto n = static_cast<int32_t>(x.shape()[d]), m = static_cast<int32_t>(update.shape()[d]);
-    const Array s = minimum(maximum(start[d], 0), n - m);
+    const Array s = minimum(maximum(where(start[d] < 0, start[d] + n, start[d]), 0), n - m);
     const Array rel = arange(n) - s;
     const Array in_d = (rel >= 0) & (rel < m);
     spread = take(spread, minimum(maximum(rel, 0), m - 1), static_cast<int>(d), TakeMode::clip);

@@ -316,7 +316,10 @@ Array power(const Operand& a, const Operand& b) {
   // (not y * log(0), NaN where y is 0).
   return taped(y, a, b,
                [a, b](const Array& ct) { return ct * where(equal(b, 0.0f), 0.0f, multiply(b, power(a, subtract(b, 1.0f)))); },
-               [a, y](const Array& ct) { return ct * y * log(where(equal(a, 0.0f), 1.0f, add(a, 0.0f))); });
+               [a, y](const Array& ct) {
+                 // log(a) in the result's dtype: a weak scalar base of a float64 power is a float64.
+                 return ct * y * log(astype(where(equal(a, 0.0f), 1.0f, add(a, 0.0f)), y.dtype()));
+               });
 }
 // Ties share the cotangent equally, as in JAX.
 Array maximum(const Operand& a, const Operand& b) {

@@ -18,7 +18,12 @@ Array linear(const Array& x, const Array& weight, const Array& bias) {
   if (weight.ndim() != 2 || bias.ndim() != 1 || weight.shape()[0] != bias.shape()[0])
     throw Error("linear: weight " + shape_to_string(weight.shape()) + " and bias " + shape_to_string(bias.shape()) +
                 " must be [out, in] and [out]");
-  return einsum("bi,oi->bo", x, weight) + bias;
+  if (x.ndim() < 1 || x.shape().back() != weight.shape()[1])
+    throw Error("linear: x has shape " + shape_to_string(x.shape()) + " for weight " + shape_to_string(weight.shape()) +
+                "; give x as [..., " + std::to_string(weight.shape()[1]) + "] (its last axis the inputs)");
+  // torch.nn.Linear's [*, in] -> [*, out]; the 2-D case as one product of [batch, in].
+  if (x.ndim() == 2) return einsum("bi,oi->bo", x, weight) + bias;
+  return einsum("...i,oi->...o", x, weight) + bias;
 }
 
 Params init_mlp(const std::vector<int>& sizes, uint32_t seed) {

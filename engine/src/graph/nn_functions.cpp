@@ -1,6 +1,7 @@
 // jax.nn's activations and normalisations as compositions of meshvk's ops: each runs under jit,
 // grad and shard_map, and lays its result out as the ops it is made of do.
 #include <cmath>
+#include <span>
 #include <string>
 
 #include "graph/array_impl.hpp"
@@ -55,12 +56,22 @@ Array logsumexp(const Array& x, std::vector<int> axes, bool keepdims) {
   return squeeze(out, axes);
 }
 
+namespace {
+// A constant of the rules meeting x: a weak float, or for float64 the exact double (a weak float
+// is a float32 value, 2^-24 off in a float64 result).
+Operand constant_for(const Array& x, double v) {
+  if (x.dtype() == DType::float64) return array(std::span<const double>(&v, 1), Shape{});
+  return static_cast<float>(v);
+}
+}  // namespace
+
 Array gelu(const Array& x, bool approximate) {
   if (approximate) {
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * x * (1.0f + tanh(c * (x + 0.044715f * x * x * x)));
+    const Operand c = constant_for(x, 0.79788456080286535588);  // sqrt(2 / pi)
+    const Operand k = constant_for(x, 0.044715);
+    return 0.5f * x * (1.0f + tanh(multiply(c, x + multiply(k, x) * x * x)));
   }
-  return 0.5f * x * (1.0f + erf(x * 0.7071067811865476f));
+  return 0.5f * x * (1.0f + erf(multiply(x, constant_for(x, 0.70710678118654752440))));
 }
 
 Array silu(const Array& x) { return x * sigmoid(x); }

@@ -266,7 +266,9 @@ Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes) {
     if (sizes[d] < 0 || sizes[d] > x.shape()[d])
       throw Error("dynamic_slice: size " + std::to_string(sizes[d]) + " of dimension " + std::to_string(d) +
                   " must be within [0, " + std::to_string(x.shape()[d]) + "]");
-    start[d] = std::clamp<int64_t>(start[d], 0, x.shape()[d] - sizes[d]);  // JAX clamps
+    // JAX: a negative start counts from the end (allow_negative_indices), then it is clamped.
+    if (start[d] < 0) start[d] += x.shape()[d];
+    start[d] = std::clamp<int64_t>(start[d], 0, x.shape()[d] - sizes[d]);
     stop[d] = start[d] + sizes[d];
   }
   return slice(x, start, stop);
@@ -275,7 +277,8 @@ Array dynamic_slice(const Array& x, std::vector<int64_t> start, Shape sizes) {
 Array dynamic_slice(const Array& x, const std::vector<Array>& start, Shape sizes) {
   if (start.size() != x.ndim() || sizes.size() != x.ndim())
     throw Error("dynamic_slice: start and sizes need one entry per dimension of " + shape_to_string(x.shape()));
-  // Each dimension is a take of [s, s + size) with s clamped so the slice fits, as in JAX.
+  // Each dimension is a take of [s, s + size) with s (negative: from the end) clamped so the
+  // slice fits, as in JAX.
   Array r = x;
   for (size_t d = 0; d < x.ndim(); ++d) {
     if (start[d].ndim() != 0 || start[d].dtype() != DType::int32)
@@ -284,7 +287,9 @@ Array dynamic_slice(const Array& x, const std::vector<Array>& start, Shape sizes
       throw Error("dynamic_slice: size " + std::to_string(sizes[d]) + " of dimension " + std::to_string(d) +
                   " must be within [0, " + std::to_string(x.shape()[d]) + "]");
     if (sizes[d] == x.shape()[d]) continue;
-    const Array s = minimum(maximum(start[d], 0), static_cast<int32_t>(x.shape()[d] - sizes[d]));
+    const auto n = static_cast<int32_t>(x.shape()[d]);
+    const Array from_end = where(start[d] < 0, start[d] + n, start[d]);  // as JAX's
+    const Array s = minimum(maximum(from_end, 0), static_cast<int32_t>(x.shape()[d] - sizes[d]));
     r = take(r, s + arange(static_cast<int32_t>(sizes[d])), static_cast<int>(d), TakeMode::clip);
   }
   return r;
@@ -297,6 +302,7 @@ static Array dynamic_update_slice_untaped(const Array& x, const Array& update, s
   for (size_t d = 0; d < x.ndim(); ++d) {
     if (update.shape()[d] > x.shape()[d])
       throw Error("dynamic_update_slice: update " + shape_to_string(update.shape()) + " does not fit in " + shape_to_string(x.shape()));
+    if (start[d] < 0) start[d] += x.shape()[d];  // from the end, as JAX's
     start[d] = std::clamp<int64_t>(start[d], 0, x.shape()[d] - update.shape()[d]);
   }
   const auto parts = gather_whole("dynamic_update_slice", {x, astype(update, x.dtype())});

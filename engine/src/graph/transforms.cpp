@@ -31,6 +31,9 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp_leaves(
     if (tangents[i].shape() != primals[i].shape())
       throw Error("jvp: tangent " + std::to_string(i) + " is " + type_of(tangents[i]) + " for a primal " +
                   type_of(primals[i]) + "; a tangent has its primal's shape");
+    if (tangents[i].dtype() != primals[i].dtype())
+      throw Error("jvp: tangent " + std::to_string(i) + " is " + type_of(tangents[i]) + " for a primal " +
+                  type_of(primals[i]) + "; a tangent has its primal's dtype (JAX raises TypeError too)");
   }
   const Linearized lin = [&] {
     const BackwardDifferentiated transposed_later;

@@ -144,6 +144,12 @@ std::string node_expr(const EwProgram& p, size_t i, int width, MathMode math) {
     case EwOp::cast:
       if (n.dtype == DType::bool_)
         return width == 4 ? "notEqual(" + a + ", " + type_name(in, 4) + "(0))" : "(" + a + " != " + type_name(in, 1) + "(0))";
+      // An integer or bool the compiler knows to be 0 (d * 0, d ^ d, d != d) would reach the float
+      // arithmetic as a literal 0.0, which llvmpipe folds as if there were no inf or NaN (x / 0.0
+      // left the result unwritten; 0.0 / x gave 0): plus the push constants' zero, it is opaque
+      // (exact: a converted integer is never -0; llvmpipe turned 0.0 - zero into -zero).
+      if (is_floating(n.dtype) && !is_floating(in))
+        return "(" + T + "(" + a + ") + " + T + "(uintBitsToFloat(pc.zero)))";
       return T + "(" + a + ")";
     case EwOp::add: return "(" + a + " + " + b + ")";
     case EwOp::sub: return "(" + a + " - " + b + ")";

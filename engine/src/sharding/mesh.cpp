@@ -75,9 +75,10 @@ Mesh::Mesh(std::vector<int> axis_sizes, std::vector<std::string> axis_names,
                 std::to_string(device_ids_.size()) +
                 " device ids were given; the product of the axis sizes must equal the number of "
                 "devices");
-  std::set<int> unique(device_ids_.begin(), device_ids_.end());
-  if (unique.size() != device_ids_.size())
-    throw Error("Mesh: a device id appears twice; each device may appear once in a mesh");
+  std::set<int> unique;
+  for (const int id : device_ids_)
+    if (!unique.insert(id).second)
+      throw Error("Mesh: device id " + std::to_string(id) + " appears twice; each device may appear once in a mesh");
 }
 
 bool Mesh::has_axis(std::string_view name) const {
