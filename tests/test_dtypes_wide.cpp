@@ -366,6 +366,10 @@ TEST(DtypesWide, PrintsAsNumpy) {
   EXPECT_EQ(arr<double>({0.1, 2.5, -3.0}).to_string(), "[ 0.1  2.5 -3. ]");
   EXPECT_EQ(arr<double>({1.0 / 3, 2.0}).to_string(), "[0.33333333 2.        ]");
   EXPECT_EQ(arr<double>({1e300, 1.0}).to_string(), "[1.e+300 1.e+000]");
+  // An element rounded to 8 digits that end in zeros keeps its column's 8 (numpy's min_digits).
+  EXPECT_EQ(arr<double>({1.999999999e8, 1.23456789}).to_string(), "[2.00000000e+08 1.23456789e+00]");
+  EXPECT_EQ(arr<double>({5.7220458984375e-06, 1.23456789}).to_string(), "[5.72204590e-06 1.23456789e+00]");
+  EXPECT_EQ(arr<double>({-1.1920928955078125e-10, 1.25090922e+08}).to_string(), "[-1.19209290e-10  1.25090922e+08]");
   EXPECT_EQ(arr<double>({0.1}).reshape(mv::Shape{}).to_string(), "0.1");
   EXPECT_EQ(arr<int8_t>({-5}).reshape(mv::Shape{}).to_string(), "-5");
   EXPECT_EQ(arr<uint8_t>({200}).reshape(mv::Shape{}).to_string(), "200");

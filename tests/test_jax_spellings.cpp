@@ -324,7 +324,9 @@ TEST(JaxSpellings, DynamicSliceWithBracedStarts) {
   EXPECT_EQ(mv::dynamic_update_slice(x, u, {mv::scalar(int32_t{2})}).to_host<float>(), at2);
   EXPECT_EQ(mv::dynamic_update_slice(x, u, {9}).to_host<float>(), at7);
   EXPECT_EQ(mv::dynamic_update_slice(x, u, {mv::scalar(int32_t{9})}).to_host<float>(), at7);
-  EXPECT_EQ(mv::dynamic_update_slice(x, u, {mv::scalar(int32_t{-5})}).to_host<float>()[0], -1.f);
+  // -5 counts from the end (5), as lax's.
+  EXPECT_EQ(mv::dynamic_update_slice(x, u, {mv::scalar(int32_t{-5})}).to_host<float>()[5], -1.f);
+  EXPECT_EQ(mv::dynamic_update_slice(x, u, {mv::scalar(int32_t{-50})}).to_host<float>()[0], -1.f);
   const Array block = mv::full({2, 2}, 100.f);
   std::vector<float> want2d = iota_floats(24);
   for (int r = 2; r < 4; ++r)
@@ -348,8 +350,9 @@ TEST(JaxSpellings, DynamicSliceUnderJitShardedAndGrad) {
            mv::dynamic_update_slice(x, mv::zeros({3, 16}), {s, 0}).sum(0).sum();
   });
   for (const int32_t s : {1, 5, 7, -3}) {
-    const int32_t r0 = std::clamp(s, 0, 6);
-    const int32_t u0 = std::clamp(s, 0, 5);
+    const int32_t from_end = s < 0 ? s + 8 : s;  // as lax's negative starts
+    const int32_t r0 = std::clamp(from_end, 0, 6);
+    const int32_t u0 = std::clamp(from_end, 0, 5);
     float rest = 0;
     for (int r = 0; r < 8; ++r)
       if (r < u0 || r >= u0 + 3)

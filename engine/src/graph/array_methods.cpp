@@ -11,9 +11,9 @@ namespace meshvk {
 
 void detail::axis_out_of_range(const char* op, const std::string& axis, size_t ndim) {
   const int n = static_cast<int>(ndim);
-  throw Error(std::string(op) + ": axis " + axis + " is out of range for an array of rank " +
-              std::to_string(n) + "; valid axes are " + std::to_string(-n) + ".." +
-              std::to_string(n - 1));
+  throw Error(std::string(op) + ": axis " + axis + " is out of range for an array of rank " + std::to_string(n) +
+              (n == 0 ? std::string("; a 0-d array has no axes (reduce it whole, or reshape it to 1-D first)")
+                      : "; valid axes are " + std::to_string(-n) + ".." + std::to_string(n - 1)));
 }
 
 Array Array::sum(std::vector<int> axes, bool keepdims) const {

@@ -25,11 +25,9 @@ inline void check_dtype(const char* op, DType dtype) {
 inline void reject_uint32(const char* op, const Array& x) {
   if (!x.valid() || x.dtype() != DType::uint32) return;
   throw Error(std::string(op) + ": " + type_of(x) +
-              " cannot be computed with; uint32 (random keys and bits) supports data movement "
-              "(device_put, reshape, "
-              "indexing, slice, transpose, concatenate, take, copies), printing, .npy, the random "
-              "ops and astype. "
-              "astype(x, DType::int32) (the same bits) or astype(x, DType::float32) first");
+              " is not supported here; uint32 supports data movement, elementwise ops, reductions, "
+              "sort and top_k (computed in int64), printing, .npy, the random ops and astype. "
+              "astype(x, DType::int64) (every value exact) or astype(x, DType::int32) (the same bits) first");
 }
 
 // bfloat16 and float16 (computed in float32 and rounded to them).

@@ -463,12 +463,24 @@ namespace {
 Array elementwise_to(const char* op, EwOp ew, std::vector<Operand> operands, DType compute, DType result,
                      const Shape* target) {
   std::vector<const Array*> arrays;
+  bool has_uint32 = false;
   for (const Operand& o : operands)
     if (const auto* a = std::get_if<Array>(&o.get())) {
       if (!a->valid()) throw Error(std::string(op) + ": an operand is an empty meshvk::Array");
-      if (ew != EwOp::cast) detail::reject_uint32(op, *a);
+      has_uint32 = has_uint32 || a->dtype() == DType::uint32;
       arrays.push_back(a);
     }
+  if (ew != EwOp::cast && (has_uint32 || compute == DType::uint32)) {
+    // uint32 computes in int64, where every uint32 value is exact, and a uint32 result wraps back
+    // modulo 2^32 (the kernels' int64 -> uint32 conversion keeps the low bits), as uint32
+    // arithmetic does.
+    for (Operand& o : operands)
+      if (const auto* a = std::get_if<Array>(&o.get()); a && a->dtype() == DType::uint32)
+        o = detail::convert_untaped(*a, DType::int64);
+    const auto wide = [](DType t) { return t == DType::uint32 ? DType::int64 : t; };
+    const Array r = elementwise_to(op, ew, std::move(operands), wide(compute), wide(result), target);
+    return result == DType::uint32 ? detail::convert_untaped(r, DType::uint32) : r;
+  }
   if (compute == DType::float64 || result == DType::float64) detail::check_float64_op(op, ew);
   if (is_8bit(compute)) detail::check_8bit_scalars(op, operands, compute);
   if (arrays.empty()) {
@@ -599,8 +611,9 @@ namespace detail {
 void operand_out_of_range(long long value) {
   throw Error("scalar operand " + std::to_string(value) +
               " does not fit in int32, the type of an integer scalar (JAX raises OverflowError "
-              "too); pass a float (" + std::to_string(value) +
-              ".f) or bring it into [-2147483648, 2147483647]");
+              "too); for an int64 array make the scalar an int64 Array (full_like(x, " + std::to_string(value) +
+              ") or array(std::span<const int64_t>)), for a float one pass a float (" + std::to_string(value) +
+              ".f), or bring it into [-2147483648, 2147483647]");
 }
 void operand_out_of_range(unsigned long long value) {
   throw Error("scalar operand " + std::to_string(value) +

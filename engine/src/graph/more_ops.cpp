@@ -137,7 +137,8 @@ Scatter scatter_parts(const char* op, const Array& x, const Array& ids, const Op
 
 Array prod(const Array& x, std::vector<int> axes, bool keepdims) {
   require_valid("prod", {&x});
-  reject_uint32("prod", x);
+  if (x.dtype() == DType::uint32)  // in int64, wrapped back modulo 2^32 (the low bits are the same)
+    return astype(prod(astype(x, DType::int64), std::move(axes), keepdims), DType::uint32);
   const int nd = static_cast<int>(x.ndim());
   std::vector<bool> reduce(static_cast<size_t>(nd), axes.empty());
   for (const int a : axes) {
@@ -233,7 +234,6 @@ Array take_along_axis(const Array& x, const Array& indices, int axis) {
 
 Array sort(const Array& x, int axis) {
   require_valid("sort", {&x});
-  reject_uint32("sort", x);
   if (x.ndim() == 0) return x;
   axis = detail::normalize_axis(axis, x.ndim(), "sort");  // an error names sort, not argsort
   return take_along_axis(x, argsort(x, axis), axis);
@@ -247,6 +247,8 @@ Array gather(const Array& x, const Array& ids, SourceLocation loc) {
     throw Error("x[ids]: x is 0-d (" + type_of(x) + ") and has no axis 0 to index");
   const int64_t n = x.shape()[0];
   if (n > kInt32Max) throw Error("x[ids]: axis 0 of " + type_of(x) + " is past int32 indices");
+  if (n == 0 && ids.size() > 0)
+    throw Error("x[ids]: axis 0 of " + type_of(x) + " is empty: there is no element to index (JAX raises too)");
   const Array idx = where(ids < 0, ids + static_cast<int32_t>(n), ids);
   return take(x, idx, 0, TakeMode::clip);
 }
@@ -308,7 +310,10 @@ namespace lax {
 
 std::pair<Array, Array> top_k(const Array& x, int k) {
   require_valid("top_k", {&x});
-  reject_uint32("top_k", x);
+  if (x.dtype() == DType::uint32) {  // ordered as int64, where every uint32 value is exact
+    auto [values, indices] = top_k(astype(x, DType::int64), k);
+    return {astype(values, DType::uint32), indices};
+  }
   if (x.ndim() == 0) throw Error("top_k: x is 0-d; give an array with at least one axis");
   const int64_t n = x.shape().back();
   if (k < 0 || k > n)

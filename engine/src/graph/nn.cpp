@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "graph/array_impl.hpp"
@@ -13,6 +14,15 @@
 #include "meshvk/random.hpp"
 
 namespace meshvk::nn {
+
+namespace {
+// A float for an error message: 1e-08 and 0.999, not std::to_string's 0.000000 and 0.999000.
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+}  // namespace
 
 Array linear(const Array& x, const Array& weight, const Array& bias) {
   if (weight.ndim() != 2 || bias.ndim() != 1 || weight.shape()[0] != bias.shape()[0])
@@ -168,8 +178,8 @@ Params adam(const Params& params, const Params& grads, AdamState& state, float l
   require_count(state);
   // b = 1 divides by 1 - b^t = 0, and b outside [0, 1) or a NaN eps makes every update NaN.
   if (!(b1 >= 0.0f && b1 < 1.0f) || !(b2 >= 0.0f && b2 < 1.0f) || !(eps >= 0.0f) || !std::isfinite(eps))
-    throw Error("adam: b1 = " + std::to_string(b1) + ", b2 = " + std::to_string(b2) + ", eps = " +
-                std::to_string(eps) + "; give b1 and b2 in [0, 1) and a finite eps >= 0 (defaults 0.9, 0.999, 1e-8)");
+    throw Error("adam: b1 = " + number_text(b1) + ", b2 = " + number_text(b2) + ", eps = " +
+                number_text(eps) + "; give b1 and b2 in [0, 1) and a finite eps >= 0 (defaults 0.9, 0.999, 1e-8)");
   // On the device, so that a jitted step counts too (a host int would be traced in as a constant).
   const Array count = where(state.count < std::numeric_limits<int32_t>::max(), state.count + 1, state.count);
   const Array t = astype(count, DType::float32);

@@ -70,6 +70,9 @@ Array squeeze(const Array& x, std::vector<int> axes) {
   } else {
     for (const int axis : axes) {
       const int a = detail::normalize_axis(axis, static_cast<size_t>(ndim), "squeeze");
+      if (drop[static_cast<size_t>(a)])
+        throw Error("squeeze: axis " + std::to_string(axis) + " names dimension " + std::to_string(a) +
+                    " a second time; give each axis once (numpy: duplicate value in 'axis')");
       if (x.shape()[static_cast<size_t>(a)] != 1)
         throw Error("squeeze: axis " + std::to_string(axis) + " of shape " +
                     shape_to_string(x.shape()) + " has size " +

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,15 @@
 #include "meshvk/ops.hpp"
 
 namespace meshvk::optax {
+
+namespace {
+// A float for an error message: 1e-08 and 0.999, not std::to_string's 0.000000 and 0.999000.
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+}  // namespace
 
 namespace {
 
@@ -90,13 +100,13 @@ Array safe_increment(const Array& count) {
 
 void require_unit(const std::string& name, const char* what, float b) {
   if (!(b >= 0.0f && b < 1.0f))
-    throw Error(op_name(name) + ": " + what + " = " + std::to_string(b) +
+    throw Error(op_name(name) + ": " + what + " = " + number_text(b) +
                 "; give a decay rate in [0, 1) (at 1 the bias correction divides by 0)");
 }
 
 void require_nonnegative(const std::string& name, const char* what, float x) {
   if (!(x >= 0.0f) || !std::isfinite(x))
-    throw Error(op_name(name) + ": " + what + " = " + std::to_string(x) +
+    throw Error(op_name(name) + ": " + what + " = " + number_text(x) +
                 "; give a finite value >= 0");
 }
 
@@ -324,11 +334,16 @@ GradientTransformation scale_by_adam(float b1, float b2, float eps, float eps_ro
     std::optional<Array> c1_next;
     if (nesterov) c1_next = correction(b1, safe_increment(count_inc));
     Params out, mu_out, nu_out;
+    // The corrections in the moments' dtype, as optax's astype(moment.dtype): bfloat16 params
+    // get bfloat16 updates.
+    const auto in = [](const Array& c, const Array& like) {
+      return is_floating(like.dtype()) && c.dtype() != like.dtype() ? astype(c, like.dtype()) : c;
+    };
     for (const auto& [name, g] : updates) {
       const Array m = (1.0f - b1) * g + b1 * mu.at(name);
       const Array v = (1.0f - b2) * (g * g) + b2 * nu.at(name);
-      const Array m_hat = nesterov ? b1 * (m / *c1_next) + (1.0f - b1) * (g / c1) : m / c1;
-      const Array v_hat = v / c2;
+      const Array m_hat = nesterov ? b1 * (m / in(*c1_next, m)) + (1.0f - b1) * (g / in(c1, g)) : m / in(c1, m);
+      const Array v_hat = v / in(c2, v);
       out.emplace(name, m_hat / (sqrt(eps_root != 0.0f ? v_hat + eps_root : v_hat) + eps));
       mu_out.emplace(name, m);
       nu_out.emplace(name, v);
@@ -345,7 +360,7 @@ GradientTransformation scale_by_adam(float b1, float b2, float eps, float eps_ro
 GradientTransformation trace(float decay, bool nesterov) {
   const std::string kind = "trace";
   if (!std::isfinite(decay))
-    throw Error("optax.trace: decay = " + std::to_string(decay) + "; give a finite momentum");
+    throw Error("optax.trace: decay = " + number_text(decay) + "; give a finite momentum");
   auto init = [kind](const Params& params) {
     OptState s = empty_state(kind);
     Params t;
@@ -373,7 +388,7 @@ GradientTransformation trace(float decay, bool nesterov) {
 
 GradientTransformation add_decayed_weights(float weight_decay, Mask mask) {
   if (!std::isfinite(weight_decay))
-    throw Error("optax.add_decayed_weights: weight_decay = " + std::to_string(weight_decay) +
+    throw Error("optax.add_decayed_weights: weight_decay = " + number_text(weight_decay) +
                 "; give a finite weight decay");
   return stateless(
       "add_decayed_weights", [weight_decay, mask](const Params& updates, const Params& params) {
@@ -393,7 +408,7 @@ GradientTransformation add_decayed_weights(float weight_decay, Mask mask) {
 
 GradientTransformation clip_by_global_norm(float max_norm) {
   if (!(max_norm > 0.0f) || !std::isfinite(max_norm))
-    throw Error("optax.clip_by_global_norm: max_norm = " + std::to_string(max_norm) +
+    throw Error("optax.clip_by_global_norm: max_norm = " + number_text(max_norm) +
                 "; give a finite max_norm > 0");
   return stateless("clip_by_global_norm", [max_norm](const Params& updates, const Params&) {
     if (updates.empty()) return updates;

@@ -44,7 +44,9 @@ std::vector<bool> reduced_axes(const char* op, std::vector<int> axes, size_t ran
     const int r = static_cast<int>(rank);
     if (a < -r || a >= r)
       throw Error(std::string(op) + ": axis " + std::to_string(a) + " is out of range for an array of rank " +
-                  std::to_string(rank) + "; valid axes are " + std::to_string(-r) + ".." + std::to_string(r - 1));
+                  std::to_string(rank) +
+                (r == 0 ? std::string("; a 0-d array has no axes (reduce it whole, or reshape it to 1-D first)")
+                        : "; valid axes are " + std::to_string(-r) + ".." + std::to_string(r - 1)));
     const int given = a;
     if (a < 0) a += r;
     // Checked after normalizing, so {1, -1} on a rank-2 array is a repeat, as numpy says.
@@ -75,6 +77,14 @@ Array reduce(const char* op, kernels::ReduceOp kind, const Array& input, const s
     // XLA accumulates them; the conversions carry the gradient.
     const Array y = reduce(op, kind, astype(input, DType::float32), reduced, keepdims);
     return is_floating(y.dtype()) ? astype(y, input.dtype()) : y;
+  }
+  if (input.valid() && input.dtype() == DType::uint32) {
+    // uint32: reduced as int64 (exact); sums wrap back modulo 2^32 (JAX's uint32 sum), max and
+    // min are uint32 again, argmax / argmin int32 indices.
+    const Array y = reduce(op, kind, detail::convert_untaped(input, DType::int64), reduced, keepdims);
+    if (kind == kernels::ReduceOp::sum || kind == kernels::ReduceOp::max || kind == kernels::ReduceOp::min)
+      return detail::convert_untaped(y, DType::uint32);
+    return y;
   }
   if (input.valid() && is_8bit(input.dtype())) {
     // int8 / uint8: reduced as int32 (exact). Their sum is JAX's (promote_integers): int32 for

@@ -46,7 +46,9 @@ int normalize_axis(int axis, size_t rank, const char* op) {
   const int r = static_cast<int>(rank);
   if (axis < -r || axis >= r)
     throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for an array of rank " +
-                std::to_string(rank) + "; valid axes are " + std::to_string(-r) + ".." + std::to_string(r - 1));
+                std::to_string(rank) +
+                (r == 0 ? std::string("; a 0-d array has no axes (reduce it whole, or reshape it to 1-D first)")
+                        : "; valid axes are " + std::to_string(-r) + ".." + std::to_string(r - 1)));
   return axis < 0 ? axis + r : axis;
 }
 

@@ -236,8 +236,8 @@ Array one_hot(const Array& x, int num_classes, DType dtype, SourceLocation loc) 
 
 Array argsort(const Array& x, int axis) {
   const detail::PartOpScope op_scope("argsort");  // profile hook: its transposes too
-  detail::reject_uint32("argsort", x);
   if (x.ndim() == 0) return reshape(arange(1), {});
+  if (x.dtype() == DType::uint32) return argsort(astype(x, DType::int64), axis);  // exact there
   axis = normalize_axis(axis, x.ndim(), "argsort");
   const int last = static_cast<int>(x.ndim()) - 1;
   if (axis != last) {

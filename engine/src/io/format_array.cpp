@@ -121,6 +121,9 @@ Digits scientific_digits(double magnitude, int max_fraction, int min_fraction, D
   if (fraction > max_fraction) {
     digits = rounded_digits(magnitude, max_fraction + 1);
     trim_trailing_zeros(digits.digits, 1);
+    // numpy pads back to min_digits: 1.999999999e8 is 2.00000000e+08 beside 8-digit neighbours.
+    if (static_cast<int>(digits.digits.size()) - 1 < min_fraction)
+      digits.digits.append(static_cast<size_t>(min_fraction + 1) - digits.digits.size(), '0');
   } else if (fraction < min_fraction) {
     digits = rounded_digits(magnitude, min_fraction + 1);
   }
