@@ -176,3 +176,30 @@ TEST(ArrayErrors, BadShardingsAndShapes) {
   // The runtime is still fine afterwards.
   EXPECT_EQ(mv::device_put(x, mv::NamedSharding(mesh, P(mv::None, "b"))).to_host<float>(), x.to_host<float>());
 }
+
+// Explicit mode refuses what would change a type without being asked, as JAX's sharding rules
+// do (found by the second outside review): a reshape that cannot keep the sharding, operands of
+// concatenate sharded differently, a product whose result would use one mesh axis twice.
+TEST(Array, ExplicitModeRefusesSilentReshards) {
+  const auto em = mv::make_mesh({2, 4}, {"X", "Y"}, {mv::AxisType::Explicit, mv::AxisType::Explicit});
+  const auto a = mv::device_put(mv::arange(128.f).reshape({16, 8}), mv::NamedSharding(em, P("X", "Y")));
+  expect_error([&] { (void)a.reshape({128}); }, "reshard");
+  expect_error([&] { (void)a.reshape({16, 2, 4}); }, "explicit mode");
+  const auto jitted = mv::jit([](const mv::Array& u) { return u.reshape({128}); });
+  expect_error([&] { (void)jitted(a); }, "reshape");
+  // What keeps the sharding still works: the leading split dimension merged with a whole one.
+  const auto rows = mv::device_put(mv::arange(128.f).reshape({16, 8}), mv::NamedSharding(em, P("X")));
+  EXPECT_EQ(mv::type_of(rows.reshape({128})), "float32[128@X]");
+  const auto ay = mv::device_put(mv::arange(128.f).reshape({16, 8}), mv::NamedSharding(em, P(mv::None, "Y")));
+  expect_error([&] { (void)mv::concatenate({a, ay}, 0); }, "sharded differently");
+  expect_error([&] { (void)mv::stack({a, ay}, 0); }, "sharded differently");
+  EXPECT_EQ(mv::type_of(mv::concatenate({a, a}, 0)), "float32[32@X,8@Y]");
+  EXPECT_EQ(mv::concatenate({a, mv::zeros({16, 8})}, 0).shape(), (mv::Shape{32, 8}));  // uncommitted: any layout
+  const auto ax = mv::device_put(mv::arange(128.f).reshape({16, 8}), mv::NamedSharding(em, P("X", mv::None)));
+  const auto bx = mv::device_put(mv::arange(128.f).reshape({8, 16}), mv::NamedSharding(em, P(mv::None, "X")));
+  expect_error([&] { (void)mv::matmul(ax, bx); }, "out_sharding");
+  const auto c = mv::matmul(ax, bx, mv::Sharding(mv::NamedSharding(em, P("X", mv::None))));
+  EXPECT_EQ(mv::type_of(c), "float32[16@X,16]");
+  EXPECT_EQ(c.to_host<float>(), mv::matmul(mv::arange(128.f).reshape({16, 8}), mv::arange(128.f).reshape({8, 16})).to_host<float>());
+  expect_runtime_usable();
+}

@@ -368,8 +368,16 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
   }
   if (!v.sharding.is_fully_replicated()) {
     // Pieces of a sharded array are not pieces of the reshaped one: gather a full copy on each
-    // of its devices (device to device) and reshape that.
+    // of its devices (device to device) and reshape that. Not in explicit mode, where the type
+    // would change without being asked (JAX raises there too).
     const NamedSharding& n = *v.sharding.named();
+    for (size_t d = 0; d < n.spec().size(); ++d)
+      for (const auto& axis : n.spec()[d].axes)
+        if (n.mesh().axis_type(axis) == AxisType::Explicit)
+          throw Error("reshape: " + type_of(self) + " cannot become " + shape_to_string(new_shape) +
+                      " keeping its sharding (a split dimension must lead the dimensions it is merged with or "
+                      "split into, and divide evenly); in explicit mode the sharding is part of the type: reshard "
+                      "it first (e.g. to P('" + axis + "') on a leading dimension, or replicated)");
     const detail::OpScope op_scope("reshard");  // profile hook: the line exec::reshard prints
     const exec::RuleScope rule([] { return std::string("reshape of a split array: gathered whole"); });
     v = detail::reshard_saving(a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()), detail::on_every_process(self),

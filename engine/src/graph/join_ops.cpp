@@ -90,6 +90,21 @@ static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
   checked_size(shape, "concatenate");
   std::vector<Array> cast;
   for (const Array& a : arrays) cast.push_back(astype(a, dtype));
+  // Explicit mode: the operands' types carry their shardings, and JAX's rule wants them equal
+  // (uncommitted operands, such as a fresh zeros, take whatever layout is needed).
+  const Array* first = nullptr;
+  bool explicit_axes = false;
+  for (const Array& a : cast) {
+    const NamedSharding* n = a.committed() ? a.sharding().named() : nullptr;
+    if (!n) continue;
+    for (size_t d = 0; d < rank; ++d)
+      for (const auto& ax : n->spec()[d].axes) explicit_axes = explicit_axes || n->mesh().axis_type(ax) == AxisType::Explicit;
+    if (!first) first = &a;
+    else if (explicit_axes && !a.sharding().is_equivalent_to(first->sharding(), rank))
+      throw Error("concatenate: operands " + type_of(*first) + " and " + type_of(a) +
+                  " are sharded differently; in explicit mode all operands need the same sharding (as JAX's): "
+                  "reshard one of them");
+  }
   auto& rt = *arrays[0].impl()->runtime;
   // Operands laid out alike and not split along the axis: each device joins its own pieces.
   const bool alike = std::all_of(cast.begin(), cast.end(), [&](const Array& a) {

@@ -108,7 +108,14 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
     std::set<std::string> used;
     auto take = [&](size_t out_dim, const SpecEntry& e) {
       for (const auto& axis : e.axes)
-        if (used.count(axis)) return;
+        if (used.count(axis)) {
+          // Explicit mode: the result's type would name the axis twice (JAX raises too); in
+          // automatic mode the second dimension is gathered.
+          if (mesh.axis_type(axis) == AxisType::Explicit && !out_sharding)
+            throw Error("dot_general: the result of " + type_of(a) + " and " + type_of(b) + " would be sharded over '" +
+                        axis + "' along two dimensions; pass out_sharding to matmul/einsum, or reshard an operand");
+          return;
+        }
       spec[out_dim] = e;
       used.insert(e.axes.begin(), e.axes.end());
     };
