@@ -1,6 +1,7 @@
 #pragma once
 // Layers, losses and optimizers enough for the tutorials' training examples, in torch's layout
 // (a linear layer's weight is [out, in]) and with torch's default initialisation.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,30 @@ Array silu(const Array& x);  // x * sigmoid(x); jax.nn.swish is the same
 inline Array swish(const Array& x) { return silu(x); }
 Array softplus(const Array& x);  // log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))
 Array relu(const Array& x);      // max(x, 0)
+// More of jax.nn's activations, with JAX's definitions (and so its gradients at the kinks).
+Array leaky_relu(const Array& x, float negative_slope = 0.01f);  // where(x >= 0, x, slope * x)
+Array elu(const Array& x, float alpha = 1.0f);   // where(x > 0, x, alpha * expm1(x))
+Array celu(const Array& x, float alpha = 1.0f);  // max(x, 0) + alpha * expm1(min(x, 0) / alpha)
+Array selu(const Array& x);                      // 1.0507... * elu(x, 1.6732...)
+Array log_sigmoid(const Array& x);               // -softplus(-x)
+Array relu6(const Array& x);                     // min(max(x, 0), 6); gradient 0 at 0 and 6
+Array hard_tanh(const Array& x);                 // x clipped to [-1, 1]; gradient 1 at +-1
+Array soft_sign(const Array& x);                 // x / (|x| + 1)
+// jax.nn.glu: x split in halves a, b along `axis` (of even size), a * sigmoid(b).
+Array glu(const Array& x, int axis = -1);
+// jax.nn.standardize: (x - mean) * rsqrt(mean(x^2) - mean^2 + epsilon) over `axes`.
+Array standardize(const Array& x, std::vector<int> axes = {-1}, float epsilon = 1e-5f);
+// jax.nn.dot_product_attention (its XLA implementation): query [B, T, N, H] (or [T, N, H]),
+// key and value [B, S, K, H] with N a multiple of K (grouped-query attention: query heads
+// k*G .. k*G+G-1 read key/value head k). softmax(q k^T * scale + bias, masked) v, the logits in
+// float32 (float64 for float64 queries), the probabilities cast to key's dtype. scale defaults to
+// 1/sqrt(H); bias (added) and mask (bool, true = attend) broadcast to [B, N, T, S]; is_causal
+// lets query t attend keys s <= t. Masked logits become -0.7 * the dtype's largest value, as
+// JAX's, so a row with nothing to attend averages every value uniformly.
+Array dot_product_attention(const Array& query, const Array& key, const Array& value,
+                            const std::optional<Array>& bias = std::nullopt,
+                            const std::optional<Array>& mask = std::nullopt,
+                            std::optional<float> scale = std::nullopt, bool is_causal = false);
 // Layer norm over the last axis, as flax.linen.LayerNorm computes it (biased variance, eps
 // inside the square root; flax's default eps is 1e-6, torch's 1e-5): (x - mean) / sqrt(var +
 // eps) * scale + bias, scale and bias of the last axis's size.

@@ -92,9 +92,13 @@ class Mask {
   Mask(const T& params, const std::vector<bool>& per_leaf);
   bool empty() const { return !fn_; }
   bool operator()(const std::string& name, const Array& param) const { return fn_(name, param); }
+  // The parameter names a by-name mask was made for (none for a function mask): one naming no
+  // parameter is an Error where the mask is applied, as optax's tree mismatch.
+  const std::vector<std::string>& names() const { return names_; }
 
  private:
   std::function<bool(const std::string&, const Array&)> fn_;
+  std::vector<std::string> names_;
 };
 
 // A pytree other than Params that the transformations take as params and updates: an Array,

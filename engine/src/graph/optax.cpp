@@ -192,7 +192,9 @@ Mask::Mask(std::map<std::string, bool> by_name)
           throw Error("optax mask: no entry for the parameter '" + name + "'; the mask has " +
                       quoted(keys(by_name)) + " (give a bool for every parameter)");
         return it->second;
-      }) {}
+      }) {
+  for (const auto& kv : by_name) names_.push_back(kv.first);
+}
 
 // ---- GradientTransformation
 
@@ -397,6 +399,10 @@ GradientTransformation add_decayed_weights(float weight_decay, Mask mask) {
               "optax.add_decayed_weights (adamw's weight decay) needs the params: pass them "
               "as update()'s third argument, update(grads, state, params)");
         require_like("optax.add_decayed_weights", params, "the params", updates, "the updates");
+        for (const std::string& name : mask.names())
+          if (!params.count(name))
+            throw Error("optax mask: the entry '" + name + "' names no parameter; the params are " +
+                        quoted(keys(params)) + " (give the mask exactly the params' names)");
         Params out;
         for (const auto& [name, g] : updates) {
           const Array& p = params.at(name);
