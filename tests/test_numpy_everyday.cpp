@@ -325,3 +325,38 @@ TEST(NumpyEveryday, LaxSwitch) {
   EXPECT_THROW(mv::lax::switch_(mv::scalar(1.0f), branches, x), mv::Error);
   expect_runtime_usable();
 }
+
+TEST(NumpyEveryday, DiagonalTraceDiagMeshgridDotGeneral) {
+  const mv::Array m = mv::arange(12).reshape(mv::Shape{3, 4});
+  EXPECT_EQ(mv::diagonal(m).to_host<int32_t>(), (std::vector<int32_t>{0, 5, 10}));
+  EXPECT_EQ(mv::diagonal(m, 1).to_host<int32_t>(), (std::vector<int32_t>{1, 6, 11}));
+  EXPECT_EQ(mv::diagonal(m, -1).to_host<int32_t>(), (std::vector<int32_t>{4, 9}));
+  EXPECT_EQ(mv::diagonal(m, 5).shape(), (mv::Shape{0}));
+  EXPECT_EQ(mv::trace(m).to_host<int32_t>()[0], 15);
+  const mv::Array t = mv::arange(24).reshape(mv::Shape{2, 3, 4});
+  EXPECT_EQ(mv::diagonal(t, 0, 1, 2).to_host<int32_t>(), (std::vector<int32_t>{0, 5, 10, 12, 17, 22}));  // numpy's
+  EXPECT_EQ(mv::diagonal(t, 0, 0, 2).to_host<int32_t>(), (std::vector<int32_t>{0, 13, 4, 17, 8, 21}));
+  EXPECT_EQ(mv::diag(mv::array({1, 2}), 1).to_host<int32_t>(), (std::vector<int32_t>{0, 1, 0, 0, 0, 2, 0, 0, 0}));
+  EXPECT_EQ(mv::diag(mv::array({1, 2}), -1).to_host<int32_t>(), (std::vector<int32_t>{0, 0, 0, 1, 0, 0, 0, 2, 0}));
+  EXPECT_EQ(mv::diag(m, 1).to_host<int32_t>(), (std::vector<int32_t>{1, 6, 11}));
+  const mv::Array g = mv::grad([](const mv::Array& a) { return mv::trace(a * a); })(mv::arange(4.0f).reshape(mv::Shape{2, 2}));
+  EXPECT_EQ(g.to_host<float>(), (std::vector<float>{0, 0, 0, 6}));
+  const std::vector<mv::Array> xy = mv::meshgrid({mv::array({1, 2, 3}), mv::array({7, 8})});
+  EXPECT_EQ(xy[0].shape(), (mv::Shape{2, 3}));
+  EXPECT_EQ(xy[0].to_host<int32_t>(), (std::vector<int32_t>{1, 2, 3, 1, 2, 3}));
+  EXPECT_EQ(xy[1].to_host<int32_t>(), (std::vector<int32_t>{7, 7, 7, 8, 8, 8}));
+  const std::vector<mv::Array> ij = mv::meshgrid({mv::array({1, 2, 3}), mv::array({7, 8})}, "ij");
+  EXPECT_EQ(ij[0].to_host<int32_t>(), (std::vector<int32_t>{1, 1, 2, 2, 3, 3}));
+  // dot_general: batch 0 with batch 0, contract lhs 2 with rhs 1 -> [batch, lhs free, rhs free].
+  const mv::Array a = mv::arange(24.0f).reshape(mv::Shape{2, 3, 4}), b = mv::arange(40.0f).reshape(mv::Shape{2, 4, 5});
+  const mv::Array d = mv::lax::dot_general(a, b, {{2}, {1}, {0}, {0}});
+  EXPECT_EQ(d.shape(), (mv::Shape{2, 3, 5}));
+  EXPECT_EQ(d.to_host<float>(), mv::matmul(a, b).to_host<float>());
+  const mv::Array e = mv::lax::dot_general(b, a, {{1}, {2}});  // no batch: [2, 5, 2, 3]
+  EXPECT_EQ(e.shape(), (mv::Shape{2, 5, 2, 3}));
+  EXPECT_EQ(e.to_host<float>(), mv::einsum("bkn,cmk->bncm", b, a).to_host<float>());
+  EXPECT_EQ(mv::lax::dot_general(a, b, {{2}, {1}, {0}, {0}}, DType::float32).dtype(), DType::float32);
+  EXPECT_THROW(mv::lax::dot_general(a, b, {{1}, {1}}), mv::Error);
+  EXPECT_THROW(mv::lax::dot_general(a, b, {{2}, {1}, {0}, {}}), mv::Error);
+  expect_runtime_usable();
+}

@@ -503,6 +503,26 @@ Array searchsorted(const Array& a, const Array& v, const std::string& side = "le
 // `length` it is max(minlength, max(x) + 1), read from the device (so not under jit, as in JAX).
 Array bincount(const Array& x, std::optional<Array> weights = std::nullopt, int64_t minlength = 0,
                std::optional<int64_t> length = std::nullopt);
+// jnp.diagonal / jnp.trace: diagonal `offset` (positive: above the main one) of the matrices
+// spanned by axis1 and axis2, as a new last axis (diagonal) or summed (trace); jnp.diag of a
+// 1-D array: the square matrix with it on diagonal k, of a 2-D one: its diagonal k.
+Array diagonal(const Array& x, int offset = 0, int axis1 = 0, int axis2 = 1);
+Array trace(const Array& x, int offset = 0, int axis1 = 0, int axis2 = 1);
+Array diag(const Array& x, int k = 0);
+// jnp.meshgrid of 1-D arrays: indexing "xy" (the default: the first two outputs' axes swapped,
+// as numpy) or "ij".
+std::vector<Array> meshgrid(const std::vector<Array>& xs, const std::string& indexing = "xy");
+namespace lax {
+// jax.lax.dot_general: contracts lhs_contracting with rhs_contracting (pairwise, equal sizes)
+// over the batch dimensions lhs_batch / rhs_batch; the result is the batch dimensions, then lhs's
+// free dimensions, then rhs's, in order (as XLA's DotGeneral). Composed as an einsum.
+struct DotDimensionNumbers {
+  std::vector<int> lhs_contracting, rhs_contracting;
+  std::vector<int> lhs_batch = {}, rhs_batch = {};
+};
+Array dot_general(const Array& lhs, const Array& rhs, const DotDimensionNumbers& dimension_numbers,
+                  std::optional<DType> preferred_element_type = std::nullopt);
+}  // namespace lax
 namespace linalg {
 // jnp.linalg.norm. ord: none (the 2-norm of the flattened array, or over `axes`; Frobenius for two
 // axes), or for one axis (a vector) inf, -inf, 0 (the count of non-zeros) or any p

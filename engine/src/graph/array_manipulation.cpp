@@ -217,3 +217,119 @@ Array outer(const Array& a, const Array& b) {
 }
 
 }  // namespace meshvk
+
+namespace meshvk {
+
+namespace {
+// The einsum letter of dimension d (a-z, then A-Z: 52 dimensions in all).
+char letter(size_t d, const char* op) {
+  if (d >= 52) throw Error(std::string(op) + ": more than 52 dimensions");
+  return d < 26 ? static_cast<char>('a' + d) : static_cast<char>('A' + (d - 26));
+}
+}  // namespace
+
+Array diagonal(const Array& x, int offset, int axis1, int axis2) {
+  if (!x.valid()) throw Error("diagonal: x is an empty meshvk::Array");
+  const size_t rank = x.ndim();
+  if (rank < 2) throw Error("diagonal: x is " + type_of(x) + "; give an array of at least 2 dimensions");
+  const int a = detail::normalize_axis(axis1, rank, "diagonal"), b = detail::normalize_axis(axis2, rank, "diagonal");
+  if (a == b) throw Error("diagonal: axis1 and axis2 name the same dimension; give two different axes");
+  // The other dimensions first, then the two moved last; the diagonal is a take of the
+  // flattened matrices at i * cols + i + offset (or its mirror below the main one).
+  std::vector<int> perm;
+  for (int d = 0; d < static_cast<int>(rank); ++d)
+    if (d != a && d != b) perm.push_back(d);
+  perm.push_back(a);
+  perm.push_back(b);
+  const Array m = transpose(x, perm);
+  const int64_t rows = x.shape()[static_cast<size_t>(a)], cols = x.shape()[static_cast<size_t>(b)];
+  const int64_t n = std::max<int64_t>(0, offset >= 0 ? std::min(rows, cols - offset) : std::min(rows + offset, cols));
+  if (rows * cols > std::numeric_limits<int32_t>::max()) throw Error("diagonal: the matrices are past int32 indices");
+  std::vector<int32_t> idx;
+  for (int64_t i = 0; i < n; ++i)
+    idx.push_back(static_cast<int32_t>(offset >= 0 ? i * cols + i + offset : (i - offset) * cols + i));
+  Shape flat(m.shape().begin(), m.shape().end() - 2);
+  flat.push_back(rows * cols);
+  return take(reshape(m, flat), array(std::span<const int32_t>(idx), Shape{n}), static_cast<int>(flat.size()) - 1,
+              TakeMode::clip);
+}
+
+Array trace(const Array& x, int offset, int axis1, int axis2) {
+  const Array d = diagonal(x, offset, axis1, axis2);
+  return sum(d, {-1});
+}
+
+Array diag(const Array& x, int k) {
+  if (!x.valid()) throw Error("diag: x is an empty meshvk::Array");
+  if (x.ndim() == 2) return diagonal(x, k);
+  if (x.ndim() != 1) throw Error("diag: x is " + type_of(x) + "; give a 1-D array (a diagonal) or a 2-D one (a matrix)");
+  const int64_t n = x.shape()[0] + (k < 0 ? -k : k);
+  // Row i's element on diagonal k is x[i] for k >= 0 (rows past x's length have none), x[i + k]
+  // for k < 0: those values spread along the rows, kept where the band is.
+  const Array on = eye(n, n, k, DType::bool_);
+  std::vector<int32_t> src;
+  for (int64_t i = 0; i < n; ++i) src.push_back(static_cast<int32_t>(std::clamp<int64_t>(k >= 0 ? i : i + k, 0, x.shape()[0] - 1)));
+  const Array rows = take(x, array(std::span<const int32_t>(src), Shape{n}), 0, TakeMode::clip);
+  return where(on, reshape(rows, Shape{n, 1}), zeros(Shape{}, x.dtype()));
+}
+
+std::vector<Array> meshgrid(const std::vector<Array>& xs, const std::string& indexing) {
+  if (indexing != "xy" && indexing != "ij")
+    throw Error("meshgrid: indexing = \"" + indexing + "\"; give \"xy\" or \"ij\"");
+  Shape shape;
+  for (const Array& x : xs) {
+    if (!x.valid() || x.ndim() != 1) throw Error("meshgrid: every input must be a 1-D array");
+    shape.push_back(x.shape()[0]);
+  }
+  const bool xy = indexing == "xy" && xs.size() >= 2;
+  if (xy) std::swap(shape[0], shape[1]);
+  std::vector<Array> out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const size_t at = xy && i < 2 ? 1 - i : i;  // the axis input i varies along
+    Shape along(xs.size(), 1);
+    along[at] = xs[i].shape()[0];
+    out.push_back(broadcast_to(reshape(xs[i], along), shape));
+  }
+  return out;
+}
+
+namespace lax {
+
+Array dot_general(const Array& lhs, const Array& rhs, const DotDimensionNumbers& dims, std::optional<DType> preferred) {
+  if (!lhs.valid() || !rhs.valid()) throw Error("dot_general: an operand is an empty meshvk::Array");
+  if (dims.lhs_contracting.size() != dims.rhs_contracting.size() || dims.lhs_batch.size() != dims.rhs_batch.size())
+    throw Error("dot_general: " + std::to_string(dims.lhs_contracting.size()) + " and " +
+                std::to_string(dims.rhs_contracting.size()) + " contracting, " + std::to_string(dims.lhs_batch.size()) +
+                " and " + std::to_string(dims.rhs_batch.size()) +
+                " batch dimensions; give as many on each side (they pair up in order)");
+  const std::vector<int> lc = distinct_axes("dot_general", dims.lhs_contracting, lhs.ndim());
+  const std::vector<int> rc = distinct_axes("dot_general", dims.rhs_contracting, rhs.ndim());
+  const std::vector<int> lb = distinct_axes("dot_general", dims.lhs_batch, lhs.ndim());
+  const std::vector<int> rb = distinct_axes("dot_general", dims.rhs_batch, rhs.ndim());
+  std::string ls(lhs.ndim(), '?'), rs(rhs.ndim(), '?'), out;
+  size_t next = 0;
+  auto pair_up = [&](const std::vector<int>& l, const std::vector<int>& r, const char* what, bool into_out) {
+    for (size_t i = 0; i < l.size(); ++i) {
+      const auto li = static_cast<size_t>(l[i]), ri = static_cast<size_t>(r[i]);
+      if (ls[li] != '?' || rs[ri] != '?')
+        throw Error("dot_general: a dimension is both contracting and batch; give each dimension one role");
+      if (lhs.shape()[li] != rhs.shape()[ri])
+        throw Error("dot_general: " + std::string(what) + " dimensions " + std::to_string(l[i]) + " of " + type_of(lhs) +
+                    " and " + std::to_string(r[i]) + " of " + type_of(rhs) + " differ in size");
+      ls[li] = rs[ri] = letter(next++, "dot_general");
+      if (into_out) out += ls[li];
+    }
+  };
+  pair_up(lb, rb, "batch", true);
+  pair_up(lc, rc, "contracting", false);
+  for (char& c : ls)
+    if (c == '?') out += (c = letter(next++, "dot_general"));
+  for (char& c : rs)
+    if (c == '?') out += (c = letter(next++, "dot_general"));
+  const std::string subscripts = ls + "," + rs + "->" + out;
+  return preferred ? einsum(subscripts, std::vector<Array>{lhs, rhs}, *preferred) : einsum(subscripts, lhs, rhs);
+}
+
+}  // namespace lax
+
+}  // namespace meshvk
