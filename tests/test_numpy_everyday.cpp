@@ -360,3 +360,32 @@ TEST(NumpyEveryday, DiagonalTraceDiagMeshgridDotGeneral) {
   EXPECT_THROW(mv::lax::dot_general(a, b, {{2}, {1}, {0}, {}}), mv::Error);
   expect_runtime_usable();
 }
+
+// Found by an outside review of the functions above (2026-11-27 evening).
+TEST(NumpyEveryday, ReviewedEdges) {
+  // flip keeps its operand's sharding (lax.rev's rule), in explicit mode its type too.
+  const mv::Mesh mesh = mv::make_mesh({2, 4}, {"a", "b"});
+  const mv::Array x = mv::device_put(mv::arange(32.0f).reshape(mv::Shape{4, 8}), mv::NamedSharding(mesh, P("a", "b")));
+  EXPECT_TRUE(mv::flip(x).sharding().is_equivalent_to(x.sharding(), 2));
+  std::vector<float> want(32);
+  for (int i = 0; i < 32; ++i) want[static_cast<size_t>(i)] = static_cast<float>(31 - i);
+  EXPECT_EQ(mv::flip(x).to_host<float>(), want);
+  const mv::Mesh em = mv::make_mesh({2, 4}, {"X", "Y"}, {mv::AxisType::Explicit, mv::AxisType::Explicit});
+  const mv::Array xe = mv::device_put(mv::arange(32.0f).reshape(mv::Shape{4, 8}), mv::NamedSharding(em, P("X", "Y")));
+  EXPECT_EQ(mv::type_of(mv::flip(xe)), "float32[4@X,8@Y]");
+  expect_error([&] { (void)mv::tile(xe, {1, 2}); }, "tile of float32[4@X,8@Y]");
+  expect_error([&] { (void)mv::repeat(xe, 2); }, "repeat flattens");
+  // bincount: without length under jit, the message says what to give; uint32 counts too.
+  expect_error([] { (void)mv::jit([](const mv::Array& a) { return mv::bincount(a); })(mv::array({1, 2})); }, "give length");
+  const std::vector<uint32_t> u{1, 1, 4000000000u};
+  EXPECT_EQ(mv::bincount(mv::array(std::span<const uint32_t>(u)), std::nullopt, 0, 3).to_host<int32_t>(),
+            (std::vector<int32_t>{0, 2, 0}));
+  expect_error([] { (void)mv::bincount(mv::array({2000000000})); }, "one-hot");
+  // round of uint32 works as its values; linspace too large is an Error, not bad_alloc.
+  EXPECT_EQ(mv::round(mv::array(std::span<const uint32_t>(std::vector<uint32_t>{15, 4000000005u})), -1).to_host<uint32_t>(),
+            (std::vector<uint32_t>{20, 4000000000u}));
+  expect_error([] { (void)mv::linspace(0, 1, int64_t{1} << 40); }, "linspace");
+  // float64 random draws are refused rather than cast up from 16 bits.
+  expect_error([] { (void)mv::uniform(mv::random_key(0), {4}, DType::float64); }, "float64");
+  expect_runtime_usable();
+}

@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <new>
 #include <vector>
 
 #include "meshvk/dtype.hpp"
@@ -65,11 +66,18 @@ class Array {
   // Copies the whole array to the host, row-major; T must match dtype().
   template <class T>
   std::vector<T> to_host() const {
-    std::vector<T> out(static_cast<size_t>(size()));
+    std::vector<T> out;
+    try {
+      out.resize(static_cast<size_t>(size()));
+    } catch (const std::bad_alloc&) {
+      host_out_of_memory(sizeof(T));
+    }
     copy_to_host(out.data(), dtype_of<T>());
     return out;
   }
   void copy_to_host(void* dst, DType expected) const;
+  // An Error for a to_host whose host copy does not fit (size() elements of `element_bytes`).
+  [[noreturn]] void host_out_of_memory(size_t element_bytes) const;
 
   // Same values in a new shape with the same number of elements. Arrays on one device or
   // fully replicated reshape without moving data.

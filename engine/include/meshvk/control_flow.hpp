@@ -194,8 +194,9 @@ auto cond(const Array& pred, const T& true_fun, const F& false_fun, const Ops&..
 
 // jax.lax.switch(index, branches, *operands): branches[index](operands...), the index (an int32
 // scalar) clamped into [0, branches.size()), as JAX's. Spelled switch_ (switch is a C++
-// keyword). A tree of conds: outside jit one branch runs; inside a jit trace every branch runs
-// and the results are selected on the device, as cond's.
+// keyword). A tree of conds: outside jit one branch runs (so branches that disagree on the
+// result's types are found only under jit, where JAX finds them always); inside a jit trace every
+// branch runs and the results are selected on the device, as cond's.
 template <class R, class... Ops>
 R switch_(const Array& index, const std::vector<std::function<R(const Ops&...)>>& branches,
           const Ops&... operands) {

@@ -95,7 +95,8 @@ Array reciprocal(const Array& x);
 // halves to even, as numpy. Integer and bool arrays come back unchanged, as JAX's; gradients are
 // zero. round(x, decimals) is numpy's: rint(x * 10^d) / 10^d (d < 0: rint(x / 10^-d) * 10^-d),
 // float16 and bfloat16 through float32; on integers a negative d rounds to a multiple of 10^-d,
-// halves to the even multiple. |d| past the dtype's exponent range (38, float64 308) is an Error.
+// halves to the even multiple, wrapping past the dtype's limits as numpy's (JAX refuses d < 0 on
+// integers). |d| past the dtype's exponent range (38, float64 308) is an Error.
 Array floor(const Array& x);
 Array ceil(const Array& x);
 Array trunc(const Array& x);

@@ -7,6 +7,7 @@
 #include "collectives/peer_reduce.hpp"
 #include "kernels/launch.hpp"
 #include "profile/hooks.hpp"
+#include "vk/copy.hpp"
 
 namespace meshvk::collectives {
 
@@ -33,7 +34,7 @@ void IntraAdapterTransport::copy_regions(detail::RuntimeState&, detail::Recordin
   if (regions.empty() || dst_rec.remote) return;
   const profile::DeviceSpan span(dst_rec.profile.get(), what, total_bytes(regions),  // profile hook
                                  {src.ready().timeline, src.ready().value});
-  vkCmdCopyBuffer(dst_rec.cb, src.vk_buffer(), dst.vk_buffer(),
+  vk::copy_buffer(dst_rec.cb, src.vk_buffer(), dst.vk_buffer(),
                   static_cast<uint32_t>(regions.size()), regions.data());
 }
 
@@ -48,7 +49,7 @@ void SharedMemoryTransport::copy_regions(detail::RuntimeState& rt, detail::Recor
   const VkBuffer imported = rt.buffer_on(src, dst_rec.device);
   const profile::DeviceSpan span(dst_rec.profile.get(), what, total_bytes(regions),  // profile hook
                                  {src.ready().timeline, src.ready().value});
-  vkCmdCopyBuffer(dst_rec.cb, imported, dst.vk_buffer(), static_cast<uint32_t>(regions.size()),
+  vk::copy_buffer(dst_rec.cb, imported, dst.vk_buffer(), static_cast<uint32_t>(regions.size()),
                   regions.data());
 }
 
@@ -75,7 +76,7 @@ void HostStagedTransport::copy_regions(detail::RuntimeState& rt, detail::Recordi
   {
     const profile::DeviceSpan span(send.profile.get(), profile::Kind::copy, "stage out",
                                    bytes);  // profile hook
-    vkCmdCopyBuffer(send.cb, src.vk_buffer(), host->view(0), static_cast<uint32_t>(out.size()),
+    vk::copy_buffer(send.cb, src.vk_buffer(), host->view(0), static_cast<uint32_t>(out.size()),
                     out.data());
   }
   kernels::barrier_to_host(send.cb);
@@ -87,7 +88,7 @@ void HostStagedTransport::copy_regions(detail::RuntimeState& rt, detail::Recordi
   dst_rec.keep_alive.push_back(host);
   const profile::DeviceSpan span(dst_rec.profile.get(), what, bytes,  // profile hook
                                  {sent.timeline, sent.value});
-  vkCmdCopyBuffer(dst_rec.cb, host->view(1), dst.vk_buffer(), static_cast<uint32_t>(in.size()),
+  vk::copy_buffer(dst_rec.cb, host->view(1), dst.vk_buffer(), static_cast<uint32_t>(in.size()),
                   in.data());
 }
 
@@ -161,7 +162,7 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
       {
         const profile::DeviceSpan span(send.profile.get(), profile::Kind::copy, "send",
                                        piece_bytes);  // profile hook
-        vkCmdCopyBuffer(send.cb, src.vk_buffer(), ring, static_cast<uint32_t>(out.size()),
+        vk::copy_buffer(send.cb, src.vk_buffer(), ring, static_cast<uint32_t>(out.size()),
                         out.data());
       }
       kernels::barrier_to_host(send.cb);
@@ -216,7 +217,7 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                       const profile::DeviceSpan span(receive.profile.get(), what,
                                                      total_bytes(piece),
                                                      {sent.timeline, sent.value});  // profile hook
-                      vkCmdCopyBuffer(receive.cb, ring, dst.vk_buffer(),
+                      vk::copy_buffer(receive.cb, ring, dst.vk_buffer(),
                                       static_cast<uint32_t>(in.size()), in.data());
                     });
 }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "meshvk/error.hpp"
+#include "vk/copy.hpp"
 
 namespace meshvk::exec {
 
@@ -89,7 +90,7 @@ void LoopBody::feed_back(const std::vector<uint64_t>& after, std::vector<Fence>&
             const detail::DeviceBuffer& dst = *inputs_[i].shards[k];
             if (dst.device() != d || &src == &dst || src.bytes() == 0) continue;
             const VkBufferCopy region{src.offset(), dst.offset(), src.bytes()};
-            vkCmdCopyBuffer(rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
+            vk::copy_buffer(rec.cb, src.vk_buffer(), dst.vk_buffer(), 1, &region);
           }
         fed[d] = rt_->submit(std::move(rec));
       }
@@ -198,7 +199,7 @@ void overwrite(detail::RuntimeState& rt, const ShardedValue& dst, const ShardedV
     rec.wait_for(from.ready());
     for (int t = 0; t < static_cast<int>(to.last_use().size()); ++t) rec.wait_for(Fence{t, to.last_use()[t]});
     const VkBufferCopy region{from.offset(), to.offset(), from.bytes()};
-    vkCmdCopyBuffer(rec.cb, from.vk_buffer(), to.vk_buffer(), 1, &region);
+    vk::copy_buffer(rec.cb, from.vk_buffer(), to.vk_buffer(), 1, &region);
     const Fence f = rt.submit(std::move(rec));
     to.written_by(f);
     const_cast<detail::DeviceBuffer&>(from).used_by(f);

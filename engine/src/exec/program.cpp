@@ -8,6 +8,7 @@
 
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
+#include "vk/copy.hpp"
 
 namespace meshvk::exec {
 
@@ -128,7 +129,7 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
       if (!rewritten) continue;
       auto aside = rt_->allocate(d, c.src->bytes());
       const VkBufferCopy region{c.src->offset(), aside->offset(), c.src->bytes()};
-      vkCmdCopyBuffer(rec.cb, c.src->vk_buffer(), aside->vk_buffer(), 1, &region);
+      vk::copy_buffer(rec.cb, c.src->vk_buffer(), aside->vk_buffer(), 1, &region);
       c.from = aside.get();
       rec.keep_alive.push_back(std::move(aside));
       staged = true;
@@ -144,7 +145,7 @@ std::vector<ShardedValue> Program::replay(const std::vector<ShardedValue>& input
       const VkBufferCopy region{c.from->offset(), c.dst->offset(), c.src->bytes()};
       const profile::DeviceSpan span(rec.profile.get(), "jit input", c.src->bytes(),  // profile hook
                                      {c.src->ready().timeline, c.src->ready().value});
-      vkCmdCopyBuffer(rec.cb, c.from->vk_buffer(), c.dst->vk_buffer(), 1, &region);
+      vk::copy_buffer(rec.cb, c.from->vk_buffer(), c.dst->vk_buffer(), 1, &region);
     }
     refreshed[d] = rt_->submit(std::move(rec));
     for (auto* b : read) b->used_by(refreshed[d]);

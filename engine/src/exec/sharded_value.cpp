@@ -13,6 +13,7 @@
 #include "kernels/wide_types.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
+#include "vk/copy.hpp"
 
 namespace meshvk::exec {
 
@@ -34,6 +35,35 @@ static uint64_t piece_bytes(const Index& index, DType dtype) {
   return n;
 }
 
+namespace {
+// Host-visible staging for `bytes` in parts of at most vk::kMaxCopyBytes: one allocation past the
+// adapter's heap (lavapipe's is 2 GiB) is refused, and each part is one copy region.
+struct StagingParts {
+  std::vector<std::shared_ptr<vk::Buffer>> parts;
+  StagingParts(RuntimeState& rt, int device, uint64_t bytes) {
+    parts.push_back(rt.staging(device, std::min<uint64_t>(bytes, vk::kMaxCopyBytes)));
+    for (uint64_t at = vk::kMaxCopyBytes; at < bytes; at += vk::kMaxCopyBytes)
+      parts.push_back(rt.staging(device, std::min<uint64_t>(bytes - at, vk::kMaxCopyBytes)));
+  }
+  // n bytes between the host and the staging at `offset`, split where a part ends.
+  void put(uint64_t offset, const std::byte* src, uint64_t n) const {
+    for_parts(offset, n, [&](std::byte* part, uint64_t done, uint64_t take) { std::memcpy(part, src + done, take); });
+  }
+  void get(uint64_t offset, std::byte* dst, uint64_t n) const {
+    for_parts(offset, n, [&](std::byte* part, uint64_t done, uint64_t take) { std::memcpy(dst + done, part, take); });
+  }
+  template <class F>
+  void for_parts(uint64_t offset, uint64_t n, const F& f) const {
+    for (uint64_t done = 0; done < n;) {
+      const uint64_t k = (offset + done) / vk::kMaxCopyBytes, within = (offset + done) % vk::kMaxCopyBytes;
+      const uint64_t take = std::min(n - done, vk::kMaxCopyBytes - within);
+      f(static_cast<std::byte*>(parts[k]->mapped()) + within, done, take);
+      done += take;
+    }
+  }
+};
+}  // namespace
+
 ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DType dtype,
                     const Sharding& sharding) {
   check_devices(rt, sharding);
@@ -47,22 +77,24 @@ ShardedValue upload(RuntimeState& rt, const void* host, const Shape& shape, DTyp
       v.shards.push_back(std::move(buffer));
       continue;
     }
-    auto staging = rt.staging(di.device, bytes);
-    auto* dst = static_cast<std::byte*>(staging->mapped());
+    const StagingParts staging(rt, di.device, bytes);
     const auto* src = static_cast<const std::byte*>(host);
     const uint64_t es = dtype_size(dtype);
     for_each_run(di.index, global, di.index, [&](uint64_t so, uint64_t doff, uint64_t n) {
-      std::memcpy(dst + doff * es, src + so * es, n * es);
+      staging.put(doff * es, src + so * es, n * es);
     });
     Recording rec = rt.begin(di.device);
     rec.constant = true;  // host values a trace bakes in, as jit makes them constants
     if (bytes) {
-      const VkBufferCopy region{0, buffer->offset(), bytes};
       // profile hook
       const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "upload", bytes);
-      vkCmdCopyBuffer(rec.cb, staging->handle(), buffer->vk_buffer(), 1, &region);
+      for (size_t k = 0; k < staging.parts.size(); ++k) {
+        const uint64_t at = k * vk::kMaxCopyBytes;
+        const VkBufferCopy region{0, buffer->offset() + at, std::min<uint64_t>(bytes - at, vk::kMaxCopyBytes)};
+        vk::copy_buffer(rec.cb, staging.parts[k]->handle(), buffer->vk_buffer(), 1, &region);
+      }
     }
-    rec.keep_alive.push_back(staging);
+    for (const auto& part : staging.parts) rec.keep_alive.push_back(part);
     buffer->written_by(rt.submit(std::move(rec)));
     v.shards.push_back(std::move(buffer));
   }
@@ -142,35 +174,37 @@ namespace {
 void download_pieces(RuntimeState& rt, const ShardedValue& v,
                      const std::vector<DeviceIndex>& map, const std::vector<size_t>& chosen,
                      void* host) {
-  std::vector<std::pair<std::shared_ptr<vk::Buffer>, Fence>> staged;
+  std::vector<std::pair<StagingParts, Fence>> staged;
   for (const size_t i : chosen) {
     const DeviceBuffer& piece = *v.shards[i];
-    auto staging = rt.staging(piece.device(), piece.bytes());
+    StagingParts staging(rt, piece.device(), piece.bytes());
     Recording rec = rt.begin(piece.device());
     rec.wait_for(piece.ready());
     if (piece.bytes()) {
-      const VkBufferCopy region{piece.offset(), 0, piece.bytes()};
       // profile hook
       const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "download", piece.bytes());
-      vkCmdCopyBuffer(rec.cb, piece.vk_buffer(), staging->handle(), 1, &region);
+      for (size_t k = 0; k < staging.parts.size(); ++k) {
+        const uint64_t at = k * vk::kMaxCopyBytes;
+        const VkBufferCopy region{piece.offset() + at, 0, std::min<uint64_t>(piece.bytes() - at, vk::kMaxCopyBytes)};
+        vk::copy_buffer(rec.cb, piece.vk_buffer(), staging.parts[k]->handle(), 1, &region);
+      }
     }
     kernels::barrier_to_host(rec.cb);
-    // The submission keeps its staging buffer until it finished: a wait below that times out
+    // The submission keeps its staging buffers until it finished: a wait below that times out
     // throws, and the copy still queued must not write into freed memory.
-    rec.keep_alive.push_back(staging);
+    for (const auto& part : staging.parts) rec.keep_alive.push_back(part);
     const Fence f = rt.submit(std::move(rec));
     v.shards[i]->used_by(f);
-    staged.push_back({staging, f});
+    staged.push_back({std::move(staging), f});
   }
   const Index global = whole(v.shape);
   const uint64_t es = dtype_size(v.dtype);
   for (size_t k = 0; k < chosen.size(); ++k) {
     rt.wait(staged[k].second, "to_host");
     const Index& piece = map[chosen[k]].index;
-    const auto* src = static_cast<const std::byte*>(staged[k].first->mapped());
     auto* dst = static_cast<std::byte*>(host);
     for_each_run(piece, piece, global, [&](uint64_t so, uint64_t doff, uint64_t n) {
-      std::memcpy(dst + doff * es, src + so * es, n * es);
+      staged[k].first.get(so * es, dst + doff * es, n * es);
     });
   }
 }
@@ -227,7 +261,7 @@ ShardedValue copy_value(RuntimeState& rt, const ShardedValue& value) {
       const VkBufferCopy region{piece->offset(), buffer->offset(), piece->bytes()};
       // profile hook
       const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "copy", piece->bytes());
-      if (rec.cb) vkCmdCopyBuffer(rec.cb, piece->vk_buffer(), buffer->vk_buffer(), 1, &region);
+      if (rec.cb) vk::copy_buffer(rec.cb, piece->vk_buffer(), buffer->vk_buffer(), 1, &region);
     }
     const Fence f = rt.submit(std::move(rec));
     piece->used_by(f);

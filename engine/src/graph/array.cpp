@@ -388,8 +388,19 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
   return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
 }
 
+void Array::host_out_of_memory(size_t element_bytes) const {
+  throw Error("to_host: " + type_of(*this) + " needs " + std::to_string(static_cast<uint64_t>(size()) * element_bytes) +
+              " bytes of host memory, more than the process could allocate; read a slice of it instead");
+}
+
 std::string Array::to_string() const {
-  io::HostArray h{shape(), dtype(), std::vector<std::byte>(static_cast<size_t>(size()) * io::host_element_bytes(dtype()))};
+  std::vector<std::byte> bytes;
+  try {
+    bytes.resize(static_cast<size_t>(size()) * io::host_element_bytes(dtype()));
+  } catch (const std::bad_alloc&) {
+    host_out_of_memory(io::host_element_bytes(dtype()));
+  }
+  io::HostArray h{shape(), dtype(), std::move(bytes)};
   read_words(*this, h.bytes.data());
   return io::format_array(h);
 }

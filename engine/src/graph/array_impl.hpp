@@ -1,4 +1,5 @@
 #pragma once
+#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <span>
@@ -83,6 +84,9 @@ Array device_put_on_tape(const Array& x, const Array& placed);
 // The value with its device buffers, running pending work first and summing a partial value
 // (partial_sum.hpp): the one accessor ops read data through.
 const exec::ShardedValue& materialized(const Array& x);
+// An Error naming op unless every valid array belongs to one Runtime: buffers of two Vulkan
+// instances never meet in one command.
+void require_one_runtime(const char* op, std::initializer_list<const Array*> arrays);
 // With several processes, whether every process holds its own copy of x: uncommitted, on this
 // process's first device (where each process makes its uncommitted arrays).
 bool on_every_process(const Array& x);

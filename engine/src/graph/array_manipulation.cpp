@@ -36,6 +36,15 @@ std::vector<int> distinct_axes(const char* op, const std::vector<int>& axes, siz
   return out;
 }
 
+// x as 1-D (ravel), an Error naming op where the layout cannot follow (explicit mode).
+Array flattened(const char* op, const Array& x) {
+  try {
+    return reshape(x, Shape{x.size()});
+  } catch (const Error& e) {
+    throw Error(std::string(op) + " flattens " + type_of(x) + ": " + e.what());
+  }
+}
+
 // x reversed along dimension a by a take of n-1, ..., 0 (no gradient recorded: flip records its own).
 Array reversed(const Array& x, int a) {
   const int64_t n = x.shape()[static_cast<size_t>(a)];
@@ -58,6 +67,10 @@ Array flip(const Array& x, std::vector<int> axes) {
   }
   Array y = detail::differentiable(x) ? stop_gradient(x) : x;
   for (const int a : dims) y = reversed(y, a);
+  // The take gathers a split axis whole; the result goes back to x's layout (lax.rev keeps the
+  // operand's sharding, and explicit mode's type with it).
+  if (x.committed() && x.sharding().named() && !y.sharding().is_equivalent_to(x.sharding(), x.ndim()))
+    y = device_put(y, x.sharding());
   if (!detail::differentiable(x)) return y;
   // The transpose of a reversal is the same reversal: no one-hot product, as take's rule makes.
   return detail::on_tape(y, {x}, [dims](const Array& ct) {
@@ -83,26 +96,34 @@ Array tile(const Array& x, std::vector<int64_t> reps) {
     out.push_back(checked_mul(reps[i], shape[i], "tile", "a dimension"));
   }
   checked_size(out, "tile");
-  return reshape(broadcast_to(reshape(x, spread), wide), out);
+  try {
+    return reshape(broadcast_to(reshape(x, spread), wide), out);
+  } catch (const Error& e) {
+    throw Error("tile of " + type_of(x) + " by " + list_text(reps) + ": " + e.what());
+  }
 }
 
 Array repeat(const Array& x, int64_t repeats, std::optional<int> axis) {
   if (!x.valid()) throw Error("repeat: x is an empty meshvk::Array");
   if (repeats < 0) throw Error("repeat: repeats = " + std::to_string(repeats) + "; give a count >= 0");
-  const Array v = axis ? x : reshape(x, Shape{x.size()});
+  const Array v = axis ? x : flattened("repeat", x);
   const int a = detail::normalize_axis(axis.value_or(0), static_cast<size_t>(v.ndim()), "repeat");
   Shape spread = v.shape(), wide = v.shape(), out = v.shape();
   spread.insert(spread.begin() + a + 1, 1);
   wide.insert(wide.begin() + a + 1, repeats);
   out[static_cast<size_t>(a)] = checked_mul(out[static_cast<size_t>(a)], repeats, "repeat", "the axis");
   checked_size(out, "repeat");
-  return reshape(broadcast_to(reshape(v, spread), wide), out);
+  try {
+    return reshape(broadcast_to(reshape(v, spread), wide), out);
+  } catch (const Error& e) {
+    throw Error("repeat of " + type_of(x) + ": " + e.what());
+  }
 }
 
 Array repeat(const Array& x, std::vector<int64_t> repeats, std::optional<int> axis) {
   if (!x.valid()) throw Error("repeat: x is an empty meshvk::Array");
   if (repeats.size() == 1) return repeat(x, repeats[0], axis);
-  const Array v = axis ? x : reshape(x, Shape{x.size()});
+  const Array v = axis ? x : flattened("repeat", x);
   const int a = detail::normalize_axis(axis.value_or(0), static_cast<size_t>(v.ndim()), "repeat");
   const int64_t n = v.shape()[static_cast<size_t>(a)];
   if (static_cast<int64_t>(repeats.size()) != n)
@@ -213,7 +234,7 @@ std::vector<Array> split(const Array& x, std::vector<int64_t> indices, int axis)
 
 Array outer(const Array& a, const Array& b) {
   if (!a.valid() || !b.valid()) throw Error("outer: an operand is an empty meshvk::Array");
-  return reshape(a, Shape{a.size(), 1}) * reshape(b, Shape{1, b.size()});
+  return reshape(flattened("outer", a), Shape{a.size(), 1}) * reshape(flattened("outer", b), Shape{1, b.size()});
 }
 
 }  // namespace meshvk

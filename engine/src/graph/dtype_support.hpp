@@ -1,5 +1,8 @@
 #pragma once
-// What uint32 supports (see meshvk/dtype.hpp): ops that compute on values call this first.
+// What uint32 supports (see meshvk/dtype.hpp): ops that compute on values call this first; and the
+// constants of compositions in an operand's dtype, and numbers in messages.
+#include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,21 @@
 #include "meshvk/error.hpp"
 
 namespace meshvk::detail {
+
+// A constant of a composition meeting arrays of dtype t: a weak float (rounded to t where t is
+// narrower), or for float64 the exact double as a 0-d array (a weak float is a float32 value,
+// 2^-24 off in a float64 result).
+inline Operand constant_for(DType t, double v) {
+  if (t == DType::float64) return array(std::span<const double>(&v, 1), Shape{});
+  return static_cast<float>(v);
+}
+
+// A float for an error message: 1e-08 and 0.999, not std::to_string's 0.000000 and 0.999000.
+inline std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
 
 // A DType given by the caller is one of meshvk's: DType(12), cast from an integer, made arrays
 // printed as "unknown" and kernels that did not compile.

@@ -202,7 +202,7 @@ Array round(const Array& x, int decimals) {
   if (t == DType::bool_ || (!is_floating(t) && decimals > 0)) return x;
   if (!is_floating(t)) {
     // Integers to a multiple of 10^-decimals, halves to the even multiple (numpy's rule).
-    if (t == DType::uint32) throw Error("round: uint32 arrays hold random bits and do not compute; astype to int64 first");
+    if (t == DType::uint32) return astype(round(astype(x, DType::int64), decimals), t);  // exact in int64
     const int digits = -decimals;
     const int max_digits = t == DType::int64 ? 18 : t == DType::int32 ? 9 : 2;
     if (digits > max_digits) return zeros_like(x);  // every |x| is below half the factor

@@ -356,6 +356,12 @@ struct Lowering {
 // replay runs as one step of the runtime, between other threads' ops.
 std::vector<Array> JitFunction::call(const std::vector<Array>& args) const {
   const auto runtime = Runtime::current().state();
+  // The program runs on the current runtime: an argument of another one cannot reach it.
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].valid() && args[i].impl()->runtime != runtime)
+      throw Error("jit(" + state_->options.name + "): argument leaf " + std::to_string(i) + " (" + type_of(args[i]) +
+                  ") belongs to a meshvk::Runtime other than the current one; arrays cannot move between runtimes: "
+                  "make them under the Runtime the call runs on");
   std::lock_guard runtime_lock(runtime->mutex());
   std::lock_guard lock(state_->mutex);
   const bool inline_call =

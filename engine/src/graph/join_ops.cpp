@@ -67,6 +67,7 @@ static void record_joined(detail::RuntimeState& rt, Recording& rec, const std::v
 
 static Array concatenate_untaped(const std::vector<Array>& arrays, int axis) {
   if (arrays.empty()) throw Error("concatenate: needs at least one array");
+  for (const Array& a : arrays) detail::require_one_runtime("concatenate", {&arrays[0], &a});
   const size_t rank = arrays[0].ndim();
   if (rank == 0) throw Error("concatenate: zero-dimensional arrays cannot be concatenated");
   axis = normalize_axis(axis, rank, "concatenate");

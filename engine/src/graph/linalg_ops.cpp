@@ -57,6 +57,7 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
 // a separate transpose pass.
 Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Sharding>& out_sharding,
                      bool apply_out, bool ta, bool tb) {
+  detail::require_one_runtime("matmul", {&a0, &b0});
   const detail::OpScope op_scope("dot_general");  // profile hook: the line this prints
   detail::reject_uint32("matmul", a0);
   detail::reject_uint32("matmul", b0);

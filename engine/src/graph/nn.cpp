@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "graph/array_impl.hpp"
+#include "graph/dtype_support.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 #include "meshvk/optax.hpp"
@@ -15,14 +15,7 @@
 
 namespace meshvk::nn {
 
-namespace {
-// A float for an error message: 1e-08 and 0.999, not std::to_string's 0.000000 and 0.999000.
-std::string number_text(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-}  // namespace
+using meshvk::detail::number_text;
 
 Array linear(const Array& x, const Array& weight, const Array& bias) {
   if (weight.ndim() != 2 || bias.ndim() != 1 || weight.shape()[0] != bias.shape()[0])

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
+#include "graph/dtype_support.hpp"
 #include "meshvk/autodiff.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/nn.hpp"
@@ -14,13 +14,7 @@
 
 namespace meshvk::nn {
 
-namespace {
-// A constant meeting x: a weak float, or for float64 the exact double.
-Operand constant_for(DType t, double v) {
-  if (t == DType::float64) return array(std::span<const double>(&v, 1), Shape{});
-  return static_cast<float>(v);
-}
-}  // namespace
+using detail::constant_for;
 
 Array leaky_relu(const Array& x, float negative_slope) { return where(x >= 0.0f, x, negative_slope * x); }
 

@@ -1,10 +1,10 @@
 // jax.nn's activations and normalisations as compositions of meshvk's ops: each runs under jit,
 // grad and shard_map, and lays its result out as the ops it is made of do.
 #include <cmath>
-#include <span>
 #include <string>
 
 #include "graph/array_impl.hpp"
+#include "graph/dtype_support.hpp"
 #include "meshvk/autodiff.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/nn.hpp"
@@ -57,12 +57,7 @@ Array logsumexp(const Array& x, std::vector<int> axes, bool keepdims) {
 }
 
 namespace {
-// A constant of the rules meeting x: a weak float, or for float64 the exact double (a weak float
-// is a float32 value, 2^-24 off in a float64 result).
-Operand constant_for(const Array& x, double v) {
-  if (x.dtype() == DType::float64) return array(std::span<const double>(&v, 1), Shape{});
-  return static_cast<float>(v);
-}
+Operand constant_for(const Array& x, double v) { return detail::constant_for(x.dtype(), v); }
 }  // namespace
 
 Array gelu(const Array& x, bool approximate) {

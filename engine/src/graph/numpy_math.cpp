@@ -4,16 +4,19 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "graph/dtype_support.hpp"
 #include "graph/elementwise_core.hpp"
 #include "graph/shape_op_support.hpp"
 #include "graph/tape.hpp"
 #include "meshvk/autodiff.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
+#include "meshvk/runtime.hpp"
 #include "sharding/checked_shape.hpp"
 
 namespace meshvk {
@@ -41,12 +44,7 @@ Array as_array(const Operand& o, DType t) {
   return astype(scalar(static_cast<float>(std::get<int32_t>(o.get()))), t);
 }
 
-// v as an operand meeting arrays of dtype t: a weak float (rounded to t where t is narrower), or
-// for float64 the exact double as a 0-d array.
-Operand constant_for(DType t, double v) {
-  if (t == DType::float64) return array(std::span<const double>(&v, 1), Shape{});
-  return static_cast<float>(v);
-}
+using detail::constant_for;
 
 double largest_finite(DType t) {
   switch (t) {
@@ -119,57 +117,59 @@ Array nan_to_num(const Array& x, double nan, std::optional<double> posinf, std::
 }
 
 Array linspace(double start, double stop, int64_t num, bool endpoint, DType dtype) {
+  detail::check_dtype("linspace", dtype);
   if (num < 0) throw Error("linspace: num = " + std::to_string(num) + "; give a count >= 0");
   checked_size(Shape{num}, "linspace");
+  const auto budget = Runtime::current().memory_stats(0).bytes_limit;
+  if (budget != 0 && static_cast<uint64_t>(num) > budget / dtype_size(dtype))
+    throw Error("linspace: num = " + std::to_string(num) + " " + std::string(dtype_name(dtype)) +
+                " values are more than device 0's budget of " + std::to_string(budget) + " bytes holds; give a smaller num");
   // numpy's arithmetic, in double: i * step + start (i / div * delta where step underflows to
-  // 0), the last value exactly stop when it is included.
+  // 0), the last value exactly stop when it is included; each rounded once to the dtype.
   const int64_t div = endpoint ? num - 1 : num;
   const double delta = stop - start;
-  std::vector<double> v(static_cast<size_t>(num));
   const double step = div > 0 ? delta / static_cast<double>(div) : std::numeric_limits<double>::quiet_NaN();
-  for (int64_t i = 0; i < num; ++i) {
+  auto value = [&](int64_t i) {
+    if (endpoint && num > 1 && i == num - 1) return stop;
     const double y = static_cast<double>(i);
     const double scaled = div > 0 ? (step == 0 ? y / static_cast<double>(div) * delta : y * step) : y * delta;
-    v[static_cast<size_t>(i)] = scaled + start;
-  }
-  if (endpoint && num > 1) v.back() = stop;
+    return scaled + start;
+  };
   const Shape shape{num};
-  auto integers = [&](auto type_tag) {
-    using T = decltype(type_tag);
+  auto made = [&](auto convert) {
+    using T = decltype(convert(0.0));
     std::vector<T> out;
-    for (const double d : v) {
-      const double f = std::floor(d);
-      if (!(f >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
-            f <= static_cast<double>(std::numeric_limits<T>::max())))
-        throw Error("linspace: value " + std::to_string(d) + " does not fit " + std::string(dtype_name(dtype)));
-      out.push_back(static_cast<T>(f));
+    try {
+      out.reserve(static_cast<size_t>(num));
+    } catch (const std::bad_alloc&) {
+      throw Error("linspace: num = " + std::to_string(num) + " values do not fit in host memory; give a smaller num");
     }
+    for (int64_t i = 0; i < num; ++i) out.push_back(convert(value(i)));
     return array(std::span<const T>(out), shape);
   };
+  // Integer dtypes take the floor, as numpy 2.
+  auto floor_to = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    return [&](double d) {
+      const double f = std::floor(d);
+      if (!(f >= static_cast<double>(std::numeric_limits<T>::lowest()) && f <= static_cast<double>(std::numeric_limits<T>::max())))
+        throw Error("linspace: value " + std::to_string(d) + " does not fit " + std::string(dtype_name(dtype)));
+      return static_cast<T>(f);
+    };
+  };
   switch (dtype) {
-    case DType::float64: return array(std::span<const double>(v), shape);
-    case DType::float32: {
-      const std::vector<float> f(v.begin(), v.end());
-      return array(std::span<const float>(f), shape);
-    }
+    case DType::float64: return made([](double d) { return d; });
+    case DType::float32: return made([](double d) { return static_cast<float>(d); });
     // From the double, one rounding to the 16-bit format (through float32, which holds every
     // value of both: a double rounding only where a value lies that close to a midpoint).
-    case DType::bfloat16: {
-      std::vector<bfloat16> b;
-      for (const double d : v) b.emplace_back(static_cast<float>(d));
-      return array(std::span<const bfloat16>(b), shape);
-    }
-    case DType::float16: {
-      std::vector<float16> h;
-      for (const double d : v) h.emplace_back(static_cast<float>(d));
-      return array(std::span<const float16>(h), shape);
-    }
-    case DType::int32: return integers(int32_t{});
-    case DType::int8: return integers(int8_t{});
-    case DType::uint8: return integers(uint8_t{});
-    case DType::int64: return integers(int64_t{});
-    case DType::uint32: return integers(uint32_t{});
-    case DType::bool_: return astype(integers(int32_t{}), DType::bool_);
+    case DType::bfloat16: return made([](double d) { return bfloat16(static_cast<float>(d)); });
+    case DType::float16: return made([](double d) { return float16(static_cast<float>(d)); });
+    case DType::int32: return made(floor_to(int32_t{}));
+    case DType::int8: return made(floor_to(int8_t{}));
+    case DType::uint8: return made(floor_to(uint8_t{}));
+    case DType::int64: return made(floor_to(int64_t{}));
+    case DType::uint32: return made(floor_to(uint32_t{}));
+    case DType::bool_: return astype(made(floor_to(int32_t{})), DType::bool_);
   }
   throw Error("linspace: unknown dtype");
 }
@@ -190,25 +190,39 @@ Array searchsorted(const Array& a, const Array& v, const std::string& side) {
 
 Array bincount(const Array& x, std::optional<Array> weights, int64_t minlength, std::optional<int64_t> length) {
   if (!x.valid()) throw Error("bincount: x is an empty meshvk::Array");
-  if (!is_integer(x.dtype()) || x.dtype() == DType::uint32)
+  if (!is_integer(x.dtype()))
     throw Error("bincount: x is " + std::string(dtype_name(x.dtype())) +
-                "; give an integer array (int8, uint8, int32 or int64)");
+                "; give an integer array (int8, uint8, int32, uint32 or int64)");
   if (x.ndim() != 1) throw Error("bincount: x has shape " + shape_to_string(x.shape()) + "; give a 1-D array");
   if (weights && (!weights->valid() || weights->shape() != x.shape()))
     throw Error("bincount: weights must have x's shape " + shape_to_string(x.shape()));
   if (minlength < 0) throw Error("bincount: minlength = " + std::to_string(minlength) + "; give a value >= 0");
   // int64 values past int32 clip to it: they land past every length that an int32 one-hot holds.
-  const Array xi = x.dtype() == DType::int64 ? astype(clip(x, -1, std::numeric_limits<int32_t>::max()), DType::int32)
-                                             : astype(x, DType::int32);
+  const Array wide = x.dtype() == DType::uint32 ? astype(x, DType::int64) : x;
+  const Array xi = wide.dtype() == DType::int64
+                       ? astype(clip(wide, -1, std::numeric_limits<int32_t>::max()), DType::int32)
+                       : astype(wide, DType::int32);
   int64_t n = 0;
   if (length) {
     n = *length;
     if (n < 0) throw Error("bincount: length = " + std::to_string(n) + "; give a value >= 0");
   } else {
-    const int64_t top = x.size() == 0 ? 0 : static_cast<int64_t>(max(xi).to_host<int32_t>()[0]) + 1;
+    int64_t top = 0;
+    try {
+      top = x.size() == 0 ? 0 : static_cast<int64_t>(max(xi).to_host<int32_t>()[0]) + 1;
+    } catch (const Error& e) {
+      throw Error(std::string("bincount: without length the bins are max(x) + 1, read from the device, which ") +
+                  "cannot happen here (under jit, as in JAX): give length (" + e.what() + ")");
+    }
     n = std::max(minlength, top);
   }
   if (n > std::numeric_limits<int32_t>::max()) throw Error("bincount: length " + std::to_string(n) + " is past int32");
+  // The counts come from an x.size() x length one-hot matrix: refuse one past 2^31 elements here
+  // rather than as a failed allocation.
+  if (x.size() > 0 && n > (int64_t{1} << 31) / x.size())
+    throw Error("bincount: " + std::to_string(n) + " bins for " + std::to_string(x.size()) +
+                " values needs a one-hot matrix of " + std::to_string(x.size()) + " x " + std::to_string(n) +
+                " elements, past 2^31; give a smaller length (values from it on are dropped)");
   const Array idx = maximum(xi, 0);  // negative values count as 0, as JAX's
   if (!weights) return sum(one_hot(idx, static_cast<int>(n), DType::int32), {0});
   const Array w = weights->dtype() == DType::bool_ ? astype(*weights, DType::int32) : *weights;

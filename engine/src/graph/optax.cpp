@@ -8,25 +8,18 @@
 #include <iterator>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "graph/partial_sum.hpp"
+#include "graph/dtype_support.hpp"
 #include "meshvk/error.hpp"
 #include "meshvk/ops.hpp"
 
 namespace meshvk::optax {
 
-namespace {
-// A float for an error message: 1e-08 and 0.999, not std::to_string's 0.000000 and 0.999000.
-std::string number_text(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-}  // namespace
+using meshvk::detail::number_text;
 
 namespace {
 

@@ -82,6 +82,17 @@ std::string pending_text(const PendingElementwise& p, const PendingInputs& in) {
   return p.program.to_string(names);
 }
 
+void require_one_runtime(const char* op, std::initializer_list<const Array*> arrays) {
+  const RuntimeState* first = nullptr;
+  for (const Array* a : arrays) {
+    if (!a || !a->valid()) continue;
+    if (!first) first = a->impl()->runtime.get();
+    else if (a->impl()->runtime.get() != first)
+      throw Error(std::string(op) + ": operands belong to different meshvk::Runtime objects (" + type_of(*a) +
+                  " to another than the first); arrays cannot move between runtimes: make them under one Runtime");
+  }
+}
+
 const exec::ShardedValue& materialized(const Array& x) {
   if (!x.valid()) throw Error("use of an empty meshvk::Array (default-constructed or moved from)");
   const ArrayImpl& impl = *x.impl();

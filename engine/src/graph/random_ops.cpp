@@ -352,6 +352,10 @@ void check_float_dtype(const char* op, DType dtype) {
   if (!is_floating(dtype))
     throw Error(std::string(op) + ": dtype " + std::string(dtype_name(dtype)) +
                 " is not a floating type; give float32, bfloat16 or float16 (as jax.random." + op + ")");
+  // JAX draws float64 from 64 random bits; values of fewer bits cast up would pass for float64.
+  if (dtype == DType::float64)
+    throw Error(std::string(op) + ": float64 draws are not supported (JAX's take 64 random bits each); give "
+                "float32, bfloat16 or float16, or astype a float32 draw to float64");
 }
 
 // jax.random.uniform for bfloat16 and float16 (jax._src.random._uniform): rng_bits = max(8,

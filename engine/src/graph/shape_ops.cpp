@@ -298,6 +298,7 @@ Array dynamic_slice(const Array& x, const std::vector<Array>& start, Shape sizes
 }
 
 static Array dynamic_update_slice_untaped(const Array& x, const Array& update, std::vector<int64_t> start) {
+  detail::require_one_runtime("dynamic_update_slice", {&x, &update});
   if (update.ndim() != x.ndim() || start.size() != x.ndim())
     throw Error("dynamic_update_slice: update " + shape_to_string(update.shape()) + " and start need the rank of " +
                 shape_to_string(x.shape()));

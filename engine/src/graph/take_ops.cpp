@@ -337,6 +337,7 @@ Array take64(const Array& x, const Array& indices, int axis, kernels::TakeBounds
 Array take(const Array& x, const Array& indices, int axis, TakeMode mode,
            std::optional<Operand> fill_value, SourceLocation loc) {
   const detail::UserCallSite call_site(loc);
+  detail::require_one_runtime("take", {&x, &indices});
   // Any other value, cast from an integer, was taken as fill.
   if (mode != TakeMode::fill && mode != TakeMode::clip && mode != TakeMode::wrap)
     throw Error("take: mode TakeMode(" + std::to_string(static_cast<int>(mode)) +

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -100,14 +101,35 @@ HostArray read_npy(const std::string& path) {
   errno = 0;
   FilePtr file(std::fopen(path.c_str(), "rb"));
   if (!file) fail_load(path, "cannot open the file: " + errno_text(errno));
+  // Read as far as the header says, and a byte more to tell trailing data, never the whole of a
+  // file that does not end (/dev/zero) or that is far longer than its header declares.
   std::vector<std::byte> bytes;
   std::array<std::byte, 1 << 16> chunk;
-  for (;;) {
-    const size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get());
-    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
-    if (n < chunk.size()) break;
+  auto fill = [&](uint64_t want) {
+    while (bytes.size() < want) {
+      const size_t n = std::fread(chunk.data(), 1, static_cast<size_t>(std::min<uint64_t>(chunk.size(), want - bytes.size())), file.get());
+      try {
+        bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
+      } catch (const std::bad_alloc&) {
+        fail_load(path, "the header declares " + std::to_string(want) + " bytes, more than the host can hold");
+      }
+      if (n == 0) break;
+    }
+    if (std::ferror(file.get())) fail_load(path, "cannot read the file: " + errno_text(errno));
+  };
+  fill(12);  // magic, version and the header length (2 bytes in version 1.0, 4 in 2.0 and 3.0)
+  if (bytes.size() >= 10) {
+    const bool v1 = std::to_integer<int>(bytes[6]) == 1;
+    uint64_t header_len = std::to_integer<uint64_t>(bytes[8]) | std::to_integer<uint64_t>(bytes[9]) << 8;
+    if (!v1 && bytes.size() >= 12)
+      header_len |= std::to_integer<uint64_t>(bytes[10]) << 16 | std::to_integer<uint64_t>(bytes[11]) << 24;
+    fill((v1 ? 10 : 12) + std::min<uint64_t>(header_len, uint64_t{1} << 20));  // read_layout refuses longer ones
   }
-  if (std::ferror(file.get())) fail_load(path, "cannot read the file: " + errno_text(errno));
+  const npy::Layout layout = npy::read_layout(bytes, path);
+  const std::optional<int64_t> count = checked_element_count(layout.header.shape);
+  int64_t data = 0;
+  if (count && !__builtin_mul_overflow(*count, static_cast<int64_t>(layout.header.descr.size), &data))
+    fill(layout.data_offset + static_cast<uint64_t>(data) + 1);
   return parse_npy(bytes, path);
 }
 

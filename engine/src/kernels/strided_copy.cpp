@@ -11,6 +11,7 @@
 #include "kernels/wide_types.hpp"
 #include "meshvk/error.hpp"
 #include "profile/hooks.hpp"
+#include "vk/copy.hpp"
 
 namespace meshvk::kernels {
 
@@ -295,7 +296,7 @@ void record_copy_runs(detail::RuntimeState&, detail::Recording& rec, std::span<c
     for (const VkBufferCopy& r : regions) bytes += r.size;
     const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy, "copy", bytes);  // profile hook
     if (rec.cb)
-      vkCmdCopyBuffer(rec.cb, buffers.first, buffers.second, static_cast<uint32_t>(regions.size()), regions.data());
+      vk::copy_buffer(rec.cb, buffers.first, buffers.second, static_cast<uint32_t>(regions.size()), regions.data());
   }
   barrier(rec.cb);
 }
@@ -325,7 +326,7 @@ void record_strided_copy(detail::RuntimeState& rt, detail::Recording& rec, const
       const profile::DeviceSpan span(rec.profile.get(), profile::Kind::copy,
                                      "copy",  // profile hook
                                      region.size);
-      if (rec.cb) vkCmdCopyBuffer(rec.cb, in.vk_buffer(), out.vk_buffer(), 1, &region);
+      if (rec.cb) vk::copy_buffer(rec.cb, in.vk_buffer(), out.vk_buffer(), 1, &region);
     }
     barrier(rec.cb);
     return;

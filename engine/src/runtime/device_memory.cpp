@@ -166,18 +166,29 @@ std::shared_ptr<DeviceBuffer> RuntimeState::allocate(int device, uint64_t bytes)
   }
   reclaim(false);
   auto& pool = *pools_[device];
-  std::optional<runtime::Allocation> a = pool.try_allocate(bytes);
+  // Within the budget the driver may still refuse a block (a buffer past its maxBufferSize or
+  // its heap): said as the budget's errors are, with the driver's words.
+  auto attempt = [&]() -> std::optional<runtime::Allocation> {
+    try {
+      return pool.try_allocate(bytes);
+    } catch (const Error& e) {
+      throw Error("out of memory on device " + std::to_string(device) + ": requested " + size_text(pool.aligned(bytes)) +
+                  ", which the Vulkan adapter cannot give (" + e.what() +
+                  "); shard the array over more devices so that each piece is smaller, or split the work into smaller arrays");
+    }
+  };
+  std::optional<runtime::Allocation> a = attempt();
   if (!a && !retired_.empty()) {
     // Memory still in use by the GPU may be all that stands in the way.
     reclaim(true);
-    a = pool.try_allocate(bytes);
+    a = attempt();
   }
   if (!a && pool.adapter().limit != runtime::kUnbounded) {
     // Spare blocks the adapter's other devices keep for reuse.
     bool released = false;
     for (int d = 0; d < num_devices_; ++d)
       if (adapter_of_[d] == adapter_of_[device]) released = pools_[d]->release_spares() || released;
-    if (released) a = pool.try_allocate(bytes);
+    if (released) a = attempt();
   }
   if (!a) throw Error(budget_error(device, pool.aligned(bytes)));
   auto buffer = std::make_shared<DeviceBuffer>(shared_from_this(), device, *a, bytes);

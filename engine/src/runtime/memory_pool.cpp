@@ -1,6 +1,9 @@
 #include "runtime/memory_pool.hpp"
 
 #include <algorithm>
+#include <string>
+
+#include "meshvk/error.hpp"
 
 namespace meshvk::runtime {
 
@@ -81,6 +84,11 @@ bool MemoryPool::release_spares() {
 
 std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
   bytes = aligned(bytes);
+  // One VkBuffer lives in one allocation, which Vulkan bounds by the heap's size (lavapipe's is
+  // 2 GiB): a larger piece cannot be made at all, whatever the budget.
+  if (bytes > device_.device_heap_size())
+    throw Error("one buffer of " + std::to_string(bytes) + " bytes is more than one allocation of the adapter's " +
+                std::to_string(device_.device_heap_size()) + "-byte heap can hold");
   const bool dedicated = bytes * 2 >= block_size_;
   if (dedicated) {
     // A spare of this size is already held: it changes from spare to used.

@@ -50,7 +50,7 @@ int64_t checked_size(const Shape& shape, std::string_view op) {
     if (__builtin_mul_overflow(bytes, d, &bytes))
       throw Error(
           std::string(op) + ": shape " + shape_to_string(shape) +
-          " is too large: its size in bytes (4 per element) exceeds 2^63 - 1, more than any "
+          " is too large: its size in bytes (at 4 bytes per element, the least meshvk sizes for) exceeds 2^63 - 1, more than any "
           "device can hold");
     count *= d;  // no overflow: |count| <= bytes / 4
   }
