@@ -1,6 +1,6 @@
-// numpy's array manipulation routines (flip, tile, repeat, swapaxes, moveaxis, split) composed of
-// reshape, broadcast_to, transpose, slice and take: each runs under jit, grad and shard_map with
-// those ops' rules.
+// numpy's array manipulation routines (flip, tile, repeat, swapaxes, moveaxis, split, outer,
+// diagonal, trace, diag, meshgrid) and lax.dot_general, composed of reshape, broadcast_to,
+// transpose, slice, take and einsum: each runs under jit, grad and shard_map with those ops' rules.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -236,10 +236,6 @@ Array outer(const Array& a, const Array& b) {
   if (!a.valid() || !b.valid()) throw Error("outer: an operand is an empty meshvk::Array");
   return reshape(flattened("outer", a), Shape{a.size(), 1}) * reshape(flattened("outer", b), Shape{1, b.size()});
 }
-
-}  // namespace meshvk
-
-namespace meshvk {
 
 namespace {
 // The einsum letter of dimension d (a-z, then A-Z: 52 dimensions in all).

@@ -217,12 +217,12 @@ Array bincount(const Array& x, std::optional<Array> weights, int64_t minlength, 
     n = std::max(minlength, top);
   }
   if (n > std::numeric_limits<int32_t>::max()) throw Error("bincount: length " + std::to_string(n) + " is past int32");
-  // The counts come from an x.size() x length one-hot matrix: refuse one past 2^31 elements here
-  // rather than as a failed allocation.
-  if (x.size() > 0 && n > (int64_t{1} << 31) / x.size())
+  // The counts come from an x.size() x length one-hot matrix: refuse one past 2^29 elements (2 GiB
+  // of int32, one allocation of lavapipe's heap) here, naming it, rather than as a failed allocation.
+  if (x.size() > 0 && n > (int64_t{1} << 29) / x.size())
     throw Error("bincount: " + std::to_string(n) + " bins for " + std::to_string(x.size()) +
                 " values needs a one-hot matrix of " + std::to_string(x.size()) + " x " + std::to_string(n) +
-                " elements, past 2^31; give a smaller length (values from it on are dropped)");
+                " elements, past 2^29; give a smaller length (values from it on are dropped)");
   const Array idx = maximum(xi, 0);  // negative values count as 0, as JAX's
   if (!weights) return sum(one_hot(idx, static_cast<int>(n), DType::int32), {0});
   const Array w = weights->dtype() == DType::bool_ ? astype(*weights, DType::int32) : *weights;

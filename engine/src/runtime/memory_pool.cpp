@@ -84,11 +84,6 @@ bool MemoryPool::release_spares() {
 
 std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
   bytes = aligned(bytes);
-  // One VkBuffer lives in one allocation, which Vulkan bounds by the heap's size (lavapipe's is
-  // 2 GiB): a larger piece cannot be made at all, whatever the budget.
-  if (bytes > device_.device_heap_size())
-    throw Error("one buffer of " + std::to_string(bytes) + " bytes is more than one allocation of the adapter's " +
-                std::to_string(device_.device_heap_size()) + "-byte heap can hold");
   const bool dedicated = bytes * 2 >= block_size_;
   if (dedicated) {
     // A spare of this size is already held: it changes from spare to used.
@@ -105,6 +100,11 @@ std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
   }
   while (!fits(bytes) && !spare_.empty()) drop_oldest_spare();
   if (!fits(bytes)) return std::nullopt;
+  // One VkBuffer lives in one allocation, which Vulkan bounds by the heap's size (lavapipe's is
+  // 2 GiB): within the budget, a larger piece still cannot be made.
+  if (bytes > device_.device_heap_size())
+    throw Error("one buffer of " + std::to_string(bytes) + " bytes is more than one allocation of the adapter's " +
+                std::to_string(device_.device_heap_size()) + "-byte heap can hold");
   if (dedicated) return carve(add_block(bytes, true), bytes);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (!blocks_[i] || blocks_[i]->dedicated) continue;
