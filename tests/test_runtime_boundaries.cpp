@@ -37,6 +37,8 @@ TEST(RuntimeBoundaries, LimitsAreErrors) {
   // Sizes past what any device holds (a host copy that does not fit is an Error too: checked by
   // hand, as its test would need an allocation that Linux's overcommit may grant).
   expect_error([] { (void)mv::broadcast_to(mv::array({1.0f}), {int64_t{1} << 62}).to_host<float>(); }, "too large");
+  // A budget under 1 MiB, as the environment variable refuses it.
+  expect_error([] { mv::Runtime tiny({.num_devices = 1, .memory_per_device = 1}); }, "at least 1 MiB");
   // load_npy of a file that never ends reads its header, not the whole file.
   expect_error([] { (void)mv::load_npy("/dev/zero"); }, "not a .npy file");
   expect_runtime_usable();

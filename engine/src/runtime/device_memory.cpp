@@ -71,8 +71,13 @@ RuntimeState::MemorySetting RuntimeState::memory_setting(const RuntimeOptions& o
   const char* name = "MESHVK_MEMORY_PER_DEVICE";
   if (const auto bytes = env_bytes(name, 1ull << 20))
     return {*bytes, std::string(name) + "=" + *env_text(name)};
-  if (options.memory_per_device)
+  if (options.memory_per_device) {
+    // As the variable: below 1 MiB every allocation would fail with a budget of "0.00 MiB".
+    if (options.memory_per_device < (1ull << 20))
+      throw Error("RuntimeOptions::memory_per_device = " + std::to_string(options.memory_per_device) +
+                  " bytes; give at least 1 MiB (1048576), or 0 for the devices to share the adapter's memory");
     return {options.memory_per_device, "RuntimeOptions::memory_per_device"};
+  }
   return {};
 }
 
