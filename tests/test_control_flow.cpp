@@ -431,3 +431,21 @@ TEST(ControlFlowErrors, ABodyThatThrowsLeavesTheRuntimeAndTheOuterProgramUsable)
   expect_close(f(mv::ones({3, 2}) * 2.f), {6.f, 6.f});
   expect_runtime_usable();
 }
+
+// A gradient through a scan whose body multiplies matrices stays uncommitted when its inputs are,
+// so a jitted step fed its own result does not trace again (the saved product came back
+// committed; found by an outside review).
+TEST(ControlFlow, ScanGradientThroughAMatmulStaysUncommitted) {
+  const Array x = mv::array({1.f, 2.f, 3.f});
+  const Array ws = mv::array({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3});
+  const auto body = [](const Array& c, const Array& w) {
+    return std::make_pair(mv::matmul(c.reshape({1, 3}), w.reshape({3, 1})).reshape({1}) * c, std::nullopt);
+  };
+  const auto step = mv::jit([=](const Array& v) {
+    return mv::grad([=](const Array& u) { return mv::lax::scan(body, u, ws).first.sum(); })(v);
+  });
+  const Array g = step(x);
+  EXPECT_FALSE(g.committed());
+  (void)step(g);
+  EXPECT_EQ(step.traces(), 1u);
+}

@@ -246,7 +246,9 @@ Array batched_matmul(const Array& a0, const Array& b0, const std::optional<Shard
   const bool handed_back = detail::saving_collectives() && saved_key.empty();
   if (!saved_key.empty()) {
     // With k split, each device's product is a summand (replicas in name only): never shared.
-    const Array product = detail::make_array(rt, out, true, {});
+    // Committed as the result below is (an uncommitted pair's product stays uncommitted, so a
+    // scan's backward pass that reads it back does not commit the gradient).
+    const Array product = detail::make_array(rt, out, a.committed() || b.committed(), {});
     product.impl()->summands = !contract_axes.empty();
     detail::record_result(saved_key, product);
   }

@@ -4,6 +4,7 @@
 #include "meshvk/optax.hpp"
 
 #include <cmath>
+#include <map>
 #include <cstdint>
 #include <iterator>
 #include <limits>
@@ -321,24 +322,36 @@ GradientTransformation scale_by_adam(float b1, float b2, float eps, float eps_ro
     require_like(op_name(kind), nu, "the state's nu (init() made it for the params)", updates,
                  "the updates");
     const Array count_inc = safe_increment(require_count(kind, state));
-    // bias_correction(moment, decay, count): moment / (1 - decay^count), on the device.
-    const auto correction = [](float decay, const Array& count) {
-      return 1.0f - power(decay, astype(count, DType::float32));
+    // bias_correction(moment, decay, count): moment / (1 - decay^count), on the device, in
+    // float32, or in float64 for float64 moments (1 - b2^t in float32 loses 1e-5 to
+    // cancellation at small t); then in the moment's dtype, as optax's astype(moment.dtype)
+    // (bfloat16 params get bfloat16 updates).
+    struct Corrections {
+      Array c1, c2;
+      std::optional<Array> c1_next;
     };
-    const Array c1 = correction(b1, count_inc), c2 = correction(b2, count_inc);
-    std::optional<Array> c1_next;
-    if (nesterov) c1_next = correction(b1, safe_increment(count_inc));
-    Params out, mu_out, nu_out;
-    // The corrections in the moments' dtype, as optax's astype(moment.dtype): bfloat16 params
-    // get bfloat16 updates.
+    std::map<DType, Corrections> by_dtype;
+    const auto corrections = [&](const Array& like) -> const Corrections& {
+      const DType t = like.dtype() == DType::float64 ? DType::float64 : DType::float32;
+      auto it = by_dtype.find(t);
+      if (it == by_dtype.end()) {
+        const auto correction = [&](float decay, const Array& count) { return 1.0f - power(decay, astype(count, t)); };
+        Corrections c{correction(b1, count_inc), correction(b2, count_inc), std::nullopt};
+        if (nesterov) c.c1_next = correction(b1, safe_increment(count_inc));
+        it = by_dtype.emplace(t, std::move(c)).first;
+      }
+      return it->second;
+    };
     const auto in = [](const Array& c, const Array& like) {
       return is_floating(like.dtype()) && c.dtype() != like.dtype() ? astype(c, like.dtype()) : c;
     };
+    Params out, mu_out, nu_out;
     for (const auto& [name, g] : updates) {
       const Array m = (1.0f - b1) * g + b1 * mu.at(name);
       const Array v = (1.0f - b2) * (g * g) + b2 * nu.at(name);
-      const Array m_hat = nesterov ? b1 * (m / in(*c1_next, m)) + (1.0f - b1) * (g / in(c1, g)) : m / in(c1, m);
-      const Array v_hat = v / in(c2, v);
+      const Corrections& c = corrections(m);
+      const Array m_hat = nesterov ? b1 * (m / in(*c.c1_next, m)) + (1.0f - b1) * (g / in(c.c1, g)) : m / in(c.c1, m);
+      const Array v_hat = v / in(c.c2, v);
       out.emplace(name, m_hat / (sqrt(eps_root != 0.0f ? v_hat + eps_root : v_hat) + eps));
       mu_out.emplace(name, m);
       nu_out.emplace(name, v);
