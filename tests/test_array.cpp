@@ -203,3 +203,19 @@ TEST(Array, ExplicitModeRefusesSilentReshards) {
   EXPECT_EQ(c.to_host<float>(), mv::matmul(mv::arange(128.f).reshape({16, 8}), mv::arange(128.f).reshape({8, 16})).to_host<float>());
   expect_runtime_usable();
 }
+
+// A reshape that cannot keep every split dimension gathers only what it must (automatic mode):
+// (16@x, 8@y) -> (16, 2, 4) gathers 'y' and keeps 'x', as XLA's partitioner would (it gathered
+// both before; found by an outside review).
+TEST(Array, ReshapeGathersOnlyWhatItMust) {
+  const auto mesh = mv::make_mesh({2, 4}, {"x", "y"});
+  const auto a = mv::device_put(mv::arange(128.f).reshape({16, 8}), mv::NamedSharding(mesh, P("x", "y")));
+  const auto b = a.reshape({16, 2, 4});
+  EXPECT_TRUE(b.sharding().is_equivalent_to(mv::NamedSharding(mesh, P("x")), 3));
+  EXPECT_EQ(b.to_host<float>(), mv::arange(128.f).to_host<float>());
+  const auto f = mv::jit([](const mv::Array& u) { return u.reshape({16, 2, 4}) * 2.f; });
+  const std::string text = f.program_text(a);
+  EXPECT_NE(text.find("all-gather over ('y',)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("'x', 'y') -> PartitionSpec()"), std::string::npos) << text;
+  EXPECT_EQ(f(a).to_host<float>(), (mv::arange(128.f) * 2.f).to_host<float>());
+}
