@@ -52,6 +52,7 @@ RuntimeState::RuntimeState(const RuntimeOptions& options) {
   split_replicas_ = env_switch("MESHVK_SPLIT_REPLICAS").value_or(true);
   const std::optional<bool> float64 = env_switch("MESHVK_MATHLIB_FLOAT64");
   mathlib_float64_ = float64.value_or(true);
+  (void)env_switch("MESHVK_DIV64");  // read at each kernel's build: a malformed value fails here, at once
 
   instance_ = std::make_unique<vk::Instance>(validation);
   join_processes(n);          // runtime/processes.cpp: one process, or this one of several
