@@ -12,8 +12,9 @@ namespace meshvk {
 // bfloat16 and float16 as their 16 bits, two bytes per element (dtype_size).
 // uint32 (random keys and bits, as JAX's) supports data movement (device_put, reshape, slice,
 // indexing, transpose, concatenate, take, copies, collectives that move data), printing, .npy
-// '<u4', to_host<uint32_t>, the random ops and astype to and from the other dtypes; other ops on
-// it throw Error naming astype as the way to compute with it.
+// '<u4', to_host<uint32_t>, the random ops and astype to and from the other dtypes; elementwise
+// ops, reductions, sort, argsort and top_k compute on it in int64 (exact) and wrap back modulo
+// 2^32; matmul, scatters, one_hot and collectives that compute throw Error naming astype.
 //
 // bfloat16 and float16 have JAX's semantics: every value is one of the 16-bit format's (each
 // conversion and each op's result is rounded to nearest even, overflows to inf as the format

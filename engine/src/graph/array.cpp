@@ -379,25 +379,31 @@ static Array reshape_untaped(const Array& self, Shape new_shape) {
                       "split into, and divide evenly); in explicit mode the sharding is part of the type: reshard "
                       "it first (e.g. to P('" + axis + "') on a leading dimension, or replicated)");
     const detail::OpScope op_scope("reshard");  // profile hook: the line exec::reshard prints
-    // Gather only what the reshape needs whole: the split dimensions given up from the last
-    // one on, until what stays split reshapes in place ((16@x, 8@y) -> (16, 2, 4) gathers 'y'
-    // and keeps 'x'), as XLA's partitioner keeps the dimensions a reshape leaves alone.
-    std::vector<SpecEntry> keep;
-    for (size_t d = 0; d < v.shape.size(); ++d) keep.push_back(d < n.spec().size() ? n.spec()[d] : SpecEntry());
-    for (size_t d = keep.size(); d-- > 0;) {
-      if (keep[d].is_none()) continue;
-      keep[d] = SpecEntry();
-      const PartitionSpec partly(PartitionSpec(keep).trimmed());
-      const auto spec = local_reshape_spec(v.shape, partly, new_shape, n.mesh());
-      if (!spec || partly.trimmed() == PartitionSpec()) continue;
-      const exec::RuleScope rule([&] { return "reshape of a split array: laid out as " + partly.to_string() + " first"; });
-      const Mesh mesh = n.mesh();
-      v = detail::reshard_saving(a.runtime, v, NamedSharding(mesh, partly), detail::on_every_process(self), a.committed,
-                                 a.varying);
-      v.sharding = NamedSharding(mesh, *spec);
-      v.shape = std::move(new_shape);
-      return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
+    // Gather only the split dimensions the reshape cannot keep: each one kept alone is checked
+    // (the groups of dimensions a reshape matches are independent), and those that fit stay
+    // split ((16@x, 8@y) -> (16, 2, 4) gathers 'y' and keeps 'x'), as XLA's partitioner keeps
+    // the dimensions a reshape leaves alone.
+    std::vector<SpecEntry> keep(v.shape.size());
+    bool any = false;
+    for (size_t d = 0; d < keep.size() && d < n.spec().size(); ++d) {
+      if (n.spec()[d].is_none()) continue;
+      std::vector<SpecEntry> alone(v.shape.size());
+      alone[d] = n.spec()[d];
+      if (!local_reshape_spec(v.shape, PartitionSpec(alone).trimmed(), new_shape, n.mesh())) continue;
+      keep[d] = n.spec()[d];
+      any = true;
     }
+    const PartitionSpec partly = PartitionSpec(keep).trimmed();
+    if (any)
+      if (const auto spec = local_reshape_spec(v.shape, partly, new_shape, n.mesh())) {
+        const exec::RuleScope rule([&] { return "reshape of a split array: laid out as " + partly.to_string() + " first"; });
+        const Mesh mesh = n.mesh();
+        v = detail::reshard_saving(a.runtime, v, NamedSharding(mesh, partly), detail::on_every_process(self), a.committed,
+                                   a.varying);
+        v.sharding = NamedSharding(mesh, *spec);
+        v.shape = std::move(new_shape);
+        return detail::make_array(a.runtime, std::move(v), a.committed, a.varying);
+      }
     const exec::RuleScope rule([] { return std::string("reshape of a split array: gathered whole"); });
     v = detail::reshard_saving(a.runtime, v, NamedSharding(n.mesh(), PartitionSpec()), detail::on_every_process(self),
                                a.committed, a.varying);

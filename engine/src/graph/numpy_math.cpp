@@ -1,6 +1,8 @@
 // More of jax.numpy's math as compositions of meshvk's ops (log10, logaddexp, isclose, nan_to_num,
 // linspace, searchsorted, bincount, linalg.norm): each runs under jit, grad and shard_map with
 // the rules of the ops it is made of.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -124,6 +126,12 @@ Array linspace(double start, double stop, int64_t num, bool endpoint, DType dtyp
   if (budget != 0 && static_cast<uint64_t>(num) > budget / dtype_size(dtype))
     throw Error("linspace: num = " + std::to_string(num) + " " + std::string(dtype_name(dtype)) +
                 " values are more than device 0's budget of " + std::to_string(budget) + " bytes holds; give a smaller num");
+  // The values are made on the host first: more than the machine's memory is an Error here, not
+  // an allocation that fails (or that a sanitizer's allocator refuses outright).
+  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  if (static_cast<uint64_t>(num) > ram / dtype_size(dtype))
+    throw Error("linspace: num = " + std::to_string(num) + " " + std::string(dtype_name(dtype)) +
+                " values are more than this machine's " + std::to_string(ram) + " bytes of memory hold; give a smaller num");
   // numpy's arithmetic, in double: i * step + start (i / div * delta where step underflows to
   // 0), the last value exactly stop when it is included; each rounded once to the dtype.
   const int64_t div = endpoint ? num - 1 : num;
