@@ -339,6 +339,16 @@ TEST(NumpyEveryday, DiagonalTraceDiagMeshgridDotGeneral) {
   EXPECT_EQ(mv::diag(mv::array({1, 2}), 1).to_host<int32_t>(), (std::vector<int32_t>{0, 1, 0, 0, 0, 2, 0, 0, 0}));
   EXPECT_EQ(mv::diag(mv::array({1, 2}), -1).to_host<int32_t>(), (std::vector<int32_t>{0, 0, 0, 1, 0, 0, 0, 2, 0}));
   EXPECT_EQ(mv::diag(m, 1).to_host<int32_t>(), (std::vector<int32_t>{1, 6, 11}));
+  // Empty inputs, as numpy: diag of [] off the main diagonal is a zero matrix; empty matrices.
+  EXPECT_EQ(mv::diag(mv::zeros({0}), 2).to_host<float>(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(mv::diagonal(mv::zeros({0, 3})).shape(), (mv::Shape{0}));
+  EXPECT_EQ(mv::trace(mv::zeros({0, 0})).to_host<float>(), (std::vector<float>{0.0f}));
+  EXPECT_EQ(mv::flip(mv::zeros({0, 3})).shape(), (mv::Shape{0, 3}));
+  EXPECT_EQ(mv::tile(mv::zeros({0}), {3}).shape(), (mv::Shape{0}));
+  EXPECT_EQ(mv::repeat(mv::zeros({2, 0}), 3, 1).shape(), (mv::Shape{2, 0}));
+  EXPECT_EQ(mv::searchsorted(mv::zeros({0}), mv::array({1.0f, 2.0f})).to_host<int32_t>(), (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(mv::bincount(mv::zeros({0}, DType::int32)).shape(), (mv::Shape{0}));
+  EXPECT_EQ(mv::linalg::norm(mv::zeros({0})).to_host<float>(), (std::vector<float>{0.0f}));
   const mv::Array g = mv::grad([](const mv::Array& a) { return mv::trace(a * a); })(mv::arange(4.0f).reshape(mv::Shape{2, 2}));
   EXPECT_EQ(g.to_host<float>(), (std::vector<float>{0, 0, 0, 6}));
   const std::vector<mv::Array> xy = mv::meshgrid({mv::array({1, 2, 3}), mv::array({7, 8})});

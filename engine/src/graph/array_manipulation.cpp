@@ -281,6 +281,7 @@ Array diag(const Array& x, int k) {
   if (x.ndim() == 2) return diagonal(x, k);
   if (x.ndim() != 1) throw Error("diag: x is " + type_of(x) + "; give a 1-D array (a diagonal) or a 2-D one (a matrix)");
   const int64_t n = x.shape()[0] + (k < 0 ? -k : k);
+  if (x.size() == 0) return zeros(Shape{n, n}, x.dtype());  // no diagonal values: numpy's zeros
   // Row i's element on diagonal k is x[i] for k >= 0 (rows past x's length have none), x[i + k]
   // for k < 0: those values spread along the rows, kept where the band is.
   const Array on = eye(n, n, k, DType::bool_);
