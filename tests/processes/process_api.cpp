@@ -98,6 +98,43 @@ int main() {
     }
     check(bad_local, "local data of the wrong shape is an Error naming the right one");
     check(mv::multihost::process_allgather(x) == expected, "the runtime still works after the errors");
+    // A fold between the two processes (devices 0 and 4) gives the bits lavapipe's fold kernel
+    // gives within one process, where the host folds (RuntimeState::host_transfers): denormals
+    // kept, max and min of equal values the second operand's, NaN payloads as the kernel picks
+    // them (the expected words are one process's psum / pmax / pmin of the same pairs).
+    {
+      const auto pair = mv::make_mesh({2}, {"x"}, {}, {0, 4});
+      const auto word = [](uint32_t u) {
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+      };
+      const std::vector<float> a = {1e-45f, -0.0f, 0.0f, word(0x7fc00001), 1.0f, word(0x00400000), -0.0f, 3.0f};
+      const std::vector<float> b = {1e-45f, 0.0f, -0.0f, word(0x7fc00002), word(0x7fc00003), word(0x00400000), -0.0f, word(0x7f800000)};
+      std::vector<float> both(a);
+      both.insert(both.end(), b.begin(), b.end());
+      const mv::Array pairs = mv::device_put(std::span<const float>(both), {16}, mv::NamedSharding(pair, P("x")));
+      const std::vector<std::vector<uint32_t>> expected_words = {
+          {0x00000002, 0x00000000, 0x00000000, 0x7fc00002, 0x7fc00003, 0x00800000, 0x80000000, 0x7f800000},
+          {0x00000001, 0x00000000, 0x80000000, 0x7fc00001, 0x7fc00003, 0x00400000, 0x80000000, 0x7f800000},
+          {0x00000001, 0x00000000, 0x80000000, 0x7fc00001, 0x7fc00003, 0x00400000, 0x80000000, 0x40400000}};
+      const char* names[] = {"psum", "pmax", "pmin"};
+      for (int k = 0; k < 3; ++k) {
+        const auto fold = mv::shard_map(
+            [k](const mv::Array& v) {
+              return k == 0 ? mv::psum(v, "x") : k == 1 ? mv::pmax(v, "x") : mv::pmin(v, "x");
+            },
+            pair, {P("x")}, P("x"));
+        const std::vector<float> got = mv::multihost::process_allgather(fold(pairs));
+        bool same = got.size() == 16;
+        for (size_t i = 0; same && i < 16; ++i) {
+          uint32_t u;
+          std::memcpy(&u, &got[i], 4);
+          same = u == expected_words[k][i % 8];
+        }
+        check(same, std::string(names[k]) + " between processes: the fold kernel's bits");
+      }
+    }
     // Each process writes its own trace: the same program would otherwise write one file twice.
     const std::string tag = ".process" + std::to_string(me);
     check(mv::profile::trace_path_of_process("out/trace.json") == "out/trace" + tag + ".json" &&

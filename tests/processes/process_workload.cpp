@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "process %d: %llu pieces sent straight out of device memory\n",
                      meshvk::process_index(),
                      static_cast<unsigned long long>(rt.state()->direct_sends.load()));
+      // That the shared tier on lavapipe moves and folds on the host, unless told not to.
+      std::fprintf(stderr, "process %d: transfers run on the host: %s\n", meshvk::process_index(),
+                   rt.state()->host_transfers() ? "yes" : "no");
       // And that a process's devices share replicated elementwise work (graph/pending_pieces.cpp).
       std::fprintf(stderr, "process %d: %llu pieces computed once for their adapter\n", meshvk::process_index(),
                    static_cast<unsigned long long>(rt.state()->shared_pieces.load()));

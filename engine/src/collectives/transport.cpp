@@ -1,9 +1,11 @@
 #include "collectives/transport.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <vector>
 
+#include "collectives/host_fold.hpp"
 #include "collectives/peer_reduce.hpp"
 #include "kernels/launch.hpp"
 #include "profile/hooks.hpp"
@@ -99,6 +101,10 @@ namespace {
 using ReceiveSide =
     std::function<void(detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                        std::span<const VkBufferCopy> piece, const detail::Fence& sent)>;
+// The same on the host (RuntimeState::host_transfers): what the communication thread runs once
+// the piece's bytes lie at `ring` (host memory).
+using HostReceiveSide = std::function<std::function<void()>(
+    const uint8_t* ring, std::vector<VkBufferCopy> piece)>;
 
 // Tier 3 for any receiving side: `regions` go from `src` through the ring, a piece at a time, and
 // `receive_side` takes each piece on `dst_device`, after what wrote each of `dst_waits`; those are
@@ -107,9 +113,10 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
                        const detail::DeviceBuffer& src, int dst_device,
                        std::span<const VkBufferCopy> regions,
                        const std::vector<const detail::DeviceBuffer*>& dst_waits,
-                       const ReceiveSide& receive_side) {
+                       const ReceiveSide& receive_side, const HostReceiveSide& host_receive_side) {
   if (regions.empty()) return;
   const int sp = rt.process_of(src.device()), dp = rt.process_of(dst_device);
+  const bool host = rt.host_transfers();
   // Pieces of at most half the ring, so that one transfer never waits on itself, and of at most
   // 4 MiB, so that the destination takes one piece while the source copies the next in (two
   // processes, two cores) rather than after the whole. Smaller pieces cost more than they
@@ -145,10 +152,21 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     send.wait_for(src.ready());
     for (const detail::Fence& f : range.waits) send.wait_for(f);
     const uint8_t* direct =
-        send.remote || piece.size() != 1
+        send.remote || piece.size() != 1 || host
             ? nullptr
             : rt.sendable_bytes(src, piece.front().srcOffset, piece.front().size);
-    if (direct) {
+    if (host && !send.remote) {
+      // The regions' offsets count from the VkBuffer's start, as the copy commands' do.
+      const uint8_t* from = rt.host_bytes(src) - src.offset();
+      uint8_t* to = rt.ring_memory(sp, dp) + range.offset;
+      send.host_work = [from, to, piece] {
+        uint64_t at = 0;
+        for (const VkBufferCopy& r : piece) {
+          std::memcpy(to + at, from + r.srcOffset, r.size);
+          at += r.size;
+        }
+      };
+    } else if (direct) {
       kernels::barrier_to_host(send.cb);  // what wrote the source, visible to the host
     } else if (!send.remote) {
       uint64_t start = 0;
@@ -183,7 +201,9 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     detail::Recording receive = rt.begin_peer_receive(dst_device);
     receive.wait_for(sent);
     for (const detail::DeviceBuffer* b : dst_waits) receive.wait_for(b->ready());
-    if (!receive.remote) {
+    if (host && !receive.remote) {
+      receive.host_work = host_receive_side(rt.ring_memory(sp, dp) + range.offset, piece);
+    } else if (!receive.remote) {
       uint64_t start = 0;
       const VkBuffer ring = rt.ring_view(dst_device, sp, dp, start);
       receive_side(receive, ring, start + range.offset, piece, sent);
@@ -219,6 +239,16 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                                                      {sent.timeline, sent.value});  // profile hook
                       vk::copy_buffer(receive.cb, ring, dst.vk_buffer(),
                                       static_cast<uint32_t>(in.size()), in.data());
+                    },
+                    [&](const uint8_t* ring, std::vector<VkBufferCopy> piece) {
+                      uint8_t* to = rt.host_bytes(dst) - dst.offset();
+                      return std::function<void()>([ring, to, piece = std::move(piece)] {
+                        uint64_t at = 0;
+                        for (const VkBufferCopy& r : piece) {
+                          std::memcpy(to + r.dstOffset, ring + at, r.size);
+                          at += r.size;
+                        }
+                      });
                     });
 }
 
@@ -239,6 +269,16 @@ bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& ds
                       record_pair_fold(rt, receive, local, local_elem + from,
                                        {ring, ring_at, n * 4}, n, dtype, op, out, out_elem + from,
                                        src_first);
+                    },
+                    [&](const uint8_t* ring, std::vector<VkBufferCopy> piece) {
+                      const uint64_t from = piece.front().dstOffset / 4;
+                      const uint64_t n = total_bytes(piece) / 4;
+                      const uint8_t* mine = rt.host_bytes(local) + (local_elem + from) * 4;
+                      uint8_t* to = rt.host_bytes(out) + (out_elem + from) * 4;
+                      return std::function<void()>([=] {
+                        host_fold(src_first ? ring : mine, src_first ? mine : ring, to, n, dtype,
+                                  op);
+                      });
                     });
   return true;
 }

@@ -17,7 +17,9 @@
 //      waits for. The destination's regions must not be read or written by what dst_rec
 //      recorded before the call (they are written before dst_rec runs); every caller copies
 //      into memory dst_rec has not touched. The ring is either
-//      shared: the node's shared memory, which both processes' VkDevices import, or
+//      shared: the node's shared memory, which both processes' VkDevices import (where device
+//        memory is host memory, the communication threads copy and fold on the host instead of
+//        recording commands: RuntimeState::host_transfers), or
 //      staged (between nodes, or MESHVK_PROCESS_TRANSPORT=staged): each process's own host
 //        memory; once the send is done, the source's communication thread sends the bytes as
 //        MPI messages into the destination's copy of the ring, then the send's value

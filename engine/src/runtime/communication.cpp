@@ -39,6 +39,15 @@ void RuntimeState::enqueue(Stream& s, VkCommandBuffer cb, std::vector<uint64_t> 
                            uint64_t signal) {
   if (liveness_) liveness_->progressed();  // the program submits work: a sign of life
   std::lock_guard lock(held_mutex_);
+  if (s.host_run) {
+    // Always the communication thread's: it runs the work once every wait is reached.
+    const auto work = host_work_.find(cb);
+    s.held.push_back({cb, std::move(need), signal,
+                      work == host_work_.end() ? nullptr : work->second});
+    held_cv_.notify_one();
+    ring_own_doorbell();
+    return;
+  }
   if (s.held.empty() && submittable(s, need)) {
     queue_submit(s, cb, need, signal);
     s.queued = signal;
@@ -60,6 +69,7 @@ bool RuntimeState::drain_held() {
     progressed = false;
     for (auto& sp : streams_) {
       Stream& s = *sp;
+      if (s.host_run) continue;  // run_host_work's
       while (!s.held.empty() && submittable(s, s.held.front().need)) {
         const Stream::Held h = std::move(s.held.front());
         s.held.pop_front();
@@ -67,6 +77,33 @@ bool RuntimeState::drain_held() {
         s.queued = h.signal;
         progressed = any = true;
       }
+    }
+  }
+  return any;
+}
+
+bool RuntimeState::run_host_work(std::unique_lock<std::mutex>& lock) {
+  // Only this thread takes a host_run stream's held work, front first: the stream's values are
+  // signalled in order, each after its work.
+  bool any = false;
+  for (auto& sp : streams_) {
+    Stream& s = *sp;
+    if (!s.host_run) continue;
+    while (!s.held.empty()) {
+      const std::vector<uint64_t>& need = s.held.front().need;
+      bool ready = true;
+      for (size_t t = 0; t < need.size() && ready; ++t)
+        ready = !need[t] || timeline_value(static_cast<int>(t)) >= need[t];
+      if (!ready) break;
+      const auto work = s.held.front().host_work;
+      const uint64_t signal = s.held.front().signal;
+      lock.unlock();
+      if (work && *work) (*work)();
+      s.semaphore.signal(signal);
+      lock.lock();
+      s.held.pop_front();
+      s.queued = signal;
+      any = true;
     }
   }
   return any;
@@ -102,6 +139,7 @@ void RuntimeState::communicate() {
         quiet_ns = moved || busy ? 50'000 : std::min<uint64_t>(quiet_ns * 2, 1'000'000);
       }
       if (drain_held()) continue;
+      if (host_transfers_ && run_host_work(lock)) continue;
     } catch (const std::exception& e) {
       // A failed vkQueueSubmit: nothing held can run any more; waits on it time out naming this.
       if (!lock.owns_lock()) lock.lock();

@@ -18,7 +18,6 @@
 
 #include "meshvk/error.hpp"
 #include "runtime/env.hpp"
-#include "runtime/env.hpp"
 #include "runtime/process_group.hpp"
 #include "runtime/runtime_state.hpp"
 
@@ -173,6 +172,29 @@ void RuntimeState::share_memory() {
       segment_views_.back().push_back(
           std::make_unique<vk::ImportedBuffer>(*adapter, group.segment(r), group.segment_bytes()));
   }
+  // Where device memory is host memory, the host moves and folds the bytes itself (see
+  // host_transfers). Each process decides for itself: the values counted are the same.
+  host_transfers_ =
+      env_switch("MESHVK_HOST_TRANSFERS").value_or(true) &&
+      std::all_of(adapters_.begin(), adapters_.end(),
+                  [](const auto& a) { return a->device_memory_is_host_memory(); });
+  if (host_transfers_)
+    for (auto& s : streams_)
+      if (!s->remote && is_peer_timeline(static_cast<int>(&s - streams_.data()))) s->host_run = true;
+}
+
+uint8_t* RuntimeState::host_bytes(const DeviceBuffer& b) {
+  std::lock_guard lock(mutex_);
+  const uint8_t* base = pools_[b.device()]->host_pointer(b.allocation_);
+  if (!base) throw Error("internal: a host transfer from device memory the host cannot reach");
+  return const_cast<uint8_t*>(base);
+}
+
+uint8_t* RuntimeState::ring_memory(int src_process, int dst_process) {
+  if (link_) throw Error("internal: a host transfer through the staged rings");
+  uint64_t start = 0;
+  ring_view(first_local_device(), src_process, dst_process, start);
+  return ProcessGroup::get()->segment(src_process) + start;
 }
 
 std::vector<uint8_t> RuntimeState::exchange(const void* data, uint64_t bytes,

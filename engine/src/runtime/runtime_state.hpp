@@ -69,6 +69,10 @@ struct Recording {
   // and copied: graph/pending_pieces.cpp, take_ops.cpp, linalg_ops.cpp): Lowered::estimate leaves
   // them out, as separate hardware would compute its own replica.
   std::vector<Fence> replica_waits;
+  // Work the host does in place of the command buffer (a stream with host_run: transfers between
+  // processes on CPU adapters): the communication thread runs it once every wait is reached,
+  // then signals the value from the host. Kept with the command buffer for replays.
+  std::function<void()> host_work;
   void wait_for(const Fence& f) {
     if (!f.none()) waits.push_back(f);
   }
@@ -88,6 +92,10 @@ struct Stream {
   // Of a device of another process: nothing goes to its queue; its values are that process's,
   // published in the node's shared memory or sent as messages (RuntimeState::timeline_value).
   bool remote = false;
+  // Its submissions' work runs on the host (Recording::host_work), by the communication thread,
+  // never on the queue: a peer timeline where device memory is host memory and the node's
+  // shared memory holds the rings (RuntimeState::host_transfers).
+  bool host_run = false;
   vk::CommandPool pool;
   vk::TimelineSemaphore semaphore;
   uint64_t last_submitted = 0;
@@ -113,6 +121,7 @@ struct Stream {
     VkCommandBuffer cb;
     std::vector<uint64_t> need;  // per timeline
     uint64_t signal;
+    std::shared_ptr<const std::function<void()>> host_work;  // host_run streams: what to run
   };
   std::deque<Held> held;
 };
@@ -255,6 +264,16 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   enum class BetweenProcesses { shared, staged };
   BetweenProcesses between_processes() const { return between_processes_; }
   uint64_t ring_bytes() const { return ring_bytes_; }
+  // Transfers between processes run on the host (the communication thread copies into and out of
+  // the shared ring and folds there), not as copy and fold commands: where every adapter is a
+  // CPU (device memory is host memory) and the rings are the node's shared memory. Each hop then
+  // costs no queue submission, no queue thread and no poll of its completion.
+  // MESHVK_HOST_TRANSFERS=0 keeps the commands.
+  bool host_transfers() const { return host_transfers_; }
+  // Host transfers: the first byte of a local buffer's memory, and the start of the ring from
+  // `src_process` to `dst_process` in the node's shared memory.
+  uint8_t* host_bytes(const DeviceBuffer& b);
+  uint8_t* ring_memory(int src_process, int dst_process);
   // Staged: the local send on peer `timeline` that will signal `value` copies [offset, offset +
   // bytes) of the ring to `dst_process`; the communication thread ships it once the value is
   // reached. Called before that submission (its value is then last_submitted + 1), so that no
@@ -475,6 +494,11 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   };
   std::map<std::pair<int, int>, Ring> rings_;  // per (source, destination) process
   BetweenProcesses between_processes_ = BetweenProcesses::shared;
+  bool host_transfers_ = false;
+  // Host transfers: each host_run command buffer's work (Recording::host_work), until the
+  // command buffer is reset or released. Guarded by held_mutex_.
+  std::unordered_map<VkCommandBuffer, std::shared_ptr<const std::function<void()>>> host_work_;
+  bool run_host_work(std::unique_lock<std::mutex>& lock);  // communication thread
   std::optional<BetweenProcesses> forced_between_;  // MESHVK_PROCESS_TRANSPORT
   // Staged: the rings and the messages (before segment_views_, which import its memory).
   std::unique_ptr<StagedLink> link_;

@@ -98,6 +98,10 @@ void Capture::retain(std::shared_ptr<DeviceBuffer> buffer) {
 void RuntimeState::recycle(Stream& s) {
   const uint64_t reached = s.semaphore.value();
   while (!s.in_flight.empty() && s.in_flight.front().value <= reached) {
+    if (s.host_run) {
+      std::lock_guard held(held_mutex_);
+      host_work_.erase(s.in_flight.front().cb);
+    }
     vk::check(vkResetCommandBuffer(s.in_flight.front().cb, 0), "vkResetCommandBuffer");
     s.idle.push_back(s.in_flight.front().cb);
     s.in_flight.pop_front();
@@ -125,7 +129,8 @@ Recording RuntimeState::begin_on(int timeline) {
   }
   recycle(s);
   r.captured = capture() != nullptr;
-  const bool profiled = profile::on() && s.adapter == 0;
+  // A host_run stream's command buffers never reach the queue: no timestamps to take.
+  const bool profiled = profile::on() && s.adapter == 0 && !s.host_run;
   // See secondaries_: captured work that replays merge, unprofiled (timestamps stay in primaries).
   const bool secondary = r.captured && !profiled && merges_replays();
   if (secondary) {
@@ -165,6 +170,12 @@ Fence RuntimeState::submit(Recording&& r) {
   }
   if (r.profile) profiler_->close(r.profile, capturing != nullptr);  // profile hook
   vk::check(vkEndCommandBuffer(r.cb), "vkEndCommandBuffer");
+  if (r.host_work) {
+    if (!streams_[r.timeline]->host_run)
+      throw Error("internal: host work recorded for a stream that runs on its queue");
+    std::lock_guard held(held_mutex_);
+    host_work_[r.cb] = std::make_shared<const std::function<void()>>(std::move(r.host_work));
+  }
   WrapSettler wrapped{*this};
   const Fence next{r.timeline, streams_[r.timeline]->last_submitted + 1};
   const VkCommandBuffer cb = is_secondary(r.cb) ? wrapped.wrap({&r.cb, 1}, next) : r.cb;
@@ -317,6 +328,10 @@ void RuntimeState::release_command_buffer(int timeline, VkCommandBuffer cb) {
   std::lock_guard lock(mutex_);
   profiler_->release(cb);  // profile hook
   secondaries_.erase(cb);
+  if (streams_[timeline]->host_run) {
+    std::lock_guard held(held_mutex_);
+    host_work_.erase(cb);
+  }
   streams_[timeline]->pool.free(cb);
 }
 
