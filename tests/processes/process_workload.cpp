@@ -33,8 +33,11 @@ int main(int argc, char** argv) {
                      meshvk::process_index(),
                      static_cast<unsigned long long>(rt.state()->direct_sends.load()));
       // That the shared tier on lavapipe moves and folds on the host, unless told not to.
+      // and there reads its peers' memory in place where it maps it.
       std::fprintf(stderr, "process %d: transfers run on the host: %s\n", meshvk::process_index(),
-                   rt.state()->host_transfers() ? "yes" : "no");
+                   !rt.state()->host_transfers() ? "no"
+                   : rt.state()->peer_mapping()  ? "yes, in place"
+                                                 : "yes, through the ring");
       // And that a process's devices share replicated elementwise work (graph/pending_pieces.cpp).
       std::fprintf(stderr, "process %d: %llu pieces computed once for their adapter\n", meshvk::process_index(),
                    static_cast<unsigned long long>(rt.state()->shared_pieces.load()));

@@ -176,7 +176,8 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
       // A tier that folds where the bytes arrive (between processes: out of the ring) leaves
       // received[r] empty; the others copy into it for the fold below.
       if (!transport_between(rt, sent.device(), acc[r]->device())
-               .fold_into(rt, rec, sent, lo, *in[r], lo, *acc[r], lo, len, dtype, op)) {
+               .fold_into(rt, rec, sent, lo, *in[r], lo, *acc[r], lo, len, dtype, op,
+                          /*src_first=*/false, /*src_rewritten=*/s > 0)) {
         received[r] = allocate_like(rt, *acc[r], std::max<uint64_t>(len, 1));
         copy(rt, rec, sent, lo, *received[r], 0, len);
       }

@@ -8,6 +8,8 @@
 #include "collectives/host_fold.hpp"
 #include "collectives/peer_reduce.hpp"
 #include "kernels/launch.hpp"
+#include "meshvk/error.hpp"
+#include "runtime/peer_memory.hpp"
 #include "profile/hooks.hpp"
 #include "vk/copy.hpp"
 
@@ -102,27 +104,38 @@ using ReceiveSide =
     std::function<void(detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                        std::span<const VkBufferCopy> piece, const detail::Fence& sent)>;
 // The same on the host (RuntimeState::host_transfers): what the communication thread runs once
-// the piece's bytes lie at `ring` (host memory).
-using HostReceiveSide = std::function<std::function<void()>(
-    const uint8_t* ring, std::vector<VkBufferCopy> piece)>;
+// the piece has arrived; `bytes` finds its first byte then (in the ring, or in the source's
+// memory where the processes map each other's).
+using PieceBytes = std::function<const uint8_t*()>;
+using HostReceiveSide =
+    std::function<std::function<void()>(PieceBytes bytes, std::vector<VkBufferCopy> piece)>;
 
 // Tier 3 for any receiving side: `regions` go from `src` through the ring, a piece at a time, and
 // `receive_side` takes each piece on `dst_device`, after what wrote each of `dst_waits`; those are
-// kept (used_by) until it is done, and dst_rec waits for every piece.
+// kept (used_by) until it is done, and dst_rec waits for every piece. Where the destination
+// reads the source in place (the staged tier's sends out of device memory, host transfers with
+// peer_mapping), nothing orders a later write of the source after that read: `src_rewritten`
+// (the caller writes it in place later) keeps such a source to the ring.
 void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
                        const detail::DeviceBuffer& src, int dst_device,
                        std::span<const VkBufferCopy> regions,
                        const std::vector<const detail::DeviceBuffer*>& dst_waits,
-                       const ReceiveSide& receive_side, const HostReceiveSide& host_receive_side) {
+                       bool src_rewritten, const ReceiveSide& receive_side,
+                       const HostReceiveSide& host_receive_side) {
   if (regions.empty()) return;
   const int sp = rt.process_of(src.device()), dp = rt.process_of(dst_device);
   const bool host = rt.host_transfers();
+  const bool in_place = host && rt.peer_mapping() && !src_rewritten;
   // Pieces of at most half the ring, so that one transfer never waits on itself, and of at most
   // 4 MiB, so that the destination takes one piece while the source copies the next in (two
   // processes, two cores) rather than after the whole. Smaller pieces cost more than they
   // overlap: each is a hop between processes (64 MiB all-reduce on 2 cores: 3.0-3.3 GB/s with
   // pieces of 1 MiB, 3.5-3.8 with 4, 3.96-4.1 with 16).
-  const uint64_t most = std::min<uint64_t>(rt.ring_bytes() / 2, 4ull << 20);
+  // A region read in place (by_reference below) goes whole: the source is complete before its
+  // piece is sent, so smaller pieces would overlap nothing and cost a hop each.
+  const uint64_t most = in_place && regions.size() == 1
+                            ? regions.front().size
+                            : std::min<uint64_t>(rt.ring_bytes() / 2, 4ull << 20);
   std::vector<std::vector<VkBufferCopy>> pieces(1);
   uint64_t in_piece = 0;
   for (VkBufferCopy r : regions) {
@@ -141,7 +154,12 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
   }
   for (const auto& piece : pieces) {
     const uint64_t piece_bytes = total_bytes(piece);
-    const detail::RuntimeState::RingRange range = rt.reserve_ring(sp, dp, piece_bytes);
+    // Host transfers between processes that map each other's device memory: a piece of one
+    // region goes as where it lies (a runtime::PeerPiece in the ring), and the destination
+    // copies or folds it straight out of the source. Both sides decide alike.
+    const bool by_reference = in_place && piece.size() == 1;
+    const detail::RuntimeState::RingRange range =
+        rt.reserve_ring(sp, dp, by_reference ? sizeof(runtime::PeerPiece) : piece_bytes);
     // 1. The source's process writes the piece into the ring. Staged, where device memory is
     //    host memory and the piece is one region, the communication thread sends it straight
     //    from the source instead, once this (empty) send is done. The source then stays
@@ -152,10 +170,15 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     send.wait_for(src.ready());
     for (const detail::Fence& f : range.waits) send.wait_for(f);
     const uint8_t* direct =
-        send.remote || piece.size() != 1 || host
+        send.remote || piece.size() != 1 || host || src_rewritten
             ? nullptr
             : rt.sendable_bytes(src, piece.front().srcOffset, piece.front().size);
-    if (host && !send.remote) {
+    if (by_reference && !send.remote) {
+      const auto where = rt.peer_piece(src, piece.front().srcOffset, piece.front().size);
+      if (!where) throw Error("internal: a buffer the node's processes cannot map");
+      uint8_t* to = rt.ring_memory(sp, dp) + range.offset;
+      send.host_work = [to, where = *where] { std::memcpy(to, &where, sizeof where); };
+    } else if (host && !send.remote) {
       // The regions' offsets count from the VkBuffer's start, as the copy commands' do.
       const uint8_t* from = rt.host_bytes(src) - src.offset();
       uint8_t* to = rt.ring_memory(sp, dp) + range.offset;
@@ -201,8 +224,20 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     detail::Recording receive = rt.begin_peer_receive(dst_device);
     receive.wait_for(sent);
     for (const detail::DeviceBuffer* b : dst_waits) receive.wait_for(b->ready());
-    if (host && !receive.remote) {
-      receive.host_work = host_receive_side(rt.ring_memory(sp, dp) + range.offset, piece);
+    if (by_reference && !receive.remote) {
+      // The source's bytes, found when the piece arrives (the ring holds where they lie).
+      const uint8_t* ring = rt.ring_memory(sp, dp) + range.offset;
+      detail::RuntimeState* state = &rt;
+      receive.host_work = host_receive_side(
+          [ring, state, sp] {
+            runtime::PeerPiece where;
+            std::memcpy(&where, ring, sizeof where);
+            return state->peer_bytes(sp, where);
+          },
+          piece);
+    } else if (host && !receive.remote) {
+      const uint8_t* ring = rt.ring_memory(sp, dp) + range.offset;
+      receive.host_work = host_receive_side([ring] { return ring; }, piece);
     } else if (!receive.remote) {
       uint64_t start = 0;
       const VkBuffer ring = rt.ring_view(dst_device, sp, dp, start);
@@ -210,7 +245,9 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     }
     const detail::Fence received = rt.submit(std::move(receive));
     rt.ring_read_by(sp, dp, range.offset, piece_bytes, received);
-    if (direct && !received.none()) const_cast<detail::DeviceBuffer&>(src).used_by(received);
+    // Read in place by the destination: unchanged and allocated until it has.
+    if ((direct || by_reference) && !received.none() && rt.is_local(src.device()))
+      const_cast<detail::DeviceBuffer&>(src).used_by(received);
     for (detail::Capture* c : rt.captures())
       c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received, direct});
     if (!received.none())
@@ -226,7 +263,7 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                                     const detail::DeviceBuffer& src,
                                     const detail::DeviceBuffer& dst,
                                     std::span<const VkBufferCopy> regions, const char* what) {
-  through_processes(rt, dst_rec, src, dst.device(), regions, {&dst},
+  through_processes(rt, dst_rec, src, dst.device(), regions, {&dst}, false,
                     [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                         std::span<const VkBufferCopy> piece, const detail::Fence& sent) {
                       std::vector<VkBufferCopy> in;
@@ -240,9 +277,11 @@ void ProcessTransport::copy_regions(detail::RuntimeState& rt, detail::Recording&
                       vk::copy_buffer(receive.cb, ring, dst.vk_buffer(),
                                       static_cast<uint32_t>(in.size()), in.data());
                     },
-                    [&](const uint8_t* ring, std::vector<VkBufferCopy> piece) {
+                    [&](PieceBytes bytes, std::vector<VkBufferCopy> piece) {
                       uint8_t* to = rt.host_bytes(dst) - dst.offset();
-                      return std::function<void()>([ring, to, piece = std::move(piece)] {
+                      return std::function<void()>([bytes = std::move(bytes), to,
+                                                    piece = std::move(piece)] {
+                        const uint8_t* ring = bytes();
                         uint64_t at = 0;
                         for (const VkBufferCopy& r : piece) {
                           std::memcpy(to + r.dstOffset, ring + at, r.size);
@@ -256,12 +295,12 @@ bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& ds
                                  const detail::DeviceBuffer& src, uint64_t src_elem,
                                  const detail::DeviceBuffer& local, uint64_t local_elem,
                                  const detail::DeviceBuffer& out, uint64_t out_elem, uint64_t count,
-                                 DType dtype, Reduction op, bool src_first) {
+                                 DType dtype, Reduction op, bool src_first, bool src_rewritten) {
   if (!fold_kernel_supports(dtype)) return false;
   // One region whose dstOffset counts the bytes from the transfer's start.
   const VkBufferCopy region{src.offset() + src_elem * 4, 0, count * 4};
   through_processes(rt, dst_rec, src, out.device(), std::span(&region, count ? 1 : 0),
-                    {&local, &out},
+                    {&local, &out}, src_rewritten,
                     [&](detail::Recording& receive, VkBuffer ring, uint64_t ring_at,
                         std::span<const VkBufferCopy> piece, const detail::Fence&) {
                       const uint64_t from = piece.front().dstOffset / 4;
@@ -270,12 +309,13 @@ bool ProcessTransport::fold_into(detail::RuntimeState& rt, detail::Recording& ds
                                        {ring, ring_at, n * 4}, n, dtype, op, out, out_elem + from,
                                        src_first);
                     },
-                    [&](const uint8_t* ring, std::vector<VkBufferCopy> piece) {
+                    [&](PieceBytes bytes, std::vector<VkBufferCopy> piece) {
                       const uint64_t from = piece.front().dstOffset / 4;
                       const uint64_t n = total_bytes(piece) / 4;
                       const uint8_t* mine = rt.host_bytes(local) + (local_elem + from) * 4;
                       uint8_t* to = rt.host_bytes(out) + (out_elem + from) * 4;
-                      return std::function<void()>([=] {
+                      return std::function<void()>([=, bytes = std::move(bytes)] {
+                        const uint8_t* ring = bytes();
                         host_fold(src_first ? ring : mine, src_first ? mine : ring, to, n, dtype,
                                   op);
                       });

@@ -49,11 +49,12 @@ class Transport {
   // elements of `dtype`, `local` and `out` on one device, with the fold kernel's bits; the caller
   // treats local and out as read and written by dst_rec. False, with nothing recorded, where the
   // tier folds no better than a copy followed by the caller's own fold (the caller then does
-  // that).
+  // that). `src_rewritten`: the caller writes src again in place later (a ring's running
+  // reduction), so the tier must not leave it to be read in place after this step.
   virtual bool fold_into(detail::RuntimeState&, detail::Recording&, const detail::DeviceBuffer&,
                          uint64_t, const detail::DeviceBuffer&, uint64_t,
                          const detail::DeviceBuffer&, uint64_t, uint64_t, DType, Reduction,
-                         bool /*src_first*/ = false) {
+                         bool /*src_first*/ = false, bool /*src_rewritten*/ = false) {
     return false;
   }
   // One region of `bytes`, at `src_offset` and `dst_offset` from the buffers' starts.
@@ -99,7 +100,7 @@ class ProcessTransport final : public Transport {
                  const detail::DeviceBuffer& src, uint64_t src_elem,
                  const detail::DeviceBuffer& local, uint64_t local_elem,
                  const detail::DeviceBuffer& out, uint64_t out_elem, uint64_t count, DType dtype,
-                 Reduction op, bool src_first) override;
+                 Reduction op, bool src_first, bool src_rewritten) override;
 };
 
 // The transport for copies from `src_device` to `dst_device` on `rt`. The transports hold no

@@ -43,11 +43,21 @@ int MemoryPool::place(std::unique_ptr<Block> block) {
 
 int MemoryPool::add_block(uint64_t bytes, bool dedicated) {
   auto block = std::make_unique<Block>();
-  // Device memory that is host memory is mapped (free there), so the staged transport between
-  // processes can send straight out of it (host_pointer).
-  block->buffer = std::make_unique<vk::Buffer>(device_, bytes, vk::kDeviceBufferUsage,
-                                               device_.device_memory_type(),
-                                               device_.device_memory_is_host_memory(), exportable_);
+  block->size = bytes;
+  if (shared_with_processes_) {
+    const uint64_t align = std::max<uint64_t>(4096, device_.host_pointer_alignment());
+    block->file = std::make_unique<SharedFile>((bytes + align - 1) / align * align, "meshvk-device");
+    block->imported =
+        std::make_unique<vk::ImportedBuffer>(device_, block->file->data(), block->file->size());
+    // Unique within the process (its peers' caches key on it): the device, then a count.
+    block->serial = static_cast<uint64_t>(device_id_) << 40 | next_serial_++;
+  } else {
+    // Device memory that is host memory is mapped (free there), so the staged transport between
+    // processes can send straight out of it (host_pointer).
+    block->buffer = std::make_unique<vk::Buffer>(device_, bytes, vk::kDeviceBufferUsage,
+                                                 device_.device_memory_type(),
+                                                 device_.device_memory_is_host_memory(), exportable_);
+  }
   block->free_ranges[0] = bytes;
   block->dedicated = dedicated;
   return place(std::move(block));
@@ -64,13 +74,13 @@ std::optional<Allocation> MemoryPool::carve(int block_index, uint64_t bytes) {
     used_ += bytes;
     peak_ = std::max(peak_, used_);
     adapter_->used += bytes;
-    return Allocation{b.buffer->handle(), offset, bytes, block_index};
+    return Allocation{b.handle(), offset, bytes, block_index};
   }
   return std::nullopt;
 }
 
 void MemoryPool::drop_oldest_spare() {
-  const uint64_t bytes = spare_.front()->buffer->size();
+  const uint64_t bytes = spare_.front()->size;
   spare_bytes_ -= bytes;
   adapter_->spare -= bytes;
   spare_.erase(spare_.begin());
@@ -88,7 +98,7 @@ std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
   if (dedicated) {
     // A spare of this size is already held: it changes from spare to used.
     for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-      if ((*it)->buffer->size() != bytes) continue;
+      if ((*it)->size != bytes) continue;
       std::unique_ptr<Block> block = std::move(*it);
       spare_.erase(it);
       spare_bytes_ -= bytes;
@@ -114,8 +124,24 @@ std::optional<Allocation> MemoryPool::try_allocate(uint64_t bytes) {
 }
 
 const uint8_t* MemoryPool::host_pointer(const Allocation& a) const {
-  const void* base = blocks_[a.block]->buffer->mapped();
+  const void* base = blocks_[a.block]->host();
   return base ? static_cast<const uint8_t*>(base) + a.offset : nullptr;
+}
+
+void MemoryPool::share_with_processes() {
+  if (!device_.device_memory_is_host_memory() || !device_.host_pointer())
+    throw Error("internal: device memory shared with processes where it is not host memory");
+  // Blocks made before would not be shared, and a transfer cannot tell in time.
+  if (!blocks_.empty() || !spare_.empty())
+    throw Error("internal: device memory shared with processes after it was allocated");
+  shared_with_processes_ = true;
+}
+
+std::optional<PeerPiece> MemoryPool::peer_piece(const Allocation& a, uint64_t offset,
+                                                uint64_t bytes) const {
+  const Block& b = *blocks_[a.block];
+  if (!b.file || offset > b.size || bytes > b.size - offset) return std::nullopt;
+  return PeerPiece{b.serial, b.file->fd(), offset, bytes};
 }
 
 VkBuffer MemoryPool::view_on(const Allocation& a, const vk::Device& importer) {
@@ -123,8 +149,9 @@ VkBuffer MemoryPool::view_on(const Allocation& a, const vk::Device& importer) {
   Block& b = *blocks_[a.block];
   auto& view = b.views[&importer];
   if (!view)
-    view = std::make_unique<vk::ImportedBuffer>(importer, device_, b.buffer->memory(),
-                                                device_.device_memory_type());
+    view = b.file ? std::make_unique<vk::ImportedBuffer>(importer, b.file->data(), b.file->size())
+                  : std::make_unique<vk::ImportedBuffer>(importer, device_, b.buffer->memory(),
+                                                         device_.device_memory_type());
   return view->handle();
 }
 
@@ -135,7 +162,7 @@ void MemoryPool::free(const Allocation& a) {
   if (b.dedicated) {
     // Kept while this pool's spares stay within a quarter of its budget and the adapter's within
     // a quarter of its limit (the oldest go first).
-    const uint64_t bytes = b.buffer->size();
+    const uint64_t bytes = b.size;
     spare_bytes_ += bytes;
     adapter_->spare += bytes;
     spare_.push_back(std::move(blocks_[a.block]));

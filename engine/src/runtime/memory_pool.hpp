@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vk/device.hpp"
+#include "runtime/peer_memory.hpp"
 #include "vk/external_memory.hpp"
 
 namespace meshvk::runtime {
@@ -60,6 +61,14 @@ class MemoryPool {
   // The allocation's bytes as the host sees them, where device memory is host memory
   // (vk::Device::device_memory_is_host_memory); else null.
   const uint8_t* host_pointer(const Allocation& allocation) const;
+  // From now on, blocks are memfds the node's other processes can map (runtime/peer_memory.hpp);
+  // only where device memory is host memory and the device imports host pointers.
+  void share_with_processes();
+  bool shared_with_processes() const { return shared_with_processes_; }
+  // Where `bytes` at `offset` of the allocation's block (the offsets its VkBuffer's copies use)
+  // lie for another process; nothing where the block is not shared.
+  std::optional<PeerPiece> peer_piece(const Allocation& allocation, uint64_t offset,
+                                      uint64_t bytes) const;
 
   // Its own budget; kUnbounded when it shares the adapter's (adapter().limit).
   uint64_t budget() const { return budget_; }
@@ -75,7 +84,15 @@ class MemoryPool {
 
  private:
   struct Block {
+    // Device memory of its own, or a file shared with the node's processes imported by pointer
+    // (imported is destroyed before file: declared after it).
     std::unique_ptr<vk::Buffer> buffer;
+    std::unique_ptr<SharedFile> file;
+    std::unique_ptr<vk::ImportedBuffer> imported;
+    uint64_t size = 0;
+    uint64_t serial = 0;
+    VkBuffer handle() const { return buffer ? buffer->handle() : imported->handle(); }
+    const void* host() const { return buffer ? buffer->mapped() : file->data(); }
     std::map<uint64_t, uint64_t> free_ranges;  // offset -> size, coalesced
     bool dedicated = false;
     std::map<const vk::Device*, std::unique_ptr<vk::ImportedBuffer>> views;  // see view_on
@@ -90,6 +107,8 @@ class MemoryPool {
   vk::Device& device_;
   int device_id_;
   bool exportable_;
+  bool shared_with_processes_ = false;
+  uint64_t next_serial_ = 1;
   uint64_t budget_;
   std::shared_ptr<AdapterMemory> adapter_;
   uint64_t used_ = 0;

@@ -181,6 +181,65 @@ void RuntimeState::share_memory() {
   if (host_transfers_)
     for (auto& s : streams_)
       if (!s->remote && is_peer_timeline(static_cast<int>(&s - streams_.data()))) s->host_run = true;
+  share_device_memory();
+}
+
+void RuntimeState::share_device_memory() {
+  // Each process offers a probe file; each maps every other's. Both rounds go through
+  // allgathers, so every process reaches the same answer (the ring uses of a transfer depend on
+  // it on both sides). The probe lives until every process has tried it.
+  const bool wanted =
+      host_transfers_ && env_switch("MESHVK_PEER_MAPPING").value_or(true) &&
+      std::all_of(adapters_.begin(), adapters_.end(), [](const auto& a) { return a->host_pointer(); });
+  std::optional<runtime::SharedFile> probe;
+  if (wanted) {
+    probe.emplace(4096, "meshvk-probe");
+    const int64_t pid = getpid();
+    std::memcpy(probe->data(), &pid, sizeof pid);
+  }
+  const int64_t mine[3] = {wanted, getpid(), probe ? probe->fd() : -1};
+  const std::vector<uint8_t> all = exchange(mine, sizeof mine, "Runtime start: device memory the processes share");
+  std::vector<int64_t> offers(3 * static_cast<size_t>(processes_));
+  std::memcpy(offers.data(), all.data(), offers.size() * sizeof(int64_t));
+  bool reached = true;
+  for (int r = 0; r < processes_; ++r) {
+    const int64_t* theirs = &offers[3 * static_cast<size_t>(r)];
+    if (!theirs[0]) reached = false;
+    if (!reached || r == process_) continue;
+    try {
+      const runtime::PeerFile file(r, static_cast<pid_t>(theirs[1]), static_cast<int>(theirs[2]));
+      int64_t written = 0;
+      std::memcpy(&written, file.data(), sizeof written);
+      reached = written == theirs[1];
+    } catch (const Error&) {
+      reached = false;
+    }
+  }
+  const int32_t ok = reached;
+  const std::vector<uint8_t> answers = exchange(&ok, sizeof ok, "Runtime start: whether each process maps the others' memory");
+  peer_mapping_ = true;
+  for (int r = 0; r < processes_; ++r) {
+    int32_t theirs = 0;
+    std::memcpy(&theirs, answers.data() + r * sizeof theirs, sizeof theirs);
+    peer_mapping_ = peer_mapping_ && theirs;
+  }
+  if (!peer_mapping_) return;
+  for (int r = 0; r < processes_; ++r) pids_.push_back(static_cast<pid_t>(offers[3 * static_cast<size_t>(r) + 1]));
+  // A 64 MiB block per device and a few dedicated ones: what a step's transfers read.
+  peer_mappings_ = std::make_unique<runtime::PeerMappings>(uint64_t{1} << 30);
+  for (int d = 0; d < num_devices_; ++d)
+    if (is_local(d)) pools_[d]->share_with_processes();
+}
+
+std::optional<runtime::PeerPiece> RuntimeState::peer_piece(const DeviceBuffer& b, uint64_t offset,
+                                                           uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  return pools_[b.device()]->peer_piece(b.allocation_, offset, bytes);
+}
+
+const uint8_t* RuntimeState::peer_bytes(int process, const runtime::PeerPiece& piece) {
+  if (!peer_mappings_) throw Error("internal: a piece of another process's memory without peer mapping");
+  return peer_mappings_->bytes_of(process, pids_[static_cast<size_t>(process)], piece);
 }
 
 uint8_t* RuntimeState::host_bytes(const DeviceBuffer& b) {

@@ -274,6 +274,16 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   // `src_process` to `dst_process` in the node's shared memory.
   uint8_t* host_bytes(const DeviceBuffer& b);
   uint8_t* ring_memory(int src_process, int dst_process);
+  // Host transfers where the node's processes map each other's device memory
+  // (runtime/peer_memory.hpp; MESHVK_PEER_MAPPING=0 turns it off): a piece of one region goes as
+  // where it lies in the sender's buffer, which the receiver reads in place. Every process
+  // agrees on it, so both sides of a transfer record the same ring use.
+  bool peer_mapping() const { return peer_mapping_; }
+  // Where `bytes` at `offset` of a local buffer's VkBuffer lie for the node's other processes.
+  std::optional<runtime::PeerPiece> peer_piece(const DeviceBuffer& b, uint64_t offset,
+                                               uint64_t bytes);
+  // The first byte of a piece `process` sent (communication thread only).
+  const uint8_t* peer_bytes(int process, const runtime::PeerPiece& piece);
   // Staged: the local send on peer `timeline` that will signal `value` copies [offset, offset +
   // bytes) of the ring to `dst_process`; the communication thread ships it once the value is
   // reached. Called before that submission (its value is then last_submitted + 1), so that no
@@ -495,6 +505,10 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::map<std::pair<int, int>, Ring> rings_;  // per (source, destination) process
   BetweenProcesses between_processes_ = BetweenProcesses::shared;
   bool host_transfers_ = false;
+  bool peer_mapping_ = false;
+  void share_device_memory();  // share_memory's last step: decides peer_mapping_
+  std::vector<pid_t> pids_;  // each process's, with peer_mapping_
+  std::unique_ptr<runtime::PeerMappings> peer_mappings_;  // communication thread
   // Host transfers: each host_run command buffer's work (Recording::host_work), until the
   // command buffer is reset or released. Guarded by held_mutex_.
   std::unordered_map<VkCommandBuffer, std::shared_ptr<const std::function<void()>>> host_work_;
