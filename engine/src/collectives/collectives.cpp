@@ -250,21 +250,26 @@ bool pair_all_reduce(RuntimeState& rt, const Buffers& in, const Buffers& acc,
 }
 
 // Ring all-gather in place: member r starts owning chunk r; at step s it copies chunk r-s-1 from
-// member r-1.
+// member r-1. Where member r's chunk r came from `owned[r]` (its whole content), step 0 copies
+// from there instead: the same bytes, without waiting for member r-1 to have placed them.
 void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uint64_t>& bounds,
-                     uint64_t es = 4) {
+                     uint64_t es = 4, const Buffers* owned = nullptr) {
   const int n = static_cast<int>(out.size());
   for (int s = 0; s < n - 1; ++s) {
     const RingStep named("all-gather", s, n - 1);
     std::vector<Recording> steps;
+    std::vector<const DeviceBuffer*> sources;
     for (int r = 0; r < n; ++r) {
       const int p = mod(r - 1, n), c = mod(r - s - 1, n);
+      const bool first = s == 0 && owned;
+      const DeviceBuffer& from = first ? *(*owned)[p] : *out[p];
       Recording rec = rt.begin_transfer(out[r]->device());
       rec.wait_for(out[r]->ready());
-      copy(rt, rec, *out[p], bounds[c], *out[r], bounds[c], bounds[c + 1] - bounds[c], es);
+      copy(rt, rec, from, first ? 0 : bounds[c], *out[r], bounds[c], bounds[c + 1] - bounds[c], es);
       steps.push_back(std::move(rec));
+      sources.push_back(&from);
     }
-    for (int r = 0; r < n; ++r) finish(rt, std::move(steps[r]), {out[mod(r - 1, n)].get()}, {out[r].get()});
+    for (int r = 0; r < n; ++r) finish(rt, std::move(steps[r]), {sources[r]}, {out[r].get()});
   }
 }
 
@@ -444,7 +449,7 @@ Buffers all_gather(RuntimeState& rt, const Buffers& in, uint64_t chunk, DType dt
     }
     std::vector<uint64_t> bounds(n + 1);
     for (int c = 0; c <= n; ++c) bounds[c] = c * chunk;
-    ring_all_gather(rt, out, bounds, es);
+    ring_all_gather(rt, out, bounds, es, &in);
     return out;
   }
   const Step step("all_gather", "all_gather(one_shot)", "one_shot");
