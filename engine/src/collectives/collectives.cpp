@@ -38,6 +38,24 @@ void finish(RuntimeState& rt, Recording&& rec, const std::vector<const DeviceBuf
   for (DeviceBuffer* b : written) b->written_by(f);
 }
 
+// A step of member `rec.device` whose work all happened as its bytes arrived from another
+// process (ProcessTransport's receive recordings): `rec` holds only waits, the last on the
+// device's receive timeline implying the rest (each receive waited for what wrote what it reads
+// and writes). `written` is then ready with that receive, and no empty submission goes to the
+// queue (on lavapipe a round trip through its queue thread per ring step). False, with nothing
+// done, where `rec` waits on no receive.
+bool finish_on_arrival(RuntimeState& rt, Recording& rec, DeviceBuffer& written) {
+  if (!rt.multi_process()) return false;
+  const int receive = rt.peer_receive_timeline(rec.device);
+  Fence last{};
+  for (const Fence& f : rec.waits)
+    if (f.timeline == receive && f.value > last.value) last = f;
+  if (last.none()) return false;
+  rt.discard(std::move(rec));
+  written.written_by(last);
+  return true;
+}
+
 // A member's step moves from its copies to the kernel that consumes them: where the device has a
 // transfer stream, the copies are submitted there and a compute recording waiting for them is
 // begun; else the step goes on in the same recording.
@@ -198,7 +216,8 @@ void ring_reduce_scatter(RuntimeState& rt, const Buffers& in, const Buffers& acc
       rec.wait_for(in[r]->ready());
       const DeviceBuffer* sent = s == 0 ? in[mod(r - 1, n)].get() : acc[mod(r - 1, n)].get();
       if (!received[r]) {  // folded on arrival: this step only waits for it
-        finish(rt, std::move(rec), {sent, in[r].get()}, {acc[r].get()});
+        if (!finish_on_arrival(rt, rec, *acc[r]))
+          finish(rt, std::move(rec), {sent, in[r].get()}, {acc[r].get()});
         continue;
       }
       if (len)
@@ -269,7 +288,11 @@ void ring_all_gather(RuntimeState& rt, const Buffers& out, const std::vector<uin
       steps.push_back(std::move(rec));
       sources.push_back(&from);
     }
-    for (int r = 0; r < n; ++r) finish(rt, std::move(steps[r]), {sources[r]}, {out[r].get()});
+    for (int r = 0; r < n; ++r) {
+      const bool arrived = rt.process_of(sources[r]->device()) != rt.process_of(out[r]->device());
+      if (!arrived || !finish_on_arrival(rt, steps[r], *out[r]))
+        finish(rt, std::move(steps[r]), {sources[r]}, {out[r].get()});
+    }
   }
 }
 

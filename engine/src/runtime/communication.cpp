@@ -197,7 +197,7 @@ void RuntimeState::communicate() {
       else if (publishing)
         wait_local_progress(blocking && blocking->remote ? 200'000 : 1'000'000);
       else
-        wait_for_peers(2'000'000);
+        wait_for_peers(2'000'000, host_transfers_ && blocking && blocking->remote ? peer_spin_ns_ : 0);
       lock.lock();
     } else if (idle && link_) {
       if (streaming) {

@@ -181,6 +181,7 @@ void RuntimeState::share_memory() {
   if (host_transfers_)
     for (auto& s : streams_)
       if (!s->remote && is_peer_timeline(static_cast<int>(&s - streams_.data()))) s->host_run = true;
+  peer_spin_ns_ = env_unsigned("MESHVK_PEER_SPIN_US", 0, 1000, "us").value_or(30) * 1000;
   share_device_memory();
 }
 
@@ -381,13 +382,20 @@ void RuntimeState::ring_own_doorbell() {
   futex_wake(bell);
 }
 
-void RuntimeState::wait_for_peers(uint64_t timeout_ns) {
+void RuntimeState::wait_for_peers(uint64_t timeout_ns, uint64_t spin_ns) {
   uint32_t* bell = doorbell(ProcessGroup::get()->segment(process_));
   const uint32_t seen = std::atomic_ref<uint32_t>(*bell).load(std::memory_order_acquire);
   {
     // A value published since the caller looked has rung already: no wait.
     std::lock_guard lock(held_mutex_);
     if (drain_held()) return;
+  }
+  if (spin_ns) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns);
+    while (std::chrono::steady_clock::now() < until) {
+      if (std::atomic_ref<uint32_t>(*bell).load(std::memory_order_acquire) != seen) return;
+      std::this_thread::yield();
+    }
   }
   futex_wait(bell, seen, timeout_ns);
 }

@@ -444,6 +444,10 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   std::atomic<uint64_t> direct_sends{0};  // pieces sendable_bytes let go out of their buffer (tests)
   // Returns a captured command buffer to its stream's pool.
   void release_command_buffer(int timeline, VkCommandBuffer cb);
+  // Drops a recording that recorded nothing its waits do not already imply (never submitted).
+  void discard(Recording&& r) {
+    if (!r.remote && r.cb) release_command_buffer(r.timeline, r.cb);
+  }
   // Keeps `objects` alive until every timeline t has reached `values[t]` (shorter: the rest 0):
   // what a waiter that gave up (a timeout) hands over instead of freeing what queued commands
   // still use. Released when a later call finds them reached, at the latest with the runtime.
@@ -539,7 +543,12 @@ class RuntimeState : public std::enable_shared_from_this<RuntimeState> {
   void publish_progress();                      // under held_mutex_
   bool progress_published() const;              // every local value reached is published
   void wait_local_progress(uint64_t timeout_ns);  // until a local stream moves, at most that
-  void wait_for_peers(uint64_t timeout_ns);       // until another process publishes, at most that
+  // spin_ns: first looks for that long, yielding the core between looks: host work waiting on
+  // another process's value (host transfers) usually gets it within tens of microseconds, and
+  // a futex wake on 2 shared cores costs as much (all-reduce of 1 MiB between 2 processes of one
+  // device: 127-210 -> 113-122 us with 30 us).
+  void wait_for_peers(uint64_t timeout_ns, uint64_t spin_ns = 0);
+  uint64_t peer_spin_ns_ = 0;  // MESHVK_PEER_SPIN_US, with host transfers       // until another process publishes, at most that
   void ring_own_doorbell();                       // wakes this process's communication thread
   // The heartbeat (runtime/liveness.hpp): the communication thread publishes this process's
   // beat each period (shared: in its segment, where it also reads the others'; staged: as
