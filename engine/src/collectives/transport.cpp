@@ -158,8 +158,8 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
     // region goes as where it lies (a runtime::PeerPiece in the ring), and the destination
     // copies or folds it straight out of the source. Both sides decide alike.
     const bool by_reference = in_place && piece.size() == 1;
-    const detail::RuntimeState::RingRange range =
-        rt.reserve_ring(sp, dp, by_reference ? sizeof(runtime::PeerPiece) : piece_bytes);
+    const uint64_t reserved = by_reference ? sizeof(runtime::PeerPiece) : piece_bytes;
+    const detail::RuntimeState::RingRange range = rt.reserve_ring(sp, dp, reserved);
     // 1. The source's process writes the piece into the ring. Staged, where device memory is
     //    host memory and the piece is one region, the communication thread sends it straight
     //    from the source instead, once this (empty) send is done. The source then stays
@@ -244,12 +244,12 @@ void through_processes(detail::RuntimeState& rt, detail::Recording& dst_rec,
       receive_side(receive, ring, start + range.offset, piece, sent);
     }
     const detail::Fence received = rt.submit(std::move(receive));
-    rt.ring_read_by(sp, dp, range.offset, piece_bytes, received);
+    rt.ring_read_by(sp, dp, range.offset, reserved, received);
     // Read in place by the destination: unchanged and allocated until it has.
     if ((direct || by_reference) && !received.none() && rt.is_local(src.device()))
       const_cast<detail::DeviceBuffer&>(src).used_by(received);
     for (detail::Capture* c : rt.captures())
-      c->ring_uses.push_back({sp, dp, range.offset, piece_bytes, sent, received, direct});
+      c->ring_uses.push_back({sp, dp, range.offset, reserved, sent, received, direct});
     if (!received.none())
       for (const detail::DeviceBuffer* b : dst_waits)
         const_cast<detail::DeviceBuffer*>(b)->used_by(received);
