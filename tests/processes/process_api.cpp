@@ -39,6 +39,19 @@ int main() {
       refused = std::string(e.what()).find("Open MPI started 2 processes") != std::string::npos;
     }
     check(refused, "initialize with the wrong num_processes is an Error naming the real count");
+    // A Runtime that ends before the job does: the next one keeps the node's shared memory,
+    // cleared of what this one published (every check below runs on the second).
+    {
+      mv::Runtime first;
+      const auto line = mv::make_mesh({first.num_devices()}, {"x"});
+      const std::vector<float> ones(8, 1.0f);
+      const auto sum = mv::shard_map([](const mv::Array& v) { return mv::psum(v, "x"); }, line,
+                                     {P("x")}, P("x"));
+      const mv::Array y =
+          sum(mv::device_put(std::span<const float>(ones), {8}, mv::NamedSharding(line, P("x"))));
+      check(mv::multihost::process_allgather(y) == std::vector<float>(8, 8.0f),
+            "psum in a first Runtime of the job");
+    }
     mv::Runtime rt;
     const int me = mv::process_index();
     check(mv::process_count() == 2, "process_count() == 2");

@@ -345,8 +345,20 @@ void ProcessGroup::abort(const std::string& message) {
   std::abort();
 }
 
-std::string ProcessGroup::allocate_shared(uint64_t bytes) {
-  if (!segments_.empty()) throw Error("internal: the node's shared memory exists");
+std::string ProcessGroup::allocate_shared(uint64_t bytes, uint64_t reset_bytes) {
+  // Every process of the job holds segments, or none does (each call is collective).
+  const bool kept = !segments_.empty() && segment_bytes_ == bytes;
+  if (!segments_.empty() && !kept) {
+    for (uint8_t*& p : segments_) munmap(p, segment_bytes_);
+    segments_.clear();
+    segment_bytes_ = 0;
+  }
+  if (kept) {
+    // The previous runtime's values and heartbeat, gone before any process reads the new ones.
+    std::memset(segments_[rank_], 0, std::min(reset_bytes, bytes));
+    barrier("shared memory set-up: each process clearing what the previous Runtime published");
+    return "";
+  }
   if (!single_node_)
     throw Error("the job's processes run on several nodes; meshvk moves bytes between "
                 "processes through the node's shared memory only, so run every process on one "
@@ -442,7 +454,7 @@ void ProcessGroup::abort(const std::string& message) {
   std::fprintf(stderr, "meshvk: %s\n", message.c_str());
   std::abort();
 }
-std::string ProcessGroup::allocate_shared(uint64_t) {
+std::string ProcessGroup::allocate_shared(uint64_t, uint64_t) {
   throw Error("internal: shared memory without Open MPI");
 }
 

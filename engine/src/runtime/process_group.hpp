@@ -84,7 +84,10 @@ class ProcessGroup {
   // every process mapped every segment, else why the first process that could not failed (its
   // /dev/shm full, or not the others' /dev/shm: processes Open MPI puts on one node may still
   // not share it). Nothing stays in /dev/shm either way, and on failure nothing stays mapped.
-  std::string allocate_shared(uint64_t bytes);
+  // Called again (a later Runtime of the job), it keeps segments of the same size, zeroing the
+  // first `reset_bytes` of this process's (what a runtime publishes there) before every process
+  // goes on; segments of another size are given up and made anew.
+  std::string allocate_shared(uint64_t bytes, uint64_t reset_bytes);
   uint8_t* segment(int rank) const { return segments_[rank]; }
   uint64_t segment_bytes() const { return segment_bytes_; }
 

@@ -134,7 +134,8 @@ void RuntimeState::share_memory() {
     // MPI_COMM_TYPE_SHARED says one node, but the processes may still not share /dev/shm
     // (containers, namespaces): then staged, as between nodes, unless shared was asked for.
     const std::string failed =
-        group.allocate_shared(kTableBytes + static_cast<uint64_t>(processes_ - 1) * ring_bytes_);
+        group.allocate_shared(kTableBytes + static_cast<uint64_t>(processes_ - 1) * ring_bytes_,
+                              kTableBytes);
     if (!failed.empty()) {
       if (forced_between_ == BetweenProcesses::shared)
         throw Error("MESHVK_PROCESS_TRANSPORT=shared: " + failed + "; use staged or unset it");
