@@ -64,7 +64,6 @@ class MemoryPool {
   // From now on, blocks are memfds the node's other processes can map (runtime/peer_memory.hpp);
   // only where device memory is host memory and the device imports host pointers.
   void share_with_processes();
-  bool shared_with_processes() const { return shared_with_processes_; }
   // Where `bytes` at `offset` of the allocation's block (the offsets its VkBuffer's copies use)
   // lie for another process; nothing where the block is not shared.
   std::optional<PeerPiece> peer_piece(const Allocation& allocation, uint64_t offset,

@@ -95,14 +95,4 @@ const uint8_t* PeerMappings::bytes_of(int process, pid_t pid, const PeerPiece& p
   return f.data() + piece.offset;
 }
 
-bool can_map_peer_file(pid_t pid, int fd) {
-  const int own = open(proc_fd_path(pid, fd).c_str(), O_RDONLY | O_CLOEXEC);
-  if (own < 0) return false;
-  void* p = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, own, 0);
-  close(own);
-  if (p == MAP_FAILED) return false;
-  munmap(p, 4096);
-  return true;
-}
-
 }  // namespace meshvk::runtime

@@ -78,8 +78,4 @@ class PeerMappings {
   std::list<Key> ages_;  // least recently used first
 };
 
-// Whether this process can map a file of another process of the node by /proc/PID/fd/N
-// (ptrace's read access, which hardened kernels or containers may deny): opens `fd` of `pid`.
-bool can_map_peer_file(pid_t pid, int fd);
-
 }  // namespace meshvk::runtime
