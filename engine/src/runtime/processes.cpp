@@ -112,11 +112,13 @@ void RuntimeState::share_memory() {
                                            : BetweenProcesses::staged;
   // Every process makes the same streams (the adapters are alike), so timelines agree, and
   // moves bytes the same way.
-  const int32_t mine[2] = {num_timelines(), static_cast<int32_t>(between_processes_)};
+  // And rings of one size: both sides of a transfer reserve the same offsets in them.
+  const int32_t mine[3] = {num_timelines(), static_cast<int32_t>(between_processes_),
+                           static_cast<int32_t>(ring_bytes_ >> 20)};
   const std::vector<uint8_t> all = group.allgather(
       mine, sizeof mine, "Runtime start: the streams and transport of each process");
   for (int r = 0; r < processes_; ++r) {
-    int32_t theirs[2];
+    int32_t theirs[3];
     std::memcpy(theirs, all.data() + r * sizeof mine, sizeof mine);
     if (theirs[0] != mine[0])
       throw Error("Runtime: process " + std::to_string(r) + " has other streams than process " +
@@ -128,6 +130,11 @@ void RuntimeState::share_memory() {
                   (theirs[1] ? "staged" : "shared") + " but process " + std::to_string(process_) +
                   (mine[1] ? " staged" : " shared") +
                   "; give every process the same MESHVK_PROCESS_TRANSPORT (mpirun -x)");
+    if (theirs[2] != mine[2])
+      throw Error("Runtime: process " + std::to_string(r) + " has rings of " +
+                  std::to_string(theirs[2]) + " MiB between processes but process " +
+                  std::to_string(process_) + " of " + std::to_string(mine[2]) +
+                  " MiB; give every process the same MESHVK_PEER_RING_MIB (mpirun -x)");
   }
   published_.assign(streams_.size(), 0);
   if (between_processes_ == BetweenProcesses::shared) {
